@@ -1,0 +1,1 @@
+"""Reference implementations of statecert's contracts: what "correct" means, in code."""

@@ -1,0 +1,78 @@
+"""The operator state stream: `b"SCOP" | >H version | >I header length | msgpack header | elements`, each
+element `>I length | bytes`; the handle holds one offset per element (OS-4)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+import msgpack
+
+from statecert.reference.format.canonical import describe
+from statecert.reference.format.handle_codec import field
+from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.handles import OperatorStateHandle, OperatorStateMode, OperatorStatePartitions
+from statecert.spec.serializers import SerializerSnapshot
+from statecert.spec.storage import CheckpointStateOutputStream
+
+MAGIC = b"SCOP"
+VERSION = 1
+_PREFIX = struct.Struct(">4sHI")
+_LEN = struct.Struct(">I")
+
+
+def write_operator_states(
+    stream: CheckpointStateOutputStream,
+    states: Mapping[str, tuple[OperatorStateMode, SerializerSnapshot, Sequence[bytes]]],
+) -> dict[str, OperatorStatePartitions]:
+    header = {name: {"mode": mode.value, "serializer": snap.to_plain()} for name, (mode, snap, _) in states.items()}
+    head = msgpack.packb(header, use_bin_type=True)
+    stream.write(_PREFIX.pack(MAGIC, VERSION, len(head)) + head)
+    partitions = {}
+    for name, (mode, _, elements) in sorted(states.items()):
+        offsets = []
+        for element in elements:
+            offsets.append(stream.tell())
+            stream.write(_LEN.pack(len(element)) + element)
+        partitions[name] = OperatorStatePartitions(mode, tuple(offsets))
+    return partitions
+
+
+def read_operator_states(
+    handle: OperatorStateHandle,
+) -> dict[str, tuple[OperatorStateMode, SerializerSnapshot, list[bytes]]]:
+    """The elements this handle selects, per state, with the serializer snapshot that wrote them."""
+    name = describe(handle.delegate)
+    f: IO[bytes] = handle.delegate.open()
+    try:
+        prefix = f.read(_PREFIX.size)
+        if len(prefix) != _PREFIX.size:
+            raise CheckpointFormatError(name, "truncated operator state header")
+        magic, version, length = _PREFIX.unpack(prefix)
+        if magic != MAGIC or version != VERSION:
+            raise CheckpointFormatError(name, f"not an operator state stream (magic {magic!r}, version {version})")
+        try:
+            header: Any = msgpack.unpackb(f.read(length), raw=False)
+            serializers = {
+                state: SerializerSnapshot.from_plain(field(info, "serializer", dict)) for state, info in header.items()
+            }
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+            raise CheckpointFormatError(name, f"malformed operator state header: {exc}") from None
+        result = {}
+        for state, partitions in handle.states.items():
+            if state not in serializers:
+                raise CheckpointFormatError(name, f"operator state {state!r} is not in the stream header")
+            elements = []
+            for offset in partitions.offsets:
+                f.seek(offset)
+                raw = f.read(_LEN.size)
+                size = _LEN.unpack(raw)[0] if len(raw) == _LEN.size else -1
+                data = f.read(size) if size >= 0 else b""
+                if size < 0 or len(data) != size:
+                    raise CheckpointFormatError(name, f"truncated element of operator state {state!r} at {offset}")
+                elements.append(data)
+            result[state] = (partitions.mode, serializers[state], elements)
+        return result
+    finally:
+        f.close()

@@ -1,0 +1,98 @@
+"""Serializer compatibility on restore, and eager migration of heap state (SER-3, SER-5..SER-7, TTL-5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statecert.reference.format.state_meta import StateMetaInfo
+from statecert.reference.heap.state_table import Cell, StateTable
+from statecert.reference.heap.ttl import rewrap
+from statecert.reference.serializers import restore_serializer
+from statecert.spec.errors import StateMigrationError
+from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
+from statecert.spec.state import StateDescriptor, StateKind
+
+
+def check_key_serializer(new: TypeSerializer[Any], old: SerializerSnapshot) -> TypeSerializer[Any]:
+    """Keys are hashed into key groups, so the key serializer may be reconfigured but never migrated (SER-6)."""
+    result = new.resolve_compatibility(old)
+    if result.kind is Compatibility.COMPATIBLE_AS_IS:
+        return new
+    if result.kind is Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER and result.reconfigured is not None:
+        return result.reconfigured
+    raise StateMigrationError(
+        f"the key serializer cannot take over the restored state ({result.kind.value}: {result.reason}); "
+        "key serializer migration is not supported because keys are hashed into key groups"
+    )
+
+
+def resolve_state_serializers(
+    table: StateTable,
+    descriptor: StateDescriptor,
+    serializers: dict[str, TypeSerializer[Any]],
+    namespace_serializer: TypeSerializer[Any],
+) -> tuple[dict[str, TypeSerializer[Any]], TypeSerializer[Any]]:
+    """Check a descriptor against restored state; migrate the entries when needed (SER-5).
+
+    Returns the serializers to use (reconfigured ones where the compatibility check produced them).
+    """
+    meta = table.meta
+    name = descriptor.name
+    if meta.kind is not descriptor.kind:
+        raise StateMigrationError(
+            f"state {name!r} was written as {meta.kind.value} state and is now requested as {descriptor.kind.value}"
+        )
+    if meta.ttl != (descriptor.ttl is not None):
+        change = "enabled" if descriptor.ttl is not None else "disabled"
+        raise StateMigrationError(f"state {name!r}: TTL cannot be {change} for state restored from a snapshot (TTL-5)")
+    ns_result = namespace_serializer.resolve_compatibility(meta.namespace_serializer)
+    if ns_result.kind is not Compatibility.COMPATIBLE_AS_IS:
+        raise StateMigrationError(f"state {name!r}: the namespace serializer changed ({ns_result.kind.value})")
+    final: dict[str, TypeSerializer[Any]] = {}
+    migrate: dict[str, TypeSerializer[Any]] = {}
+    for role, new in serializers.items():
+        result = new.resolve_compatibility(meta.serializers[role])
+        if result.kind is Compatibility.INCOMPATIBLE:
+            raise StateMigrationError(f"state {name!r}: the new {role} serializer is incompatible: {result.reason}")
+        if result.kind is Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER and result.reconfigured is not None:
+            final[role] = result.reconfigured
+        else:
+            final[role] = new
+            if result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+                migrate[role] = new
+    if migrate:
+        _migrate(table, {role: restore_serializer(meta.serializers[role]) for role in migrate}, migrate)
+    table.meta = StateMetaInfo(
+        name, meta.kind, namespace_serializer.snapshot_configuration(),
+        {role: s.snapshot_configuration() for role, s in final.items()}, meta.ttl,
+    )
+    return final, namespace_serializer
+
+
+def _migrate(table: StateTable, old: dict[str, TypeSerializer[Any]], new: dict[str, TypeSerializer[Any]]) -> None:
+    """Read every entry with the old serializer and write it with the new one (SER-5)."""
+    ttl = table.meta.ttl
+    offset = 8 if ttl else 0
+
+    def convert(role: str, stored: bytes) -> bytes:
+        if role not in old:
+            return stored
+        if role == "user_key":  # map keys carry no TTL timestamp
+            return new[role].serialize(old[role].deserialize(stored))
+        value = old[role].deserialize(stored[offset:])
+        return rewrap(stored, new[role].serialize(value), ttl)
+
+    kind = table.meta.kind
+    for key_group, entries in list(table.key_groups()):
+        writable = table.write_map(key_group)
+        for key, stored in list(entries.items()):
+            if kind is StateKind.LIST:
+                writable[key] = Cell(table.version, [convert("element", e) for e in stored.data])
+            elif kind is StateKind.MAP:
+                writable[key] = Cell(
+                    table.version,
+                    {convert("user_key", k): convert("user_value", v)
+                     for k, v in stored.data.items()},
+                )
+            else:
+                writable[key] = convert("value", stored)

@@ -1,0 +1,121 @@
+"""Loading the state backend and checkpoint storage from configuration, with Flink's precedence (chapter LD).
+
+Application-defined object > job configuration > cluster configuration > default (LD-1). Names are resolved
+through the entry-point groups `statecert.state_backends` / `statecert.checkpoint_storages`, or a
+`module:attr` factory path (LD-3). Three documented errors: UnknownStateBackendError for an unknown name,
+DynamicCodeLoadingError for code that cannot be loaded, IllegalConfigurationError for invalid settings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from statecert.reference import config as cfg
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
+from statecert.spec.backend import ConfigurableStateBackend, StateBackend
+from statecert.spec.errors import DynamicCodeLoadingError, UnknownStateBackendError
+
+STATE_BACKEND_GROUP = "statecert.state_backends"
+CHECKPOINT_STORAGE_GROUP = "statecert.checkpoint_storages"
+DEFAULT_STATE_BACKEND = "hashmap"
+LEGACY_BACKENDS = {"jobmanager": "jobmanager", "filesystem": "filesystem"}  # legacy name -> storage it implies
+
+
+def registered_names(group: str) -> list[str]:
+    return sorted({ep.name for ep in entry_points(group=group)})
+
+
+def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, object]], Any]:
+    """An entry point of `group` called `name`, or the object a `module:attr` path names (LD-3, LD-4, LD-5)."""
+    matches = list(entry_points(group=group, name=name))
+    if matches:
+        try:
+            factory = matches[0].load()
+        except Exception as exc:  # a broken plug-in is reported as such, whatever it raised
+            raise DynamicCodeLoadingError(f"{what} {name!r}: entry point {matches[0].value} cannot be loaded: {exc}") from exc
+    elif ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+        except Exception as exc:
+            raise DynamicCodeLoadingError(f"{what} factory {name!r}: module {module_name!r} cannot be imported: {exc}") from exc
+        for part in attr.split("."):
+            if not hasattr(target, part):
+                raise DynamicCodeLoadingError(f"{what} factory {name!r}: {module_name!r} has no attribute {attr!r}")
+            target = getattr(target, part)
+        factory = target
+    else:
+        known = ", ".join(registered_names(group) + (list(LEGACY_BACKENDS) if group == STATE_BACKEND_GROUP else []))
+        raise UnknownStateBackendError(
+            f"unknown {what} {name!r}: known names are {known}; anything else must be a 'module:attr' factory path"
+        )
+    if not callable(factory):
+        raise DynamicCodeLoadingError(f"{what} factory {name!r} is not callable (a {type(factory).__name__})")
+    return factory  # type: ignore[no-any-return]
+
+
+def _configured_backend_name(config: Mapping[str, object]) -> str:
+    name = cfg.get_str(config, cfg.STATE_BACKEND_TYPE) or cfg.get_str(config, cfg.LEGACY_STATE_BACKEND)
+    return name or DEFAULT_STATE_BACKEND
+
+
+def load_state_backend(
+    app_backend: StateBackend | None = None,
+    job_config: Mapping[str, object] | None = None,
+    cluster_config: Mapping[str, object] | None = None,
+) -> StateBackend:
+    """The state backend to use (LD-1): the application's (configured when configurable, LD-2), else
+    `state.backend.type` from the job then the cluster configuration, else `hashmap`."""
+    config = cfg.merge(job_config, cluster_config)
+    if app_backend is not None:
+        if isinstance(app_backend, ConfigurableStateBackend):
+            return app_backend.configure(config)
+        return app_backend
+    name = _configured_backend_name(config)
+    if name.lower() in LEGACY_BACKENDS:
+        warnings.warn(
+            f"{cfg.STATE_BACKEND_TYPE}: {name!r} is deprecated; use 'hashmap' with "
+            f"{cfg.CHECKPOINT_STORAGE}: {LEGACY_BACKENDS[name.lower()]!r}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        name = DEFAULT_STATE_BACKEND
+    backend = load_factory(name, STATE_BACKEND_GROUP, "state backend")(config)
+    if not isinstance(backend, StateBackend):
+        raise DynamicCodeLoadingError(f"state backend factory {name!r} returned {type(backend).__name__}, not a StateBackend")
+    return backend
+
+
+def load_checkpoint_storage(
+    app_storage: Any | None = None,
+    job_config: Mapping[str, object] | None = None,
+    cluster_config: Mapping[str, object] | None = None,
+) -> Any:
+    """The checkpoint storage to use (LD-1, LD-7): the application's (configured when it has `configure`), else
+    `state.checkpoint-storage`, else what a legacy backend name implies, else file system storage when
+    `state.checkpoints.dir` is set, else job-manager storage."""
+    config = cfg.merge(job_config, cluster_config)
+    if app_storage is not None:
+        configure = getattr(app_storage, "configure", None)
+        return configure(config) if callable(configure) else app_storage
+    name = cfg.get_str(config, cfg.CHECKPOINT_STORAGE)
+    if name is None:
+        legacy = _configured_backend_name(config).lower()
+        if legacy in LEGACY_BACKENDS:
+            name = LEGACY_BACKENDS[legacy]
+        else:
+            name = "filesystem" if cfg.get_str(config, cfg.CHECKPOINTS_DIRECTORY) else "jobmanager"
+    if name == "filesystem":
+        return FileSystemCheckpointStorage.from_config(config)
+    if name == "jobmanager":
+        return JobManagerCheckpointStorage.from_config(config)
+    storage = load_factory(name, CHECKPOINT_STORAGE_GROUP, "checkpoint storage")(config)
+    if not callable(getattr(storage, "create_checkpoint_storage", None)):
+        raise DynamicCodeLoadingError(f"checkpoint storage factory {name!r} returned {type(storage).__name__}")
+    return storage
+

@@ -1,0 +1,215 @@
+"""The operator state backend every reference backend shares, like Flink's DefaultOperatorStateBackend (chapter OS)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+
+from statecert.reference.format.operator_stream import read_operator_states, write_operator_states
+from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, TupleSerializer, restore_serializer
+from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.spec.errors import BackendClosedError, InvalidStateValueError, StateMigrationError
+from statecert.spec.handles import CANONICAL_FORMAT, OperatorStateHandle, OperatorStateMode
+from statecert.spec.keyed_backend import CheckpointOptions
+from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
+from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
+from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
+
+
+@dataclass
+class _Registered:
+    mode: OperatorStateMode
+    serializer: TypeSerializer[Any]
+    elements: list[bytes] = field(default_factory=list)
+
+
+class OperatorListStateImpl:
+    """List state of one subtask; elements kept serialized (OS-1, OS-2)."""
+
+    def __init__(self, backend: DefaultOperatorStateBackend, state: _Registered) -> None:
+        self._backend = backend
+        self._state = state
+
+    def get(self) -> list[Any]:
+        self._backend._check_open()
+        return [self._state.serializer.deserialize(e) for e in self._state.elements]
+
+    def add(self, value: Any) -> None:
+        self.add_all([value])
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        self._backend._check_open()
+        values = list(values)
+        if any(v is None for v in values):
+            raise InvalidStateValueError("operator list state does not accept None elements (OS-5)")
+        self._state.elements.extend(self._state.serializer.serialize(v) for v in values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        self._state.elements.clear()
+        self.add_all(values)
+
+    def clear(self) -> None:
+        self._state.elements.clear()
+
+
+class BroadcastStateImpl:
+    """A map every subtask holds in full (OS-3); stored as serialized (key, value) pairs."""
+
+    def __init__(self, backend: DefaultOperatorStateBackend, state: _Registered) -> None:
+        self._backend = backend
+        self._state = state
+
+    def _load(self) -> dict[Any, Any]:
+        return dict(self._state.serializer.deserialize(e) for e in self._state.elements)
+
+    def _store(self, entries: dict[Any, Any]) -> None:
+        self._state.elements[:] = [self._state.serializer.serialize((k, v)) for k, v in entries.items()]
+
+    def get(self, key: Any) -> Any:
+        return self._load().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        entries = self._load()
+        entries[key] = value
+        self._store(entries)
+
+    def remove(self, key: Any) -> None:
+        entries = self._load()
+        entries.pop(key, None)
+        self._store(entries)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._load()
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._load().items())
+
+    def clear(self) -> None:
+        self._state.elements.clear()
+
+
+class DefaultOperatorStateBackend:
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        self._params = params
+        self._states: dict[str, _Registered] = {}
+        self._restored: dict[str, tuple[OperatorStateMode, SerializerSnapshot, list[bytes]]] = {}
+        self._pending: set[AsyncSnapshotTask[OperatorStateHandle]] = set()
+        self._closed = False
+        for handle in params.restore_state:
+            if handle.snapshot_format != CANONICAL_FORMAT:
+                raise StateMigrationError(f"unsupported operator state format {handle.snapshot_format!r}")
+            for name, (mode, snap, elements) in read_operator_states(handle).items():
+                if name in self._restored:
+                    if mode is OperatorStateMode.BROADCAST:
+                        continue  # every copy of broadcast state is the same; keep one (OS-3)
+                    self._restored[name][2].extend(elements)
+                else:
+                    self._restored[name] = (mode, snap, list(elements))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendClosedError("the operator state backend is closed")
+
+    def _register(self, name: str, mode: OperatorStateMode, serializer: TypeSerializer[Any]) -> _Registered:
+        self._check_open()
+        if name in self._states:
+            state = self._states[name]
+            if state.mode is not mode:
+                raise StateMigrationError(f"operator state {name!r} is {state.mode.value} state, not {mode.value}")
+            return state
+        state = _Registered(mode, serializer)
+        if name in self._restored:
+            old_mode, snapshot, elements = self._restored.pop(name)
+            if old_mode is not mode:
+                raise StateMigrationError(
+                    f"operator state {name!r} was written as {old_mode.value} state, now requested as {mode.value}"
+                )
+            state.serializer, state.elements = _resolve(name, serializer, snapshot, elements)
+        self._states[name] = state
+        return state
+
+    def get_list_state(self, descriptor: ListStateDescriptor[Any]) -> OperatorListStateImpl:
+        ser = descriptor.element_serializer or DEFAULT_VALUE_SERIALIZER
+        return OperatorListStateImpl(self, self._register(descriptor.name, OperatorStateMode.SPLIT_DISTRIBUTE, ser))
+
+    def get_union_list_state(self, descriptor: ListStateDescriptor[Any]) -> OperatorListStateImpl:
+        ser = descriptor.element_serializer or DEFAULT_VALUE_SERIALIZER
+        return OperatorListStateImpl(self, self._register(descriptor.name, OperatorStateMode.UNION, ser))
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor[Any, Any]) -> BroadcastStateImpl:
+        ser = TupleSerializer(
+            descriptor.user_key_serializer or DEFAULT_VALUE_SERIALIZER,
+            descriptor.user_value_serializer or DEFAULT_VALUE_SERIALIZER,
+        )
+        return BroadcastStateImpl(self, self._register(descriptor.name, OperatorStateMode.BROADCAST, ser))
+
+    @property
+    def registered_state_names(self) -> set[str]:
+        return set(self._states) | set(self._restored)
+
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        timestamp_ms: int,
+        stream_factory: CheckpointStreamFactory,
+        options: CheckpointOptions = CheckpointOptions(),
+    ) -> AsyncSnapshotTask[OperatorStateHandle]:
+        """Synchronous part copies the element lists (operator state is small); restored but unregistered
+        states are carried over unchanged (OS-6)."""
+        self._check_open()
+        captured = {n: (s.mode, s.serializer.snapshot_configuration(), list(s.elements)) for n, s in self._states.items()}
+        captured.update({n: (m, snap, list(e)) for n, (m, snap, e) in self._restored.items()})
+
+        def write(cancelled: Callable[[], bool]) -> OperatorStateHandle | None:
+            if not captured:
+                return None
+            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+                partitions = write_operator_states(out, captured)
+                if cancelled():
+                    out.discard()
+                    return None
+                delegate = out.close_and_get_handle()
+            assert delegate is not None
+            return OperatorStateHandle(partitions, delegate)
+
+        task: AsyncSnapshotTask[OperatorStateHandle] = AsyncSnapshotTask(write, self._pending.discard)
+        self._pending.add(task)
+        return task
+
+    def close(self) -> None:
+        self._closed = True
+        for task in list(self._pending):
+            task.cancel()
+
+    def dispose(self) -> None:
+        self.close()
+        self._states.clear()
+        self._restored.clear()
+
+    def __enter__(self) -> DefaultOperatorStateBackend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.dispose()
+
+
+def _resolve(
+    name: str, new: TypeSerializer[Any], old: SerializerSnapshot, elements: list[bytes]
+) -> tuple[TypeSerializer[Any], list[bytes]]:
+    result = new.resolve_compatibility(old)
+    if result.kind is Compatibility.INCOMPATIBLE:
+        raise StateMigrationError(f"operator state {name!r}: the new serializer is incompatible: {result.reason}")
+    if result.kind is Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER and result.reconfigured is not None:
+        return result.reconfigured, elements
+    if result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+        reader = restore_serializer(old)
+        return new, [new.serialize(reader.deserialize(e)) for e in elements]
+    return new, elements
+
+

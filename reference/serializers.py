@@ -1,0 +1,366 @@
+"""Built-in serializers. None of them unpickles: bytes from a savepoint can only become plain data (SER-8).
+
+Each serializer is registered by id so that a snapshot in a checkpoint can be turned back into the serializer
+that wrote it (the "restore serializer", SER-4). Third parties register theirs through the entry-point group
+`statecert.serializers` or `register_serializer`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, TypeVar
+
+import mmh3
+import msgpack
+
+from statecert.spec.errors import StateMigrationError
+from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
+from statecert.spec.state import VOID_NAMESPACE, VoidNamespace
+
+T = TypeVar("T")
+
+_REGISTRY: dict[str, Callable[[SerializerSnapshot], TypeSerializer[Any]]] = {}
+
+
+def _to_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+class BaseSerializer:
+    """Shared behaviour: key hash = murmur3-32 of the serialized bytes; same id and version = as is."""
+
+    serializer_id: ClassVar[str]
+    version: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "serializer_id" in cls.__dict__:
+            _REGISTRY[cls.serializer_id] = cls.from_snapshot
+
+    def serialize(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def key_hash(self, value: Any) -> int:
+        return int(mmh3.hash(self.serialize(value), 0, signed=True))
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    def snapshot_configuration(self) -> SerializerSnapshot:
+        return SerializerSnapshot(self.serializer_id, self.version, self.config())
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
+        return cls()  # type: ignore[return-value]
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        if old.serializer_id != self.serializer_id:
+            return SchemaCompatibility.incompatible(
+                f"state was written by serializer {old.serializer_id!r}, the new one is {self.serializer_id!r}"
+            )
+        if old.version != self.version:
+            return SchemaCompatibility.after_migration(f"{self.serializer_id} v{old.version} -> v{self.version}")
+        return SchemaCompatibility.as_is()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.snapshot_configuration() == self.snapshot_configuration()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.serializer_id, repr(self.config())))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config() or ''})"
+
+
+class StringSerializer(BaseSerializer):
+    """UTF-8 text. Its key hash is Java's `String.hashCode`, so string keys land in Flink's key groups (KG-1)."""
+
+    serializer_id = "str"
+
+    def serialize(self, value: str) -> bytes:
+        if not isinstance(value, str):
+            raise TypeError(f"StringSerializer expects str, got {type(value).__name__}")
+        return value.encode("utf-8", "surrogatepass")
+
+    def deserialize(self, data: bytes) -> str:
+        return bytes(data).decode("utf-8", "surrogatepass")
+
+    def key_hash(self, value: str) -> int:
+        h = 0
+        units = value.encode("utf-16-be", "surrogatepass")
+        for (unit,) in struct.iter_unpack(">H", units):
+            h = (31 * h + unit) & 0xFFFFFFFF
+        return _to_int32(h)
+
+
+class LongSerializer(BaseSerializer):
+    """Signed 64-bit integers, big-endian. Key hash is Java's `Long.hashCode` (KG-1)."""
+
+    serializer_id = "long"
+    _STRUCT = struct.Struct(">q")
+
+    def serialize(self, value: int) -> bytes:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"LongSerializer expects int, got {type(value).__name__}")
+        try:
+            return self._STRUCT.pack(value)
+        except struct.error:
+            raise ValueError(f"LongSerializer: {value} does not fit in 64 bits") from None
+
+    def deserialize(self, data: bytes) -> int:
+        return int(self._STRUCT.unpack(data)[0])
+
+    def key_hash(self, value: int) -> int:
+        unsigned = value & 0xFFFFFFFFFFFFFFFF
+        return _to_int32(unsigned ^ (unsigned >> 32))
+
+
+class DoubleSerializer(BaseSerializer):
+    serializer_id = "double"
+    _STRUCT = struct.Struct(">d")
+
+    def serialize(self, value: float) -> bytes:
+        return self._STRUCT.pack(value)
+
+    def deserialize(self, data: bytes) -> float:
+        return float(self._STRUCT.unpack(data)[0])
+
+
+class BooleanSerializer(BaseSerializer):
+    serializer_id = "bool"
+
+    def serialize(self, value: bool) -> bytes:
+        return b"\x01" if value else b"\x00"
+
+    def deserialize(self, data: bytes) -> bool:
+        if data not in (b"\x00", b"\x01"):
+            raise ValueError(f"BooleanSerializer: invalid byte {data!r}")
+        return data == b"\x01"
+
+
+class BytesSerializer(BaseSerializer):
+    serializer_id = "bytes"
+
+    def serialize(self, value: bytes) -> bytes:
+        return bytes(value)
+
+    def deserialize(self, data: bytes) -> bytes:
+        return bytes(data)
+
+
+class VoidNamespaceSerializer(BaseSerializer):
+    """The void namespace as zero bytes (KS-NS-1)."""
+
+    serializer_id = "void-namespace"
+
+    def serialize(self, value: VoidNamespace) -> bytes:
+        if value is not VOID_NAMESPACE:
+            raise TypeError(f"VoidNamespaceSerializer expects VOID_NAMESPACE, got {value!r}")
+        return b""
+
+    def deserialize(self, data: bytes) -> VoidNamespace:
+        return VOID_NAMESPACE
+
+
+class MsgpackSerializer(BaseSerializer):
+    """Plain data (None, bool, int, float, str, bytes, lists, dicts) as msgpack: safe for untrusted bytes."""
+
+    serializer_id = "msgpack"
+
+    def serialize(self, value: Any) -> bytes:
+        return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+    def deserialize(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class TupleSerializer(BaseSerializer):
+    """Fixed-arity tuples of nested serializers; compatibility is the weakest of the fields' (SER-3)."""
+
+    serializer_id = "tuple"
+
+    def __init__(self, *fields: TypeSerializer[Any]) -> None:
+        self.fields = tuple(fields)
+
+    def serialize(self, value: Sequence[Any]) -> bytes:
+        if len(value) != len(self.fields):
+            raise ValueError(f"TupleSerializer: expected {len(self.fields)} fields, got {len(value)}")
+        return msgpack.packb([f.serialize(v) for f, v in zip(self.fields, value)], use_bin_type=True)  # type: ignore[no-any-return]
+
+    def deserialize(self, data: bytes) -> tuple[Any, ...]:
+        parts = msgpack.unpackb(data)
+        if not isinstance(parts, list) or len(parts) != len(self.fields):
+            raise ValueError(f"TupleSerializer: expected {len(self.fields)} fields")
+        return tuple(f.deserialize(p) for f, p in zip(self.fields, parts))
+
+    def config(self) -> dict[str, Any]:
+        return {"fields": [f.snapshot_configuration().to_plain() for f in self.fields]}
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
+        return cls(*(restore_serializer(SerializerSnapshot.from_plain(f)) for f in snapshot.config["fields"]))  # type: ignore[return-value]
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        base = super().resolve_compatibility(old)
+        if base.kind is Compatibility.INCOMPATIBLE:
+            return base
+        old_fields = [SerializerSnapshot.from_plain(f) for f in old.config.get("fields", [])]
+        if len(old_fields) != len(self.fields):
+            return SchemaCompatibility.incompatible(f"tuple arity changed {len(old_fields)} -> {len(self.fields)}")
+        results = [f.resolve_compatibility(o) for f, o in zip(self.fields, old_fields)]
+        return combine_compatibility(results, lambda fs: TupleSerializer(*fs), self.fields)
+
+
+class EnumSerializer(BaseSerializer):
+    """Names from a fixed list, written as ordinals. New names appended or reordered: the old ordinals are kept by
+    a reconfigured serializer (SER-3, like Flink's EnumSerializer); a removed name is incompatible."""
+
+    serializer_id = "enum"
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = tuple(values)
+        if len(set(self.values)) != len(self.values):
+            raise ValueError("EnumSerializer: duplicate names")
+        self._ordinal = {v: i for i, v in enumerate(self.values)}
+
+    def serialize(self, value: str) -> bytes:
+        try:
+            return struct.pack(">i", self._ordinal[value])
+        except KeyError:
+            raise ValueError(f"EnumSerializer: {value!r} is not one of {self.values}") from None
+
+    def deserialize(self, data: bytes) -> str:
+        (ordinal,) = struct.unpack(">i", data)
+        if not 0 <= ordinal < len(self.values):
+            raise ValueError(f"EnumSerializer: ordinal {ordinal} out of range")
+        return self.values[ordinal]
+
+    def config(self) -> dict[str, Any]:
+        return {"values": list(self.values)}
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
+        return cls(snapshot.config["values"])  # type: ignore[return-value]
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        base = super().resolve_compatibility(old)
+        if base.kind is Compatibility.INCOMPATIBLE:
+            return base
+        old_values = tuple(old.config.get("values", ()))
+        if old_values == self.values:
+            return SchemaCompatibility.as_is()
+        removed = [v for v in old_values if v not in self._ordinal]
+        if removed:
+            return SchemaCompatibility.incompatible(f"enum values removed: {removed}")
+        merged = old_values + tuple(v for v in self.values if v not in old_values)
+        return SchemaCompatibility.with_reconfigured(EnumSerializer(merged), "enum values added or reordered")
+
+
+class RecordSerializer(BaseSerializer):
+    """Named fields with defaults, stored as a dict: a small Avro-like schema (SER-3, SER-5).
+
+    Fields added (taking their default) or removed: compatible after migration. A field's serializer that is
+    incompatible makes the record incompatible.
+    """
+
+    serializer_id = "record"
+
+    def __init__(self, fields: Sequence[tuple[str, TypeSerializer[Any], Any]]) -> None:
+        self.fields = tuple(fields)
+
+    def serialize(self, value: Mapping[str, Any]) -> bytes:
+        return msgpack.packb(  # type: ignore[no-any-return]
+            {name: ser.serialize(value.get(name, default)) for name, ser, default in self.fields},
+            use_bin_type=True,
+        )
+
+    def deserialize(self, data: bytes) -> dict[str, Any]:
+        raw = msgpack.unpackb(data, raw=False)
+        if not isinstance(raw, dict):
+            raise ValueError("RecordSerializer: expected a map")
+        return {
+            name: ser.deserialize(raw[name]) if name in raw else default for name, ser, default in self.fields
+        }
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "fields": [
+                {"name": n, "serializer": s.snapshot_configuration().to_plain(), "default": d}
+                for n, s, d in self.fields
+            ]
+        }
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
+        fields = [
+            (f["name"], restore_serializer(SerializerSnapshot.from_plain(f["serializer"])), f.get("default"))
+            for f in snapshot.config["fields"]
+        ]
+        return cls(fields)  # type: ignore[return-value]
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        base = super().resolve_compatibility(old)
+        if base.kind is Compatibility.INCOMPATIBLE:
+            return base
+        old_fields = {f["name"]: SerializerSnapshot.from_plain(f["serializer"]) for f in old.config["fields"]}
+        new_names = [n for n, _, _ in self.fields]
+        migrate = set(old_fields) != set(new_names)
+        for name, ser, _ in self.fields:
+            if name not in old_fields:
+                continue
+            result = ser.resolve_compatibility(old_fields[name])
+            if result.kind is Compatibility.INCOMPATIBLE:
+                return SchemaCompatibility.incompatible(f"field {name!r}: {result.reason}")
+            if result.kind is not Compatibility.COMPATIBLE_AS_IS:
+                migrate = True
+        return SchemaCompatibility.after_migration("record schema changed") if migrate else base
+
+
+def combine_compatibility(
+    results: Sequence[SchemaCompatibility[Any]],
+    rebuild: Callable[[list[TypeSerializer[Any]]], TypeSerializer[Any]],
+    current: Sequence[TypeSerializer[Any]],
+) -> SchemaCompatibility[Any]:
+    """The weakest of nested results: incompatible > after migration > reconfigured > as is (SER-3)."""
+    kinds = {r.kind for r in results}
+    if Compatibility.INCOMPATIBLE in kinds:
+        return SchemaCompatibility.incompatible("; ".join(r.reason for r in results if r.reason))
+    if Compatibility.COMPATIBLE_AFTER_MIGRATION in kinds:
+        return SchemaCompatibility.after_migration("a nested serializer needs migration")
+    if Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER in kinds:
+        nested = [r.reconfigured or s for r, s in zip(results, current)]
+        return SchemaCompatibility.with_reconfigured(rebuild(nested), "a nested serializer was reconfigured")
+    return SchemaCompatibility.as_is()
+
+
+def register_serializer(serializer_id: str, from_snapshot: Callable[[SerializerSnapshot], TypeSerializer[Any]]) -> None:
+    """Make a third-party serializer restorable from the snapshots it writes (SER-4)."""
+    _REGISTRY[serializer_id] = from_snapshot
+
+
+def restore_serializer(snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
+    """The serializer that wrote state under `snapshot`; only registered ids, never arbitrary code (SER-4, SER-8)."""
+    factory = _REGISTRY.get(snapshot.serializer_id)
+    if factory is None:
+        for ep in entry_points(group="statecert.serializers", name=snapshot.serializer_id):
+            factory = ep.load()
+            _REGISTRY[snapshot.serializer_id] = factory
+    if factory is None:
+        raise StateMigrationError(
+            f"unknown serializer {snapshot.serializer_id!r} in the snapshot; known: {sorted(_REGISTRY)}"
+        )
+    try:
+        return factory(snapshot)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateMigrationError(f"malformed configuration of serializer {snapshot.serializer_id!r}: {exc}") from exc
+
+
+DEFAULT_KEY_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()  # type: ignore[assignment]
+DEFAULT_VALUE_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()  # type: ignore[assignment]
+VOID_NAMESPACE_SERIALIZER: TypeSerializer[Any] = VoidNamespaceSerializer()  # type: ignore[assignment]

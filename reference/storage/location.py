@@ -1,0 +1,155 @@
+"""Checkpoint locations and per-job storage access shared by both storage kinds (CS-2, CS-3, FMT-7)."""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+
+from statecert.reference.format.metadata_codec import decode_metadata, encode_metadata
+from statecert.reference.format.paths import basename_url, join_url, normalize_url, parent_url
+from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
+from statecert.spec.errors import (
+    CheckpointNotFoundError,
+    IllegalConfigurationError,
+    IncompleteCheckpointError,
+    StateCertError,
+)
+from statecert.spec.metadata import CheckpointMetadata
+from statecert.spec.storage import (
+    CHECKPOINT_DIR_PREFIX,
+    METADATA_FILE_NAME,
+    SAVEPOINT_DIR_PREFIX,
+    SHARED_STATE_DIR,
+    TASK_OWNED_STATE_DIR,
+    CheckpointedStateScope,
+    CompletedCheckpointLocation,
+)
+
+
+class CheckpointStorageLocationImpl:
+    """The directory of checkpoint N or of a savepoint; streams go to it (exclusive) or to `shared_dir`."""
+
+    def __init__(
+        self,
+        checkpoint_id: int,
+        directory: str,
+        shared_dir: str,
+        inline_threshold: float,
+        max_state_size: int | None,
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.directory = directory
+        self.shared_dir = shared_dir
+        self._threshold = inline_threshold
+        self._max_state_size = max_state_size
+
+    @property
+    def pointer(self) -> str:
+        return self.directory
+
+    def create_checkpoint_state_output_stream(
+        self, scope: CheckpointedStateScope
+    ) -> CheckpointStateOutputStreamImpl:
+        target = self.shared_dir if scope is CheckpointedStateScope.SHARED else self.directory
+        return CheckpointStateOutputStreamImpl(target, self._threshold, self._max_state_size)
+
+    def write_metadata(self, metadata: CheckpointMetadata) -> str:
+        """Write to a temporary name, then rename: `_metadata` appears complete or not at all (FMT-7)."""
+        data = encode_metadata(metadata, self.directory)
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        final = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
+        if fs.exists(final):
+            raise StateCertError(f"{self.directory}: refusing to overwrite an existing {METADATA_FILE_NAME}")
+        temp = f"{directory.rstrip('/')}/.{METADATA_FILE_NAME}.inprogress-{uuid.uuid4().hex}"
+        fs.makedirs(directory, exist_ok=True)
+        try:
+            with fs.open(temp, "wb") as out:
+                out.write(data)
+            fs.mv(temp, final)
+        except BaseException:
+            if fs.exists(temp):
+                fs.rm_file(temp)
+            raise
+        return self.pointer
+
+    def dispose_on_failure(self) -> None:
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        if fs.exists(directory):
+            fs.rm(directory, recursive=True)
+
+
+class CheckpointStorageAccessImpl:
+    """Flink's layout under `job_dir`: `chk-N/`, `shared/`, `taskowned/` (CS-FS-1); savepoints go to
+    `<target>/savepoint-<job id[:6]>-<random>/` (CS-FS-2)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        job_dir: str,
+        default_savepoint_dir: str | None,
+        inline_threshold: float,
+        max_state_size: int | None,
+    ) -> None:
+        self.job_id = job_id
+        self.job_dir = job_dir
+        self.default_savepoint_dir = default_savepoint_dir
+        self._threshold = inline_threshold
+        self._max_state_size = max_state_size
+
+    @property
+    def shared_dir(self) -> str:
+        return join_url(self.job_dir, SHARED_STATE_DIR)
+
+    @property
+    def task_owned_dir(self) -> str:
+        return join_url(self.job_dir, TASK_OWNED_STATE_DIR)
+
+    def initialize_location_for_checkpoint(self, checkpoint_id: int) -> CheckpointStorageLocationImpl:
+        if checkpoint_id < 1:
+            raise ValueError(f"checkpoint ids start at 1, got {checkpoint_id}")
+        directory = join_url(self.job_dir, f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id}")
+        return CheckpointStorageLocationImpl(
+            checkpoint_id, directory, self.shared_dir, self._threshold, self._max_state_size
+        )
+
+    def initialize_location_for_savepoint(
+        self, checkpoint_id: int, target: str | None = None
+    ) -> CheckpointStorageLocationImpl:
+        base = target or self.default_savepoint_dir
+        if base is None:
+            raise IllegalConfigurationError(
+                "state.savepoints.dir: no savepoint target given and no default savepoint directory configured"
+            )
+        directory = join_url(normalize_url(base), f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}")
+        # A savepoint is self-contained: even "shared" state goes into its own directory (SP-4).
+        return CheckpointStorageLocationImpl(checkpoint_id, directory, directory, self._threshold, self._max_state_size)
+
+    def create_task_owned_state_stream(self) -> CheckpointStateOutputStreamImpl:
+        return CheckpointStateOutputStreamImpl(self.task_owned_dir, self._threshold, self._max_state_size)
+
+
+def resolve_checkpoint_pointer(pointer: str) -> CompletedCheckpointLocation:
+    """A directory or its `_metadata` file; a directory without `_metadata` is an incomplete checkpoint (FMT-5)."""
+    url = normalize_url(pointer)
+    if basename_url(url) == METADATA_FILE_NAME:
+        metadata_url, directory = url, parent_url(url)
+    else:
+        metadata_url, directory = join_url(url, METADATA_FILE_NAME), url
+    fs, metadata_path = fsspec.core.url_to_fs(metadata_url)
+    if fs.isfile(metadata_path):
+        return CompletedCheckpointLocation(metadata_url, directory)
+    _, dir_path = fsspec.core.url_to_fs(directory)
+    if fs.isdir(dir_path):
+        raise IncompleteCheckpointError(
+            f"{directory}: no {METADATA_FILE_NAME} file: an incomplete checkpoint, or not a checkpoint at all"
+        )
+    raise CheckpointNotFoundError(f"{pointer}: no such checkpoint or savepoint")
+
+
+def load_checkpoint_metadata(pointer: str) -> CheckpointMetadata:
+    """Resolve `pointer` and decode its `_metadata` (FMT-5, FMT-8)."""
+    location = resolve_checkpoint_pointer(pointer)
+    with fsspec.open(location.metadata_path, "rb") as f:
+        data = f.read()
+    return decode_metadata(data, location.metadata_path, location.directory)

@@ -1,0 +1,117 @@
+"""State handles: what a snapshot returns and `_metadata` records (spec chapter FMT, HANDLE requirements).
+
+Handles are immutable values. A stream handle is either inline bytes or a file on any fsspec URL; the typed
+handles on top say how to read the stream (key-group offsets, operator state partitions).
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO, Union
+
+import fsspec
+
+from statecert.spec.keygroups import KeyGroupRange
+
+
+@dataclass(frozen=True)
+class ByteStreamStateHandle:
+    """State small enough to be inlined into `_metadata` (CS-5)."""
+
+    handle_name: str
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def open(self) -> IO[bytes]:
+        return io.BytesIO(self.data)
+
+
+@dataclass(frozen=True)
+class FileStateHandle:
+    """State in a file at an fsspec URL. In `_metadata` the path is stored relative to the checkpoint (FMT-9)."""
+
+    path: str
+    size: int
+
+    def open(self) -> IO[bytes]:
+        return fsspec.open(self.path, "rb").open()  # type: ignore[no-any-return]
+
+
+StreamStateHandle = Union[ByteStreamStateHandle, FileStateHandle]
+
+CANONICAL_FORMAT = "canonical"
+
+
+@dataclass(frozen=True)
+class KeyGroupsStateHandle:
+    """A stream of key-group blocks with one offset per key group of `key_group_range` (FMT-6).
+
+    `snapshot_format` is `canonical` for the backend-independent format every backend restores (SP-1), or
+    `native:<backend>` for a format only that backend type restores (SP-3).
+    """
+
+    key_group_range: KeyGroupRange
+    offsets: tuple[int, ...]
+    delegate: StreamStateHandle
+    snapshot_format: str = CANONICAL_FORMAT
+
+    def __post_init__(self) -> None:
+        if len(self.offsets) != len(self.key_group_range):
+            raise ValueError(
+                f"a key-groups handle needs one offset per key group: range {self.key_group_range} has "
+                f"{len(self.key_group_range)} key groups, got {len(self.offsets)} offsets"
+            )
+
+    @property
+    def size(self) -> int:
+        return self.delegate.size
+
+    def offset_of(self, key_group: int) -> int:
+        return self.offsets[key_group - self.key_group_range.start]
+
+    def intersection(self, key_group_range: KeyGroupRange) -> KeyGroupsStateHandle | None:
+        """The part of this handle inside `key_group_range`, or None if they do not overlap (KB-RESTORE-2)."""
+        common = self.key_group_range.intersection(key_group_range)
+        if common.is_empty:
+            return None
+        first = common.start - self.key_group_range.start
+        offsets = self.offsets[first : first + len(common)]
+        return KeyGroupsStateHandle(common, offsets, self.delegate, self.snapshot_format)
+
+
+KeyedStateHandle = KeyGroupsStateHandle
+
+
+class OperatorStateMode(str, enum.Enum):
+    """How operator state is redistributed on rescale (OS-1..OS-3)."""
+
+    SPLIT_DISTRIBUTE = "split"
+    UNION = "union"
+    BROADCAST = "broadcast"
+
+
+@dataclass(frozen=True)
+class OperatorStatePartitions:
+    """One operator state inside an operator state stream: its mode and one offset per element."""
+
+    mode: OperatorStateMode
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OperatorStateHandle:
+    """Operator (non-keyed) state: named states, each a list of element offsets into one stream (OS-4)."""
+
+    states: Mapping[str, OperatorStatePartitions]
+    delegate: StreamStateHandle
+    snapshot_format: str = field(default=CANONICAL_FORMAT)
+
+    @property
+    def size(self) -> int:
+        return self.delegate.size

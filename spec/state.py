@@ -1,0 +1,255 @@
+"""State descriptors, the keyed state kinds, namespaces and TTL (spec chapters KS and TTL)."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from statecert.spec.serializers import TypeSerializer
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+IN = TypeVar("IN")
+ACC = TypeVar("ACC")
+OUT = TypeVar("OUT")
+N = TypeVar("N")
+
+
+class StateKind(str, enum.Enum):
+    """The five keyed state kinds (KS-1)."""
+
+    VALUE = "value"
+    LIST = "list"
+    MAP = "map"
+    REDUCING = "reducing"
+    AGGREGATING = "aggregating"
+
+
+class VoidNamespace:
+    """The namespace of non-windowed state (KS-NS-1); a singleton."""
+
+    _instance: VoidNamespace | None = None
+
+    def __new__(cls) -> VoidNamespace:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "VOID_NAMESPACE"
+
+
+VOID_NAMESPACE = VoidNamespace()
+
+
+class TtlUpdateType(str, enum.Enum):
+    """When the last-access timestamp of a TTL'd entry is refreshed (TTL-2)."""
+
+    ON_CREATE_AND_WRITE = "on-create-and-write"
+    ON_READ_AND_WRITE = "on-read-and-write"
+
+
+class TtlStateVisibility(str, enum.Enum):
+    """Whether an expired entry that is still stored may be returned (TTL-3)."""
+
+    NEVER_RETURN_EXPIRED = "never-return-expired"
+    RETURN_EXPIRED_IF_NOT_CLEANED_UP = "return-expired-if-not-cleaned-up"
+
+
+@dataclass(frozen=True)
+class TtlConfig:
+    """Time-to-live of state entries in milliseconds, measured on the backend's injectable clock (TTL-1)."""
+
+    ttl_ms: int
+    update_type: TtlUpdateType = TtlUpdateType.ON_CREATE_AND_WRITE
+    visibility: TtlStateVisibility = TtlStateVisibility.NEVER_RETURN_EXPIRED
+
+    def __post_init__(self) -> None:
+        if self.ttl_ms <= 0:
+            raise ValueError(f"TTL must be positive, got {self.ttl_ms} ms")
+
+
+class Clock(Protocol):
+    """Milliseconds since the epoch; injectable so TTL is testable (TTL-1)."""
+
+    def now_ms(self) -> int: ...
+
+
+class SystemClock:
+    """The wall clock."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock that moves only when told to, for tests and simulations."""
+
+    def __init__(self, now_ms: int = 0) -> None:
+        self._now = now_ms
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def advance(self, ms: int) -> None:
+        self._now += ms
+
+
+class AggregateFunction(Protocol[IN, ACC, OUT]):
+    """Flink's AggregateFunction: accumulate inputs, merge accumulators, extract a result (KS-AGG-1)."""
+
+    def create_accumulator(self) -> ACC: ...
+
+    def add(self, value: IN, accumulator: ACC) -> ACC: ...
+
+    def get_result(self, accumulator: ACC) -> OUT: ...
+
+    def merge(self, a: ACC, b: ACC) -> ACC: ...
+
+
+@dataclass(frozen=True, eq=False)
+class StateDescriptor:
+    """Names a state and how its values are serialized; unique by name within a backend (KS-2)."""
+
+    name: str
+    ttl: TtlConfig | None = None
+
+    @property
+    def kind(self) -> StateKind:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class ValueStateDescriptor(StateDescriptor, Generic[T]):
+    serializer: TypeSerializer[T] | None = None
+    default: T | None = None
+
+    @property
+    def kind(self) -> StateKind:
+        return StateKind.VALUE
+
+
+@dataclass(frozen=True, eq=False)
+class ListStateDescriptor(StateDescriptor, Generic[T]):
+    element_serializer: TypeSerializer[T] | None = None
+
+    @property
+    def kind(self) -> StateKind:
+        return StateKind.LIST
+
+
+@dataclass(frozen=True, eq=False)
+class MapStateDescriptor(StateDescriptor, Generic[K, V]):
+    user_key_serializer: TypeSerializer[K] | None = None
+    user_value_serializer: TypeSerializer[V] | None = None
+
+    @property
+    def kind(self) -> StateKind:
+        return StateKind.MAP
+
+
+@dataclass(frozen=True, eq=False)
+class ReducingStateDescriptor(StateDescriptor, Generic[T]):
+    reduce_function: Callable[[T, T], T] | None = None
+    serializer: TypeSerializer[T] | None = None
+
+    @property
+    def kind(self) -> StateKind:
+        return StateKind.REDUCING
+
+
+@dataclass(frozen=True, eq=False)
+class AggregatingStateDescriptor(StateDescriptor, Generic[IN, ACC, OUT]):
+    aggregate_function: AggregateFunction[IN, ACC, OUT] | None = None
+    accumulator_serializer: TypeSerializer[ACC] | None = None
+
+    @property
+    def kind(self) -> StateKind:
+        return StateKind.AGGREGATING
+
+
+@runtime_checkable
+class State(Protocol):
+    """State bound to the backend's current key and this state's current namespace (KS-3)."""
+
+    def clear(self) -> None:
+        """Remove the value for the current key and namespace, leaving no entry behind (KS-4)."""
+        ...
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        """Select the namespace of further accesses; None is rejected (KS-NS-1)."""
+        ...
+
+
+class ValueState(State, Protocol[T]):
+    def value(self) -> T | None:
+        """The value, or a fresh copy of the descriptor's default when there is none (KS-VALUE-1, KS-VALUE-2)."""
+        ...
+
+    def update(self, value: T | None) -> None:
+        """Set the value; None clears (KS-VALUE-3)."""
+        ...
+
+
+class ListState(State, Protocol[T]):
+    def get(self) -> list[T] | None:
+        """The elements in insertion order, or None when there are none (KS-LIST-1)."""
+        ...
+
+    def add(self, value: T) -> None: ...
+
+    def add_all(self, values: Iterable[T]) -> None: ...
+
+    def update(self, values: Iterable[T]) -> None: ...
+
+
+class MapStateIterator(Iterator[tuple[K, V]], Protocol[K, V]):
+    def remove(self) -> None:
+        """Remove the entry last returned; a second call for the same entry raises IllegalStateError (KS-MAP-5)."""
+        ...
+
+
+class MapState(State, Protocol[K, V]):
+    def get(self, key: K) -> V | None: ...
+
+    def put(self, key: K, value: V) -> None: ...
+
+    def put_all(self, entries: Mapping[K, V]) -> None: ...
+
+    def remove(self, key: K) -> None: ...
+
+    def contains(self, key: K) -> bool: ...
+
+    def items(self) -> Iterable[tuple[K, V]]: ...
+
+    def keys(self) -> Iterable[K]: ...
+
+    def values(self) -> Iterable[V]: ...
+
+    def iterator(self) -> MapStateIterator[K, V]: ...
+
+    def is_empty(self) -> bool: ...
+
+
+class ReducingState(State, Protocol[T]):
+    def get(self) -> T | None: ...
+
+    def add(self, value: T) -> None: ...
+
+
+class AggregatingState(State, Protocol[IN, OUT]):
+    def get(self) -> OUT | None: ...
+
+    def add(self, value: IN) -> None: ...
+
+
+class MergingState(State, Protocol):
+    """List, reducing and aggregating state can merge namespaces (KS-MERGE-1)."""
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Fold the sources' values into target (for the current key) and clear the sources (KS-MERGE-1..3)."""
+        ...
