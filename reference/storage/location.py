@@ -132,11 +132,12 @@ class CheckpointStorageAccessImpl:
 def resolve_checkpoint_pointer(pointer: str) -> CompletedCheckpointLocation:
     """A directory or its `_metadata` file; a directory without `_metadata` is an incomplete checkpoint (FMT-5)."""
     url = normalize_url(pointer)
-    if basename_url(url) == METADATA_FILE_NAME:
+    fs, path = fsspec.core.url_to_fs(url)
+    if basename_url(url) == METADATA_FILE_NAME or fs.isfile(path):
         metadata_url, directory = url, parent_url(url)
     else:
         metadata_url, directory = join_url(url, METADATA_FILE_NAME), url
-    fs, metadata_path = fsspec.core.url_to_fs(metadata_url)
+    _, metadata_path = fsspec.core.url_to_fs(metadata_url)
     if fs.isfile(metadata_path):
         return CompletedCheckpointLocation(metadata_url, directory)
     _, dir_path = fsspec.core.url_to_fs(directory)

@@ -1,0 +1,1 @@
+"""The `statecert` command line."""

@@ -1,0 +1,32 @@
+"""The requirement IDs of the spec chapters, parsed from the Markdown shipped in this package."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+_REQUIREMENT = re.compile(r"^- \*\*(?P<id>[A-Z]+(?:-[A-Z]+)*-\d+)\*\* (?P<text>.+)$")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    id: str
+    chapter: str
+    text: str
+
+
+def load_requirements() -> dict[str, Requirement]:
+    """Every requirement, by ID; a duplicate ID is a spec bug and raises ValueError."""
+    found: dict[str, Requirement] = {}
+    chapters = resources.files("statecert.spec").joinpath("chapters")
+    for entry in sorted(chapters.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".md"):
+            continue
+        for line in entry.read_text(encoding="utf-8").splitlines():
+            match = _REQUIREMENT.match(line)
+            if match:
+                if match["id"] in found:
+                    raise ValueError(f"duplicate requirement ID {match['id']} in {entry.name}")
+                found[match["id"]] = Requirement(match["id"], entry.name, match["text"])
+    return found
