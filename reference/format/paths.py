@@ -27,7 +27,7 @@ def split_url(url: str) -> tuple[str, str]:
 
 def join_url(base: str, *parts: str) -> str:
     proto, path = split_url(base)
-    return f"{proto}://{posixpath.join(path, *parts)}"
+    return normalize_url(f"{proto}://{posixpath.join(path, *parts)}")
 
 
 def parent_url(url: str) -> str:

@@ -1,0 +1,316 @@
+"""The checkpoint format: `_metadata` versions, atomicity, bad input, relocation, path safety (chapters FMT, SP)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.reference.format.metadata_codec import MAGIC, decode_metadata, encode_metadata
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.spec.errors import (
+    CheckpointFormatError,
+    CheckpointNotFoundError,
+    IncompleteCheckpointError,
+    StateCertError,
+    UnknownFormatVersionError,
+    UnsafePathError,
+)
+from statecert.spec.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    KeyGroupsStateHandle,
+    OperatorStateHandle,
+    OperatorStateMode,
+    OperatorStatePartitions,
+)
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
+from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
+from statecert.reference.rescale import keyed_handles_for_subtask
+from tests.conftest import BACKENDS
+from tests.helpers import keyed_backend
+
+GOLDEN = Path(__file__).resolve().parent.parent / "scenarios" / "golden" / "v1-savepoint"
+DIRECTORY = "file:///ckpt/job/chk-5"
+KEYS = StringSerializer()
+COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
+
+
+# -- generated metadata ------------------------------------------------------------------------------------------
+def streams(directory: str) -> st.SearchStrategy[Any]:
+    names = st.text("abcdef0123456789", min_size=1, max_size=12)
+    return st.one_of(
+        st.builds(ByteStreamStateHandle, names, st.binary(max_size=40)),
+        st.builds(lambda n, s: FileStateHandle(f"{directory}/{n}", s), names, st.integers(0, 2**40)),
+        st.builds(lambda n, s: FileStateHandle(f"file:///ckpt/job/shared/{n}", s), names, st.integers(0, 2**40)),
+    )
+
+
+@st.composite
+def metadata(draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> CheckpointMetadata:
+    directory = DIRECTORY
+    operators = []
+    for op_index in range(draw(st.integers(0, 3))):
+        max_parallelism = draw(st.integers(1, 300))
+        parallelism = draw(st.integers(1, min(max_parallelism, 8)))
+        subtasks = {}
+        for i in draw(st.sets(st.integers(0, parallelism - 1))):
+            start = draw(st.integers(0, max_parallelism - 1))
+            end = draw(st.integers(start, max_parallelism - 1))
+            offsets = tuple(draw(st.lists(st.integers(0, 2**40), min_size=end - start + 1, max_size=end - start + 1)))
+            keyed = KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, draw(streams(directory)))
+            operator = OperatorStateHandle(
+                {draw(st.text(max_size=8)): OperatorStatePartitions(draw(st.sampled_from(list(OperatorStateMode))),
+                                                                    tuple(draw(st.lists(st.integers(0, 10**6)))))},
+                draw(streams(directory)),
+            )
+            subtasks[i] = OperatorSubtaskState((keyed,), (operator,))
+        operators.append(OperatorState(f"op-{op_index}", parallelism, max_parallelism, subtasks))
+    return CheckpointMetadata(draw(st.integers(0, 2**62)), tuple(operators), kind, draw(st.integers(0, 2**62)))
+
+
+@pytest.mark.requirement("FMT-4", "FMT-2")
+@given(metadata())
+def test_metadata_round_trips(meta: CheckpointMetadata) -> None:
+    data = encode_metadata(meta, DIRECTORY)
+    assert struct.unpack(">II", data[:8]) == (MAGIC, 2)
+    assert decode_metadata(data, "mem", DIRECTORY) == meta
+
+
+@pytest.mark.requirement("FMT-3")
+@given(metadata(CheckpointKind.SAVEPOINT_CANONICAL))
+def test_version_1_encoding_stays_readable(meta: CheckpointMetadata) -> None:
+    shared = [h for op in meta.operators for st_ in op.subtask_states.values()
+              for h in (*st_.managed_keyed_state, *st_.managed_operator_state)
+              if isinstance(h.delegate, FileStateHandle) and "/shared/" in h.delegate.path]
+    if shared:
+        return  # savepoints reference nothing outside their directory
+    data = encode_metadata(meta, DIRECTORY, version=1)
+    decoded = decode_metadata(data, "mem", DIRECTORY)
+    assert decoded == CheckpointMetadata(meta.checkpoint_id, meta.operators, meta.kind, 0)
+
+
+# -- bad input -----------------------------------------------------------------------------------------------------
+def sample_bytes() -> bytes:
+    handle = KeyGroupsStateHandle(KeyGroupRange(0, 1), (0, 5), FileStateHandle(f"{DIRECTORY}/f", 10))
+    meta = CheckpointMetadata(5, (OperatorState("op", 2, 128, {0: OperatorSubtaskState((handle,))}),))
+    return encode_metadata(meta, DIRECTORY)
+
+
+@pytest.mark.requirement("FMT-1", "FMT-8")
+def test_foreign_magic_is_rejected() -> None:
+    with pytest.raises(CheckpointFormatError, match=r"^some/_metadata: not a statecert _metadata file"):
+        decode_metadata(b"\x49\x60\x67\x2d" + sample_bytes()[4:], "some/_metadata", DIRECTORY)
+
+
+@pytest.mark.requirement("FMT-3")
+def test_unknown_version_is_rejected() -> None:
+    data = sample_bytes()
+    with pytest.raises(UnknownFormatVersionError, match="unknown _metadata format version 3"):
+        decode_metadata(data[:4] + struct.pack(">I", 3) + data[8:], "m", DIRECTORY)
+
+
+@pytest.mark.requirement("FMT-2", "FMT-8")
+def test_every_truncation_is_a_format_error() -> None:
+    data = sample_bytes()
+    for length in range(len(data)):
+        with pytest.raises(CheckpointFormatError, match=r"^m: (truncated|corrupt)"):
+            decode_metadata(data[:length], "m", DIRECTORY)
+
+
+@pytest.mark.requirement("FMT-2", "FMT-8")
+@given(st.data())
+def test_every_bit_flip_is_a_format_error(data: st.DataObject) -> None:
+    raw = bytearray(sample_bytes())
+    position = data.draw(st.integers(0, len(raw) - 1), label="byte")
+    raw[position] ^= 1 << data.draw(st.integers(0, 7), label="bit")
+    with pytest.raises(CheckpointFormatError):
+        decode_metadata(bytes(raw), "m", DIRECTORY)
+
+
+def craft(plain: Any) -> bytes:
+    """Well-framed V2 bytes around an arbitrary payload: only the decoder's validation stands in the way."""
+    payload = msgpack.packb(plain, use_bin_type=True)
+    return struct.pack(">IIQ", MAGIC, 2, len(payload)) + payload + struct.pack(">I", zlib.crc32(payload))
+
+
+def plain_with_path(path: str, kind: str = "savepoint-canonical") -> dict[str, Any]:
+    stream = {"type": "file", "path": path, "size": 1}
+    keyed = {"type": "key-groups", "start": 0, "end": 0, "offsets": [0], "format": "canonical", "stream": stream}
+    return {"checkpoint_id": 1, "kind": kind, "timestamp_ms": 0, "operators": [
+        {"id": "op", "parallelism": 1, "max_parallelism": 1, "subtasks": [{"index": 0, "keyed": [keyed], "operator": []}]}]}
+
+
+@pytest.mark.requirement("FMT-10")
+@pytest.mark.parametrize("path", ["../other/file", "../../etc/passwd", "/etc/passwd", "file:///etc/passwd",
+                                  "a/../../b", "s3://bucket/key"])
+def test_paths_escaping_the_savepoint_are_refused(path: str) -> None:
+    with pytest.raises(UnsafePathError, match="escapes|not a relative path"):
+        decode_metadata(craft(plain_with_path(path)), "sp/_metadata", "file:///data/sp")
+
+
+@pytest.mark.requirement("FMT-10")
+def test_checkpoint_may_reference_its_jobs_shared_state_only() -> None:
+    meta = decode_metadata(craft(plain_with_path("../shared/x", "checkpoint")), "m", "file:///c/job/chk-1")
+    assert meta.operators[0].subtask_states[0].managed_keyed_state[0].delegate.path == "file:///c/job/shared/x"
+    with pytest.raises(UnsafePathError):
+        decode_metadata(craft(plain_with_path("../../other-job/shared/x", "checkpoint")), "m", "file:///c/job/chk-1")
+
+
+@pytest.mark.requirement("FMT-8")
+@pytest.mark.parametrize("mutate", [
+    lambda p: p.update(checkpoint_id="one"),
+    lambda p: p.update(kind="weird"),
+    lambda p: p["operators"][0].update(parallelism=0),
+    lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(type="quantum"),
+    lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(offsets=[0, 1, 2]),
+    lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(offsets=[-4]),
+    lambda p: p["operators"][0]["subtasks"][0].update(index=9),
+    lambda p: p.pop("operators"),
+])
+def test_malformed_payload_is_a_format_error(mutate: Any) -> None:
+    plain = plain_with_path("x")
+    mutate(plain)
+    with pytest.raises(CheckpointFormatError, match=r"^sp/_metadata: "):
+        decode_metadata(craft(plain), "sp/_metadata", "file:///data/sp")
+
+
+# -- on storage ------------------------------------------------------------------------------------------------------
+def savepoint(storage: FileSystemCheckpointStorage, state_backend: Any, parallelism: int = 4,
+              keys: int = 300) -> tuple[str, dict[str, int]]:
+    subtasks = create_subtasks(state_backend, KEYS, parallelism, 128)
+    expected = {}
+    for i in range(keys):
+        for s in subtasks:
+            if s.keyed.key_group_of(f"k{i}") in s.keyed.key_group_range:
+                s.keyed.set_current_key(f"k{i}")
+                s.keyed.get_or_create_state(COUNT).update(i)
+                expected[f"k{i}"] = i
+    location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
+    pointer = take_snapshot(subtasks, location, 1, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    return pointer, expected
+
+
+def counts(state_backend: Any, operator: OperatorState, parallelism: int) -> dict[str, int]:
+    out = {}
+    for s in create_subtasks(state_backend, KEYS, parallelism, 128, restore_from=operator):
+        state = s.keyed.get_or_create_state(COUNT)
+        for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
+            s.keyed.set_current_key(key)
+            out[key] = state.value()
+    return out
+
+
+@pytest.mark.requirement("FMT-9", "SP-4")
+def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"),
+                                          file_state_size_threshold=100)
+    pointer, expected = savepoint(storage, state_backend)
+    original = Path(pointer.removeprefix("file://"))
+    moved = tmp_path / "archive" / "moved-savepoint"
+    shutil.copytree(original, moved)
+    shutil.rmtree(original)
+    metadata = load_checkpoint_metadata(str(moved))
+    files = [h.delegate for st_ in metadata.operators[0].subtask_states.values() for h in st_.managed_keyed_state]
+    assert files and all(isinstance(f, FileStateHandle) and f.path.startswith(f"file://{moved}/") for f in files)
+    assert counts(state_backend, metadata.operators[0], 2) == expected
+
+
+@pytest.mark.requirement("FMT-5")
+def test_pointer_forms_and_incomplete_checkpoints(state_backend: Any, storage: Any, tmp_path: Path) -> None:
+    pointer, _ = savepoint(storage, state_backend, keys=20)
+    assert load_checkpoint_metadata(pointer) == load_checkpoint_metadata(pointer + "/_metadata")
+    (tmp_path / "job" / "chk-3").mkdir(parents=True)
+    (tmp_path / "job" / "chk-3" / "state-file").write_bytes(b"half a checkpoint")
+    with pytest.raises(IncompleteCheckpointError, match="no _metadata"):
+        load_checkpoint_metadata(str(tmp_path / "job" / "chk-3"))
+    with pytest.raises(CheckpointNotFoundError):
+        load_checkpoint_metadata(str(tmp_path / "nothing-here"))
+
+
+@pytest.mark.requirement("FMT-7")
+def test_failed_metadata_write_leaves_no_checkpoint(tmp_path: Path, faulty_fs: Any) -> None:
+    storage = FileSystemCheckpointStorage(f"faulty://{tmp_path}")
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    faulty_fs.fail_writes("*_metadata*", after_bytes=10)
+    with pytest.raises(OSError, match="injected"):
+        location.write_metadata(CheckpointMetadata(1, ()))
+    with pytest.raises(IncompleteCheckpointError):
+        storage.load_checkpoint(location.pointer)
+    assert list((tmp_path / "job" / "chk-1").iterdir()) == [], "a half-written metadata file was left behind"
+    faulty_fs.fail_moves("*/_metadata")
+    with pytest.raises(OSError, match="injected"):
+        location.write_metadata(CheckpointMetadata(1, ()))
+    assert list((tmp_path / "job" / "chk-1").iterdir()) == []
+    location.write_metadata(CheckpointMetadata(1, ()))
+    with pytest.raises(StateCertError, match="refusing to overwrite"):
+        location.write_metadata(CheckpointMetadata(2, ()))
+    assert storage.load_checkpoint(location.pointer).checkpoint_id == 1
+
+
+@pytest.mark.requirement("FMT-6")
+def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0)
+    pointer, expected = savepoint(storage, state_backend, parallelism=1)
+    metadata = load_checkpoint_metadata(pointer)
+    handle = metadata.operators[0].subtask_states[0].managed_keyed_state[0]
+    path = Path(handle.delegate.path.removeprefix("file://"))
+    data = bytearray(path.read_bytes())
+    second_half = handle.offset_of(64)
+    data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
+    path.write_bytes(bytes(data))
+    operator = metadata.operators[0]
+    with keyed_backend(state_backend, parallelism=2, index=0,
+                       restore=keyed_handles_for_subtask(operator, 2, 0)) as first_half:
+        state = first_half.get_or_create_state(COUNT)
+        restored = {}
+        for key in list(first_half.get_keys("count", VOID_NAMESPACE)):
+            first_half.set_current_key(key)
+            restored[key] = state.value()
+        assert restored == {k: v for k, v in expected.items() if first_half.key_group_of(k) < 64}
+    with pytest.raises(CheckpointFormatError, match=str(path.name)):
+        create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
+
+
+@pytest.mark.requirement("FMT-8")
+def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0)
+    pointer, _ = savepoint(storage, state_backend, parallelism=1)
+    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
+    path = Path(handle.delegate.path.removeprefix("file://"))
+    path.write_bytes(path.read_bytes()[: handle.offset_of(100)])
+    with pytest.raises(CheckpointFormatError, match=rf"{path.name}: truncated"):
+        create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
+
+
+@pytest.mark.requirement("FMT-3", "SP-1")
+@pytest.mark.parametrize("backend_name", sorted(BACKENDS))
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_golden_version_1_savepoint_restores(tmp_path: Path, backend_name: str, parallelism: int) -> None:
+    copy = tmp_path / "golden"
+    shutil.copytree(GOLDEN, copy)  # also proves relocation: it was written elsewhere
+    metadata = load_checkpoint_metadata(str(copy))
+    assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL
+    seen: dict[str, Any] = {}
+    offsets: list[int] = []
+    for s in create_subtasks(BACKENDS[backend_name](), KEYS, parallelism, 128, operator_id="counts",
+                             restore_from=metadata.operator("counts")):
+        count = s.keyed.get_or_create_state(COUNT)
+        lst = s.keyed.get_or_create_state(ListStateDescriptor("seen", element_serializer=LongSerializer()))
+        for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
+            s.keyed.set_current_key(key)
+            seen[key] = (count.value(), lst.get())
+        offsets += s.operator.get_list_state(ListStateDescriptor("offsets", element_serializer=LongSerializer())).get()
+    assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}
+    assert sorted(offsets) == [0, 1]

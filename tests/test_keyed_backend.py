@@ -1,0 +1,293 @@
+"""The keyed state backend: snapshots, restore, migration on restore, lifecycle (chapter KB, SER-5..7, TTL-5)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import fsspec
+import pytest
+
+from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
+from statecert.spec.errors import (
+    BackendClosedError,
+    IllegalStateError,
+    SnapshotCancelledError,
+    StateMigrationError,
+    UnsupportedSnapshotError,
+)
+from statecert.spec.handles import KeyGroupsStateHandle
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    TtlConfig,
+    ValueStateDescriptor,
+)
+from tests.helpers import keyed_backend, location_for, snapshot_now
+
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+LIST = ListStateDescriptor("l", element_serializer=StringSerializer())
+MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+
+
+def contents(backend: Any) -> dict[tuple[str, str], Any]:
+    """Everything in the value, list and map states, read through the public API."""
+    out: dict[tuple[str, str], Any] = {}
+    for descriptor in (VALUE, LIST, MAP):
+        if descriptor.name not in backend.registered_state_names:
+            continue
+        state = backend.get_or_create_state(descriptor)
+        for key in _keys(backend, descriptor.name):
+            backend.set_current_key(key)
+            value = state.value() if descriptor is VALUE else state.get() if descriptor is LIST else sorted(state.items())
+            out[(descriptor.name, key)] = value
+    return out
+
+
+def _keys(backend: Any, name: str) -> list[str]:
+    return sorted({k for k, _ in backend.get_keys_and_namespaces(name)})
+
+
+def fill(backend: Any, keys: range, tag: str = "") -> None:
+    v, lst, m = (backend.get_or_create_state(d) for d in (VALUE, LIST, MAP))
+    for i in keys:
+        backend.set_current_key(f"k{i}")
+        v.update(i)
+        lst.add(f"{tag}{i}")
+        m.put(f"u{i}", i)
+
+
+def restore(state_backend: Any, handle: Any, **kwargs: Any) -> Any:
+    return keyed_backend(state_backend, restore=[handle] if handle else [], **kwargs)
+
+
+@pytest.mark.requirement("KB-1", "KB-SNAP-1", "KB-RESTORE-1")
+def test_snapshot_and_restore_give_the_same_entries(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(50))
+        before = contents(backend)
+        handle = snapshot_now(backend, location_for(storage))
+    assert isinstance(handle, KeyGroupsStateHandle) and handle.key_group_range == KeyGroupRange(0, 127)
+    with restore(state_backend, handle) as restored:
+        assert contents(restored) == before
+
+
+@pytest.mark.requirement("KB-KEY-2", "KB-KEY-1")
+def test_key_outside_range_is_rejected(state_backend: Any) -> None:
+    with keyed_backend(state_backend, parallelism=2, index=0) as backend:
+        outside = next(f"k{i}" for i in range(1000) if backend.key_group_of(f"k{i}") >= 64)
+        with pytest.raises(IllegalStateError, match="outside"):
+            backend.set_current_key(outside)
+        with pytest.raises(IllegalStateError):
+            backend.set_current_key(None)
+
+
+@pytest.mark.requirement("KB-SNAP-2", "KB-SNAP-3", "KB-SNAP-4")
+def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(20))
+        backend.set_current_key("k3")
+        backend.get_or_create_state(LIST).clear()  # a clear before the snapshot must be in it
+        expected = contents(backend)
+        task = backend.snapshot(1, 0, location_for(storage))
+        # writes of every kind after the synchronous part
+        fill(backend, range(10, 30), tag="late-")
+        backend.set_current_key("k0")
+        backend.get_or_create_state(VALUE).clear()
+        backend.get_or_create_state(MAP).remove("u0")
+        result: list[Any] = []
+        worker = threading.Thread(target=lambda: result.append(task.run()))
+        worker.start()
+        fill(backend, range(5), tag="during-")  # keeps writing while the asynchronous part runs
+        worker.join()
+    with restore(state_backend, result[0]) as restored:
+        assert contents(restored) == expected, "the snapshot saw writes made after its synchronous part"
+
+
+@pytest.mark.requirement("KB-SNAP-5")
+def test_concurrent_snapshots_each_reflect_their_own_point(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(10))
+        first_expected = contents(backend)
+        first = backend.snapshot(1, 0, location_for(storage, 1))
+        fill(backend, range(5, 15), tag="x")
+        second_expected = contents(backend)
+        second = backend.snapshot(2, 0, location_for(storage, 2))
+        fill(backend, range(30), tag="y")
+        handles = (second.run(), first.run())
+    for handle, expected in zip(handles, (second_expected, first_expected)):
+        with restore(state_backend, handle) as restored:
+            assert contents(restored) == expected
+
+
+@pytest.mark.requirement("KB-SNAP-6")
+def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any, tmp_path: Any) -> None:
+    from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(100))
+        task = backend.snapshot(1, 0, location_for(storage))
+    with pytest.raises(SnapshotCancelledError):
+        task.run()
+    leftovers = [p for p in (tmp_path / "c").rglob("*") if p.is_file()] if (tmp_path / "c").exists() else []
+    assert leftovers == [], f"a cancelled snapshot left files: {leftovers}"
+
+
+@pytest.mark.requirement("KB-SNAP-7")
+def test_empty_backend_snapshots_to_nothing_and_restores(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        backend.get_or_create_state(VALUE)
+        assert snapshot_now(backend, location_for(storage)) is None
+    with restore(state_backend, None) as restored:
+        assert restored.num_state_entries() == 0
+
+
+@pytest.mark.requirement("KB-RESTORE-1")
+def test_restore_into_fresh_backend_keeps_no_stale_entries(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(10))
+        handle = snapshot_now(backend, location_for(storage))
+        fill(backend, range(10, 20))  # newer than the snapshot: must not come back
+    with restore(state_backend, handle) as restored:
+        assert _keys(restored, "v") == sorted(f"k{i}" for i in range(10))
+
+
+@pytest.mark.requirement("KB-RESTORE-3")
+def test_unregistered_restored_state_survives_the_next_snapshot(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(10))
+        expected = contents(backend)
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with restore(state_backend, handle) as middle:
+        middle.set_current_key("k1")  # touch nothing but the key
+        handle2 = snapshot_now(middle, location_for(storage, 2))
+    with restore(state_backend, handle2) as final:
+        assert contents(final) == expected
+
+
+@pytest.mark.requirement("KB-RESTORE-5", "SP-3")
+def test_foreign_native_handles_are_rejected(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(3))
+        handle = snapshot_now(backend, location_for(storage))
+    foreign = KeyGroupsStateHandle(handle.key_group_range, handle.offsets, handle.delegate, "native:rocksdb")
+    with pytest.raises(UnsupportedSnapshotError, match="native:rocksdb"):
+        restore(state_backend, foreign)
+
+
+@pytest.mark.requirement("KB-NOTIFY-1")
+def test_notifications_do_not_change_state(state_backend: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(5))
+        before = contents(backend)
+        for checkpoint_id in (1, 7, 10**9):
+            backend.notify_checkpoint_complete(checkpoint_id)
+            backend.notify_checkpoint_aborted(checkpoint_id + 1)
+        assert contents(backend) == before
+
+
+@pytest.mark.requirement("KB-LIFE-1", "KB-LIFE-2")
+def test_closed_backend_refuses_access(state_backend: Any, storage: Any) -> None:
+    backend = keyed_backend(state_backend)
+    with backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(VALUE)
+    backend.close()  # idempotent
+    with pytest.raises(BackendClosedError):
+        state.update(1)
+    with pytest.raises(BackendClosedError):
+        backend.snapshot(1, 0, location_for(storage))
+    with pytest.raises(BackendClosedError):
+        backend.set_current_key("k")
+
+
+# -- schema evolution on restore ---------------------------------------------------------------------------------
+
+def _snapshot_with(state_backend: Any, storage: Any, descriptor: Any, value: Any, **kwargs: Any) -> Any:
+    with keyed_backend(state_backend, **kwargs) as backend:
+        backend.set_current_key("k")
+        backend.get_or_create_state(descriptor).update(value)
+        return snapshot_now(backend, location_for(storage))
+
+
+@pytest.mark.requirement("SER-5")
+def test_value_migrates_on_restore(state_backend: Any, storage: Any) -> None:
+    v1 = RecordSerializer([("name", StringSerializer(), "")])
+    v2 = RecordSerializer([("name", StringSerializer(), ""), ("visits", LongSerializer(), 0)])
+    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("p", serializer=v1), {"name": "ada"})
+    with restore(state_backend, handle) as restored:
+        restored.set_current_key("k")
+        assert restored.get_or_create_state(ValueStateDescriptor("p", serializer=v2)).value() == {"name": "ada", "visits": 0}
+
+
+@pytest.mark.requirement("SER-3")
+def test_reconfigured_value_serializer_reads_old_state(state_backend: Any, storage: Any) -> None:
+    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("e", serializer=EnumSerializer(["a", "b"])), "b")
+    with restore(state_backend, handle) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(ValueStateDescriptor("e", serializer=EnumSerializer(["z", "a", "b"])))
+        assert state.value() == "b"
+        state.update("z")
+        assert state.value() == "z"
+
+
+@pytest.mark.requirement("SER-7")
+def test_incompatible_value_serializer_fails_registration(state_backend: Any, storage: Any) -> None:
+    handle = _snapshot_with(state_backend, storage, VALUE, 5)
+    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError, match="'v'"):
+        restored.get_or_create_state(ValueStateDescriptor("v", serializer=StringSerializer()))
+
+
+@pytest.mark.requirement("SER-6")
+def test_key_serializer_migration_fails_restore(state_backend: Any, storage: Any) -> None:
+    handle = _snapshot_with(state_backend, storage, VALUE, 5)
+    with pytest.raises(StateMigrationError, match="key serializer"):
+        restore(state_backend, handle, key_serializer=LongSerializer())
+
+
+@pytest.mark.requirement("TTL-5")
+@pytest.mark.parametrize(("before", "after"), [(None, TtlConfig(10)), (TtlConfig(10), None)])
+def test_ttl_cannot_be_switched_on_restore(state_backend: Any, storage: Any, before: Any, after: Any) -> None:
+    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("t", ttl=before, serializer=LongSerializer()), 1)
+    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError, match="TTL"):
+        restored.get_or_create_state(ValueStateDescriptor("t", ttl=after, serializer=LongSerializer()))
+
+
+@pytest.mark.requirement("TTL-5")
+def test_ttl_duration_may_change(state_backend: Any, storage: Any) -> None:
+    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("t", ttl=TtlConfig(10**9), serializer=LongSerializer()), 1)
+    with restore(state_backend, handle) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(ValueStateDescriptor("t", ttl=TtlConfig(2 * 10**9), serializer=LongSerializer()))
+        assert state.value() == 1
+
+
+@pytest.mark.requirement("SB-1", "SB-2")
+def test_backend_is_a_factory_declaring_capabilities(state_backend: Any) -> None:
+    from statecert.spec.backend import StateBackend
+
+    assert isinstance(state_backend, StateBackend)
+    caps = state_backend.capabilities
+    for name in ("async_snapshots", "incremental_checkpoints", "canonical_savepoints", "rescaling",
+                 "operator_state", "ttl", "schema_evolution"):
+        assert isinstance(getattr(caps, name), bool), f"capabilities.{name}"
+
+
+@pytest.mark.requirement("SB-3")
+def test_undeclared_incremental_checkpoints_do_not_pretend(state_backend: Any, storage: Any) -> None:
+    """A backend without incremental checkpoints writes a full, self-contained snapshot each time: nothing in the
+    shared scope, which an incremental backend would use."""
+    if state_backend.capabilities.incremental_checkpoints:
+        pytest.skip("backend declares incremental checkpoints")
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(30))
+        snapshot_now(backend, location_for(storage, 1))
+        fill(backend, range(30, 31))
+        second = snapshot_now(backend, location_for(storage, 2))
+    access = storage.create_checkpoint_storage("job")
+    fs, shared = fsspec.core.url_to_fs(access.shared_dir)
+    assert not fs.exists(shared) or fs.ls(shared) == []
+    with restore(state_backend, second) as restored:
+        assert len(_keys(restored, "v")) == 31

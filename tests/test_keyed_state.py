@@ -1,0 +1,344 @@
+"""The keyed state kinds, namespaces, merging and TTL (chapters KS and TTL), for every reference backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.spec.errors import IllegalStateError, InvalidStateValueError
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    ManualClock,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    TtlConfig,
+    TtlStateVisibility,
+    TtlUpdateType,
+    ValueStateDescriptor,
+)
+from tests.helpers import keyed_backend
+
+NS = StringSerializer()
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+LIST = ListStateDescriptor("l", element_serializer=StringSerializer())
+MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+REDUCING = ReducingStateDescriptor("r", reduce_function=lambda a, b: a + b, serializer=LongSerializer())
+
+
+class Average:
+    """An aggregate function: (sum, count) accumulator, mean result."""
+
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: int, acc: list[int]) -> list[int]:
+        return [acc[0] + value, acc[1] + 1]
+
+    def get_result(self, acc: list[int]) -> float:
+        return acc[0] / acc[1]
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+AGGREGATING = AggregatingStateDescriptor("a", aggregate_function=Average(), accumulator_serializer=MsgpackSerializer())
+
+
+@pytest.fixture
+def backend(state_backend: Any) -> Any:
+    with keyed_backend(state_backend) as b:
+        yield b
+
+
+@pytest.mark.requirement("KS-1", "KB-STATE-1")
+def test_every_kind_is_offered(backend: Any) -> None:
+    backend.set_current_key("k")
+    for descriptor in (VALUE, LIST, MAP, REDUCING, AGGREGATING):
+        state = backend.get_or_create_state(descriptor)
+        assert hasattr(state, "clear"), f"get_or_create_state({descriptor.kind.value}) returned {state!r}"
+    assert backend.registered_state_names == {"v", "l", "m", "r", "a"}
+
+
+@pytest.mark.requirement("KS-2")
+def test_same_name_gives_state_over_same_entries(backend: Any) -> None:
+    backend.set_current_key("k")
+    backend.get_or_create_state(VALUE).update(7)
+    again = backend.get_or_create_state(ValueStateDescriptor("v", serializer=LongSerializer()))
+    assert again.value() == 7
+
+
+@pytest.mark.requirement("KS-3", "KB-KEY-1")
+def test_keys_and_namespaces_are_isolated(backend: Any) -> None:
+    state = backend.get_partitioned_state("w1", VALUE, NS)
+    backend.set_current_key("a")
+    assert backend.get_current_key() == "a" and backend.current_key_group == backend.key_group_of("a")
+    state.update(1)
+    state.set_current_namespace("w2")
+    state.update(2)
+    backend.set_current_key("b")
+    assert state.value() is None, "key b sees key a's value"
+    backend.set_current_key("a")
+    assert state.value() == 2
+    state.set_current_namespace("w1")
+    assert state.value() == 1, "namespace w1 sees namespace w2's value"
+
+
+@pytest.mark.requirement("KS-4")
+@pytest.mark.parametrize("descriptor", [VALUE, LIST, MAP, REDUCING, AGGREGATING], ids=lambda d: d.kind.value)
+def test_clear_leaves_no_entry(backend: Any, descriptor: Any) -> None:
+    state = backend.get_or_create_state(descriptor)
+    for key in ("a", "b"):
+        backend.set_current_key(key)
+        {"value": lambda: state.update(1), "list": lambda: state.add("x"), "map": lambda: state.put("x", 1),
+         "reducing": lambda: state.add(1), "aggregating": lambda: state.add(1)}[descriptor.kind.value]()
+    assert backend.num_state_entries(descriptor.name) == 2
+    state.clear()
+    assert backend.num_state_entries(descriptor.name) == 1, "clear() of key b left its entry"
+    backend.set_current_key("a")
+    state.clear()
+    assert backend.num_state_entries(descriptor.name) == 0
+    assert backend.num_state_entries() == 0
+
+
+@pytest.mark.requirement("KS-NS-1")
+def test_none_namespace_is_rejected(backend: Any) -> None:
+    state = backend.get_or_create_state(VALUE, NS)
+    with pytest.raises(InvalidStateValueError):
+        state.set_current_namespace(None)
+
+
+@pytest.mark.requirement("KS-VALUE-1", "KS-VALUE-3")
+def test_value_state_update_value_and_clear_by_none(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(ValueStateDescriptor("d", serializer=LongSerializer(), default=42))
+    assert state.value() == 42
+    state.update(5)
+    assert state.value() == 5
+    state.update(None)
+    assert state.value() == 42 and backend.num_state_entries("d") == 0
+
+
+@pytest.mark.requirement("KS-VALUE-2")
+def test_default_is_a_fresh_copy(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(ValueStateDescriptor("d", serializer=MsgpackSerializer(), default=[1]))
+    first = state.value()
+    first.append(2)
+    assert state.value() == [1], "mutating a returned default changed the default"
+
+
+@pytest.mark.requirement("KS-LIST-1", "KS-LIST-2")
+def test_list_state_order_update_and_empty(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(LIST)
+    assert state.get() is None
+    state.add("a")
+    state.add_all(["b", "c"])
+    assert state.get() == ["a", "b", "c"]
+    state.update(["z"])
+    assert state.get() == ["z"]
+    state.update([])
+    assert state.get() is None and backend.num_state_entries("l") == 0
+    state.add("x")
+    state.clear()
+    assert state.get() is None
+
+
+@pytest.mark.requirement("KS-LIST-3")
+@pytest.mark.parametrize("op", ["add", "add_all", "update"])
+def test_list_rejects_none_and_stays_unchanged(backend: Any, op: str) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(LIST)
+    state.add("keep")
+    with pytest.raises(InvalidStateValueError):
+        if op == "add":
+            state.add(None)
+        else:
+            getattr(state, op)(["x", None])
+    assert state.get() == ["keep"], f"list changed after a rejected {op}"
+
+
+@pytest.mark.requirement("KS-MAP-1", "KS-MAP-2", "KS-MAP-3")
+def test_map_state_operations(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(MAP)
+    assert state.get("a") is None and not state.contains("a")
+    state.put("a", 1)
+    state.put_all({"b": 2, "c": 3})
+    assert state.get("a") == 1 and state.contains("b")
+    assert sorted(state.items()) == [("a", 1), ("b", 2), ("c", 3)]
+    assert sorted(state.keys()) == ["a", "b", "c"] and sorted(state.values()) == [1, 2, 3]
+    state.remove("b")
+    assert not state.contains("b") and sorted(state.keys()) == ["a", "c"]
+
+
+@pytest.mark.requirement("KS-MAP-4")
+def test_removing_last_user_key_leaves_no_entry(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(MAP)
+    state.put("a", 1)
+    state.remove("a")
+    assert state.is_empty() and backend.num_state_entries("m") == 0
+
+
+@pytest.mark.requirement("KS-MAP-5")
+def test_map_iterator_remove_once_per_element(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(MAP)
+    state.put_all({"a": 1, "b": 2, "c": 3})
+    it = state.iterator()
+    seen = []
+    for key, _ in it:
+        seen.append(key)
+        if key == "b":
+            it.remove()
+            with pytest.raises(IllegalStateError):
+                it.remove()
+    assert sorted(seen) == ["a", "b", "c"]
+    assert sorted(state.keys()) == ["a", "c"]
+
+
+@pytest.mark.requirement("KS-RED-1", "KS-RED-2")
+def test_reducing_state(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(REDUCING)
+    assert state.get() is None
+    for v in (1, 2, 3):
+        state.add(v)
+    assert state.get() == 6
+    with pytest.raises(InvalidStateValueError):
+        state.add(None)
+    assert state.get() == 6
+
+
+@pytest.mark.requirement("KS-AGG-1")
+def test_aggregating_state(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(AGGREGATING)
+    assert state.get() is None
+    for v in (2, 4, 9):
+        state.add(v)
+    assert state.get() == 5
+
+
+MERGE_CASES = {
+    # target, source1, source2 contents before the merge
+    "spread": ([1], [2], [3]),
+    "one-source-empty": ([1], [], [3]),
+    "all-empty": ([], [], []),
+    "all-in-target": ([1, 2, 3], [], []),
+    "all-in-one-source": ([], [1, 2, 3], []),
+}
+
+
+@pytest.mark.requirement("KS-MERGE-1", "KS-MERGE-2", "KS-MERGE-3")
+@pytest.mark.parametrize("case", sorted(MERGE_CASES))
+@pytest.mark.parametrize("kind", ["list", "reducing", "aggregating"])
+def test_merge_namespaces(backend: Any, case: str, kind: str) -> None:
+    descriptor = {"list": ListStateDescriptor("ml", element_serializer=LongSerializer()),
+                  "reducing": REDUCING, "aggregating": AGGREGATING}[kind]
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(descriptor, NS)
+    contents = dict(zip(("t", "s1", "s2"), MERGE_CASES[case]))
+    for ns, values in contents.items():
+        state.set_current_namespace(ns)
+        for v in values:
+            state.add(v)
+    state.merge_namespaces("t", ["s1", "s2"])
+    state.set_current_namespace("t")
+    everything = [v for vs in contents.values() for v in vs]
+    expected: Any = {
+        "list": sorted(everything) or None,
+        "reducing": sum(everything) if everything else None,
+        "aggregating": sum(everything) / len(everything) if everything else None,
+    }[kind]
+    got = state.get()
+    assert (sorted(got) if kind == "list" and got else got) == expected, f"merge {case}: expected {expected}, got {got}"
+    for source in ("s1", "s2"):
+        state.set_current_namespace(source)
+        assert state.get() is None, f"merge {case}: source {source} still holds a value"
+    assert backend.num_state_entries(descriptor.name) == (1 if everything else 0)
+
+
+@pytest.mark.requirement("KB-KEYS-1")
+def test_key_iteration_per_namespace(backend: Any) -> None:
+    state = backend.get_partitioned_state("w1", VALUE, NS)
+    for key in ("a", "b", "c"):
+        backend.set_current_key(key)
+        state.set_current_namespace("w1")
+        state.update(1)
+        if key != "c":
+            state.set_current_namespace("w2")
+            state.update(2)
+    assert sorted(backend.get_keys("v", "w1")) == ["a", "b", "c"]
+    assert sorted(backend.get_keys("v", "w2")) == ["a", "b"]
+    assert sorted(backend.get_keys_and_namespaces("v")) == [
+        ("a", "w1"), ("a", "w2"), ("b", "w1"), ("b", "w2"), ("c", "w1")]
+
+
+def ttl_backend(state_backend: Any, clock: ManualClock) -> Any:
+    return keyed_backend(state_backend, clock=clock)
+
+
+@pytest.mark.requirement("TTL-1", "TTL-3")
+def test_value_expires_after_ttl_and_is_not_returned(state_backend: Any, clock: ManualClock) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(ValueStateDescriptor("t", ttl=TtlConfig(100), serializer=LongSerializer()))
+        state.update(1)
+        clock.advance(99)
+        assert state.value() == 1, "expired before its TTL"
+        clock.advance(1)
+        assert state.value() is None, "returned after its TTL"
+        assert backend.num_state_entries("t") == 0, "expired entry not cleaned up on read"
+
+
+@pytest.mark.requirement("TTL-3")
+def test_return_expired_if_not_cleaned_up(state_backend: Any, clock: ManualClock) -> None:
+    ttl = TtlConfig(100, visibility=TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(ValueStateDescriptor("t", ttl=ttl, serializer=LongSerializer()))
+        state.update(1)
+        clock.advance(500)
+        assert state.value() == 1, "an expired value still stored may be returned"
+        assert state.value() is None, "the read should have cleaned the expired value up"
+
+
+@pytest.mark.requirement("TTL-2")
+@pytest.mark.parametrize("update_type", list(TtlUpdateType))
+def test_reads_refresh_only_with_on_read_and_write(state_backend: Any, clock: ManualClock,
+                                                   update_type: TtlUpdateType) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(
+            ValueStateDescriptor("t", ttl=TtlConfig(100, update_type), serializer=LongSerializer()))
+        state.update(1)
+        clock.advance(60)
+        assert state.value() == 1
+        clock.advance(60)
+        refreshed = update_type is TtlUpdateType.ON_READ_AND_WRITE
+        assert (state.value() == 1) is refreshed, f"{update_type.value}: value after a read at 60 ms and 120 ms"
+
+
+@pytest.mark.requirement("TTL-4")
+def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        lst = backend.get_or_create_state(ListStateDescriptor("tl", ttl=TtlConfig(100), element_serializer=LongSerializer()))
+        mp = backend.get_or_create_state(MapStateDescriptor("tm", ttl=TtlConfig(100), user_key_serializer=StringSerializer(),
+                                                            user_value_serializer=LongSerializer()))
+        lst.add(1)
+        mp.put("old", 1)
+        clock.advance(60)
+        lst.add(2)
+        mp.put("new", 2)
+        clock.advance(60)
+        assert lst.get() == [2], "the expired list element should be gone, the fresh one kept"
+        assert mp.items() == [("new", 2)], "the expired map entry should be gone, the fresh one kept"
+        clock.advance(100)
+        assert lst.get() is None and mp.is_empty()
+        assert backend.num_state_entries("tl") == 0 and backend.num_state_entries("tm") == 0

@@ -1,0 +1,133 @@
+"""Restoring at other parallelisms: keyed state by key group, operator state by mode (KB-RESTORE-2, OS-1..3)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import StateMigrationError
+from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
+from statecert.spec.metadata import CheckpointKind
+from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from tests.conftest import BACKENDS
+
+KEYS = StringSerializer()
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+LIST = ListStateDescriptor("l", element_serializer=LongSerializer())
+SPLIT = ListStateDescriptor("split", element_serializer=LongSerializer())
+UNION = ListStateDescriptor("union", element_serializer=LongSerializer())
+BROADCAST = MapStateDescriptor("rules", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+
+
+def write_checkpoint(state_backend: Any, storage: Any, parallelism: int, keys: list[str], max_parallelism: int = 128,
+                     kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> Any:
+    """Each key k_i gets value i and list [i, i+1] in the subtask owning it; each subtask i holds split elements
+    [100i, 100i+1], union element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
+    subtasks = create_subtasks(state_backend, KEYS, parallelism, max_parallelism)
+    for i, key in enumerate(keys):
+        owner = operator_index_for_key_group(max_parallelism, parallelism,
+                                             assign_to_key_group(KEYS.key_hash(key), max_parallelism))
+        keyed = subtasks[owner].keyed
+        keyed.set_current_key(key)
+        keyed.get_or_create_state(VALUE).update(i)
+        keyed.get_or_create_state(LIST).add_all([i, i + 1])
+    for s in subtasks:
+        s.operator.get_list_state(SPLIT).add_all([100 * s.index, 100 * s.index + 1])
+        s.operator.get_union_list_state(UNION).add(s.index)
+        s.operator.get_broadcast_state(BROADCAST).put("r", 7)
+    access = storage.create_checkpoint_storage("job")
+    location = (access.initialize_location_for_savepoint(1) if kind.is_savepoint
+                else access.initialize_location_for_checkpoint(1))
+    pointer = take_snapshot(subtasks, location, 1, max_parallelism, kind=kind)
+    for s in subtasks:
+        s.dispose()
+    return storage.load_checkpoint(pointer).operator("op")
+
+
+def read_back(state_backend: Any, operator: Any, parallelism: int, max_parallelism: int = 128) -> dict[str, Any]:
+    out: dict[str, Any] = {"keyed": {}, "split": [], "union": [], "broadcast": []}
+    for s in create_subtasks(state_backend, KEYS, parallelism, max_parallelism, restore_from=operator):
+        value, lst = s.keyed.get_or_create_state(VALUE), s.keyed.get_or_create_state(LIST)
+        for key in list(s.keyed.get_keys("v", VOID_NAMESPACE)):
+            assert key not in out["keyed"], f"key {key} restored into two subtasks"
+            s.keyed.set_current_key(key)
+            out["keyed"][key] = (value.value(), lst.get())
+        out["split"].append(s.operator.get_list_state(SPLIT).get())
+        out["union"].append(sorted(s.operator.get_union_list_state(UNION).get()))
+        out["broadcast"].append(s.operator.get_broadcast_state(BROADCAST).items())
+        s.dispose()
+    return out
+
+
+KEY_LIST = [f"key-{i}" for i in range(600)]
+
+
+@pytest.mark.requirement("KB-RESTORE-2", "KB-RESTORE-1")
+@pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 4), (2, 2), (15, 77), (77, 15)])
+def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new: int) -> None:
+    operator = write_checkpoint(state_backend, storage, old, KEY_LIST)
+    got = read_back(state_backend, operator, new)["keyed"]
+    expected = {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST)}
+    missing = sorted(set(expected) - set(got))
+    wrong = {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
+    assert not missing and not wrong, f"{old}->{new}: missing {missing[:5]}, wrong (expected, got) {list(wrong.items())[:5]}"
+
+
+@pytest.mark.requirement("KB-RESTORE-2")
+@pytest.mark.parametrize("backend_name", sorted(BACKENDS))
+@settings(max_examples=15)
+@given(st.integers(1, 12), st.integers(1, 12), st.sampled_from([8, 128]), st.lists(st.text(min_size=1, max_size=6),
+       unique=True, max_size=40))
+def test_restore_at_any_parallelism(tmp_path_factory: Any, backend_name: str, old: int, new: int,
+                                    max_parallelism: int, keys: list[str]) -> None:
+    old, new = min(old, max_parallelism), min(new, max_parallelism)
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("rescale")))
+    operator = write_checkpoint(BACKENDS[backend_name](), storage, old, keys, max_parallelism)
+    got = read_back(BACKENDS[backend_name](), operator, new, max_parallelism)["keyed"]
+    assert got == {k: (i, [i, i + 1]) for i, k in enumerate(keys)}
+
+
+@pytest.mark.requirement("KB-RESTORE-4")
+def test_changed_max_parallelism_is_refused(state_backend: Any, storage: Any) -> None:
+    operator = write_checkpoint(state_backend, storage, 2, KEY_LIST[:10])
+    with pytest.raises(StateMigrationError, match="max parallelism changed from 128 to 256"):
+        create_subtasks(state_backend, KEYS, 2, 256, restore_from=operator)
+
+
+@pytest.mark.requirement("OS-1")
+@pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5), (4, 4), (5, 1)])
+def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
+    shares = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["split"]
+    elements = [e for share in shares for e in share]
+    assert Counter(elements) == Counter(e for i in range(old) for e in (100 * i, 100 * i + 1)), shares
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 1, f"uneven split {sizes}"
+
+
+@pytest.mark.requirement("OS-2")
+@pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5)])
+def test_union_list_goes_to_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
+    unions = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["union"]
+    assert unions == [list(range(old))] * new
+
+
+@pytest.mark.requirement("OS-3")
+@pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5), (2, 2)])
+def test_broadcast_state_is_whole_in_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
+    maps = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["broadcast"]
+    assert maps == [[("r", 7)]] * new
+
+
+@pytest.mark.requirement("SP-1")
+@pytest.mark.parametrize("reader", sorted(BACKENDS))
+def test_canonical_savepoint_restores_in_any_backend(state_backend: Any, storage: Any, reader: str) -> None:
+    operator = write_checkpoint(state_backend, storage, 3, KEY_LIST[:100], kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    got = read_back(BACKENDS[reader](), operator, 5)["keyed"]
+    assert got == {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST[:100])}

@@ -1,0 +1,146 @@
+"""Serializers and schema compatibility (chapter SER)."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.reference.serializers import (
+    BooleanSerializer,
+    BytesSerializer,
+    DoubleSerializer,
+    EnumSerializer,
+    LongSerializer,
+    MsgpackSerializer,
+    RecordSerializer,
+    StringSerializer,
+    TupleSerializer,
+    restore_serializer,
+)
+from statecert.spec.errors import StateMigrationError
+from statecert.spec.serializers import Compatibility, SerializerSnapshot
+
+PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+CASES: list[tuple[Any, st.SearchStrategy[Any]]] = [
+    (StringSerializer(), st.text()),
+    (LongSerializer(), st.integers(-(2**63), 2**63 - 1)),
+    (DoubleSerializer(), st.floats(allow_nan=False)),
+    (BooleanSerializer(), st.booleans()),
+    (BytesSerializer(), st.binary()),
+    (MsgpackSerializer(), PLAIN),
+    (TupleSerializer(StringSerializer(), LongSerializer()), st.tuples(st.text(), st.integers(-(2**63), 2**63 - 1))),
+    (EnumSerializer(["a", "b", "c"]), st.sampled_from(["a", "b", "c"])),
+]
+
+
+@pytest.mark.requirement("SER-1")
+@pytest.mark.parametrize(("serializer", "values"), CASES, ids=lambda c: getattr(c, "serializer_id", ""))
+@given(data=st.data())
+def test_serializer_round_trips(serializer: Any, values: st.SearchStrategy[Any], data: st.DataObject) -> None:
+    value = data.draw(values)
+    assert serializer.deserialize(serializer.serialize(value)) == value, f"{serializer}.round_trip({value!r})"
+
+
+@pytest.mark.requirement("SER-2", "SER-4")
+@pytest.mark.parametrize(("serializer", "values"), CASES, ids=lambda c: getattr(c, "serializer_id", ""))
+def test_snapshot_restores_an_equal_serializer(serializer: Any, values: Any) -> None:
+    snapshot = serializer.snapshot_configuration()
+    assert SerializerSnapshot.from_plain(snapshot.to_plain()) == snapshot
+    restored = restore_serializer(snapshot)
+    assert restored.snapshot_configuration() == snapshot
+    assert restored.resolve_compatibility(snapshot).kind is Compatibility.COMPATIBLE_AS_IS
+
+
+@pytest.mark.requirement("SER-3")
+def test_other_serializer_id_is_incompatible() -> None:
+    result = LongSerializer().resolve_compatibility(StringSerializer().snapshot_configuration())
+    assert result.kind is Compatibility.INCOMPATIBLE and "str" in result.reason
+
+
+@pytest.mark.requirement("SER-3")
+def test_enum_with_added_value_needs_reconfiguration_that_keeps_old_ordinals() -> None:
+    old = EnumSerializer(["red", "green"])
+    written = old.serialize("green")
+    new = EnumSerializer(["blue", "red", "green"])
+    result = new.resolve_compatibility(old.snapshot_configuration())
+    assert result.kind is Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER
+    assert result.reconfigured is not None
+    assert result.reconfigured.deserialize(written) == "green"
+    assert result.reconfigured.deserialize(result.reconfigured.serialize("blue")) == "blue"
+
+
+@pytest.mark.requirement("SER-3")
+def test_enum_with_removed_value_is_incompatible() -> None:
+    result = EnumSerializer(["red"]).resolve_compatibility(EnumSerializer(["red", "green"]).snapshot_configuration())
+    assert result.kind is Compatibility.INCOMPATIBLE and "green" in result.reason
+
+
+@pytest.mark.requirement("SER-3", "SER-5")
+def test_record_with_added_field_is_compatible_after_migration() -> None:
+    v1 = RecordSerializer([("name", StringSerializer(), "")])
+    v2 = RecordSerializer([("name", StringSerializer(), ""), ("age", LongSerializer(), 0)])
+    result = v2.resolve_compatibility(v1.snapshot_configuration())
+    assert result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION
+    old_reader = restore_serializer(v1.snapshot_configuration())
+    migrated = v2.deserialize(v2.serialize(old_reader.deserialize(v1.serialize({"name": "ada"}))))
+    assert migrated == {"name": "ada", "age": 0}
+
+
+@pytest.mark.requirement("SER-3")
+def test_record_with_field_of_other_type_is_incompatible() -> None:
+    v1 = RecordSerializer([("n", StringSerializer(), "")])
+    v2 = RecordSerializer([("n", LongSerializer(), 0)])
+    assert v2.resolve_compatibility(v1.snapshot_configuration()).kind is Compatibility.INCOMPATIBLE
+
+
+@pytest.mark.requirement("SER-3")
+def test_tuple_compatibility_is_the_weakest_of_its_fields() -> None:
+    old = TupleSerializer(StringSerializer(), EnumSerializer(["a"]))
+    new = TupleSerializer(StringSerializer(), EnumSerializer(["a", "b"]))
+    result = new.resolve_compatibility(old.snapshot_configuration())
+    assert result.kind is Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER
+    other_arity = TupleSerializer(StringSerializer())
+    assert other_arity.resolve_compatibility(old.snapshot_configuration()).kind is Compatibility.INCOMPATIBLE
+
+
+@pytest.mark.requirement("SER-4", "SER-8")
+def test_unknown_serializer_id_is_a_migration_error_not_an_import() -> None:
+    snapshot = SerializerSnapshot("os:system", 1, {})
+    with pytest.raises(StateMigrationError, match="unknown serializer 'os:system'"):
+        restore_serializer(snapshot)
+
+
+@pytest.mark.requirement("SER-8")
+def test_msgpack_serializer_never_unpickles() -> None:
+    class Boom:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (exec, ("raise SystemExit('unpickled!')",))
+
+    payload = pickle.dumps(Boom())
+    try:
+        value = MsgpackSerializer().deserialize(payload)
+    except ValueError:
+        return  # an error is an allowed outcome; code execution (SystemExit) is not
+    assert not isinstance(value, Boom), f"MsgpackSerializer().deserialize(pickle) gave {value!r}"
+
+
+@pytest.mark.requirement("SER-8")
+@given(st.binary(max_size=64))
+def test_default_serializers_turn_arbitrary_bytes_into_data_or_an_error(data: bytes) -> None:
+    for serializer in (MsgpackSerializer(), TupleSerializer(StringSerializer(), LongSerializer())):
+        try:
+            value = serializer.deserialize(data)
+        except (ValueError, TypeError):
+            continue
+        assert isinstance(value, str | bytes | int | float | bool | list | dict | tuple | type(None)), (
+            f"{serializer}.deserialize({data!r}) gave a {type(value).__name__}"
+        )

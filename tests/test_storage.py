@@ -1,0 +1,136 @@
+"""Checkpoint storage (chapter CS, SP-2, SP-4)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import fsspec
+import pytest
+
+from statecert.reference.format.paths import is_within, join_url
+from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
+from statecert.spec.errors import IllegalConfigurationError, StateSizeLimitError
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
+from statecert.spec.metadata import CheckpointKind, CheckpointMetadata
+from statecert.spec.storage import CheckpointedStateScope
+
+
+def _exists(url: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(url)
+    return bool(fs.exists(path))
+
+
+@pytest.mark.requirement("CS-1", "CS-4", "CS-5", "CS-FS-3")
+@pytest.mark.parametrize("size", [0, 1, 20 * 1024, 20 * 1024 + 1, 300_000])
+def test_stream_reads_back_inline_or_as_file(storage: Any, size: int) -> None:
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        for i in range(0, size, 7000):
+            out.write(payload[i : i + 7000])
+        handle = out.close_and_get_handle()
+    if size == 0:
+        assert handle is None
+        return
+    expected_type = ByteStreamStateHandle if size <= 20 * 1024 else FileStateHandle
+    assert isinstance(handle, expected_type), f"{size} bytes gave {type(handle).__name__}"
+    with handle.open() as f:
+        assert f.read() == payload
+
+
+@pytest.mark.requirement("CS-FS-1", "CS-3")
+def test_file_system_layout(storage: Any, checkpoint_dir: str) -> None:
+    access = storage.create_checkpoint_storage("job-7")
+    location = access.initialize_location_for_checkpoint(3)
+    assert location.pointer == join_url(checkpoint_dir, "job-7", "chk-3")
+    handles = {}
+    for scope in CheckpointedStateScope:
+        out = location.create_checkpoint_state_output_stream(scope)
+        out.write(b"x" * 30_000)
+        handles[scope] = out.close_and_get_handle()
+    task_owned = access.create_task_owned_state_stream()
+    task_owned.write(b"y" * 30_000)
+    owned = task_owned.close_and_get_handle()
+    assert handles[CheckpointedStateScope.EXCLUSIVE].path.startswith(join_url(checkpoint_dir, "job-7", "chk-3") + "/")
+    assert handles[CheckpointedStateScope.SHARED].path.startswith(join_url(checkpoint_dir, "job-7", "shared") + "/")
+    assert owned.path.startswith(join_url(checkpoint_dir, "job-7", "taskowned") + "/")
+
+
+@pytest.mark.requirement("CS-FS-2", "SP-2", "SP-4", "CS-2")
+def test_savepoint_location_is_self_contained_and_outside_checkpoints(storage: Any, checkpoint_dir: str) -> None:
+    access = storage.create_checkpoint_storage("abcdef123456")
+    location = access.initialize_location_for_savepoint(9)
+    assert location.pointer.startswith(join_url(storage.savepoint_dir, "savepoint-abcdef-"))
+    assert not is_within(location.pointer, access.job_dir)
+    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.SHARED)
+    out.write(b"z" * 30_000)
+    handle = out.close_and_get_handle()
+    assert is_within(handle.path, location.pointer), "shared state of a savepoint must lie in its directory"
+    explicit = access.initialize_location_for_savepoint(10, target=f"{checkpoint_dir}-elsewhere")
+    assert explicit.pointer.startswith(f"{checkpoint_dir}-elsewhere/savepoint-abcdef-")
+
+
+@pytest.mark.requirement("CS-2")
+def test_savepoint_without_any_target_is_a_configuration_error() -> None:
+    access = JobManagerCheckpointStorage().create_checkpoint_storage("job")
+    with pytest.raises(IllegalConfigurationError, match=r"state\.savepoints\.dir"):
+        access.initialize_location_for_savepoint(1)
+
+
+@pytest.mark.requirement("CS-6")
+def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+    out.write(b"a" * 50_000)
+    out.discard()
+    with pytest.raises(RuntimeError), location.create_checkpoint_state_output_stream(
+            CheckpointedStateScope.EXCLUSIVE) as abandoned:
+        abandoned.write(b"b" * 50_000)
+        raise RuntimeError("task failed mid-write")
+    fs, directory = fsspec.core.url_to_fs(location.pointer)
+    assert not fs.exists(directory) or fs.find(directory) == []
+    kept = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+    kept.write(b"c" * 50_000)
+    kept.close_and_get_handle()
+    location.dispose_on_failure()
+    assert not fs.exists(directory)
+
+
+@pytest.mark.requirement("CS-JM-1", "CS-JM-3")
+def test_job_manager_storage_inlines_everything_in_memory() -> None:
+    storage = JobManagerCheckpointStorage()
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    assert location.pointer.startswith("memory://")
+    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+    out.write(b"q" * 1_000_000)
+    handle = out.close_and_get_handle()
+    assert isinstance(handle, ByteStreamStateHandle) and handle.size == 1_000_000
+    pointer = location.write_metadata(CheckpointMetadata(1, ()))
+    assert storage.load_checkpoint(pointer) == CheckpointMetadata(1, ())
+
+
+@pytest.mark.requirement("CS-JM-2")
+def test_job_manager_storage_enforces_max_state_size() -> None:
+    location = JobManagerCheckpointStorage(max_state_size=1000).create_checkpoint_storage("j") \
+        .initialize_location_for_checkpoint(1)
+    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+    out.write(b"x" * 1000)
+    with pytest.raises(StateSizeLimitError, match="1001 bytes exceeds the maximum state size of 1000"):
+        out.write(b"x")
+
+
+@pytest.mark.requirement("CS-JM-1")
+def test_job_manager_storage_with_directory_is_durable(tmp_path: Any) -> None:
+    storage = JobManagerCheckpointStorage(checkpoint_dir=str(tmp_path))
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    pointer = location.write_metadata(CheckpointMetadata(1, (), CheckpointKind.CHECKPOINT))
+    assert (tmp_path / "job" / "chk-1" / "_metadata").is_file()
+    assert storage.load_checkpoint(pointer).checkpoint_id == 1
+    assert _exists(pointer)
+
+
+def test_memory_urls_are_isolated_per_storage() -> None:
+    a = JobManagerCheckpointStorage().create_checkpoint_storage(uuid.uuid4().hex)
+    b = JobManagerCheckpointStorage().create_checkpoint_storage(a.job_id)
+    assert a.job_dir != b.job_dir, "two non-durable job-manager storages share a directory"
