@@ -9,7 +9,6 @@ from typing import Any
 import fsspec
 from rich.console import Console
 from rich.table import Table
-
 from statecert.reference.format.metadata_codec import read_version
 from statecert.reference.storage.location import load_checkpoint_metadata, resolve_checkpoint_pointer
 from statecert.spec.handles import ByteStreamStateHandle, StreamStateHandle
@@ -33,19 +32,43 @@ def describe_checkpoint(pointer: str) -> dict[str, Any]:
         subtasks = []
         for index, st in sorted(op.subtask_states.items()):
             handles = [
-                {"type": "key-groups", "format": h.snapshot_format, "key_groups": [h.key_group_range.start,
-                 h.key_group_range.end], "stream": _stream(h.delegate), "size": h.size}
+                {
+                    "type": "key-groups",
+                    "format": h.snapshot_format,
+                    "key_groups": [h.key_group_range.start, h.key_group_range.end],
+                    "stream": _stream(h.delegate),
+                    "size": h.size,
+                }
                 for h in st.managed_keyed_state
             ] + [
-                {"type": "operator", "states": {n: {"mode": p.mode.value, "elements": len(p.offsets)}
-                 for n, p in sorted(h.states.items())}, "stream": _stream(h.delegate), "size": h.size}
+                {
+                    "type": "operator",
+                    "states": {
+                        n: {"mode": p.mode.value, "elements": len(p.offsets)} for n, p in sorted(h.states.items())
+                    },
+                    "stream": _stream(h.delegate),
+                    "size": h.size,
+                }
                 for h in st.managed_operator_state
             ]
             subtasks.append({"index": index, "state_size": st.state_size, "handles": handles})
-        operators.append({"id": op.operator_id, "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
-                          "state_size": op.state_size, "subtasks": subtasks})
-    return {"path": location.metadata_path, "format_version": version, "checkpoint_id": metadata.checkpoint_id,
-            "kind": metadata.kind.value, "timestamp_ms": metadata.timestamp_ms, "operators": operators}
+        operators.append(
+            {
+                "id": op.operator_id,
+                "parallelism": op.parallelism,
+                "max_parallelism": op.max_parallelism,
+                "state_size": op.state_size,
+                "subtasks": subtasks,
+            }
+        )
+    return {
+        "path": location.metadata_path,
+        "format_version": version,
+        "checkpoint_id": metadata.checkpoint_id,
+        "kind": metadata.kind.value,
+        "timestamp_ms": metadata.timestamp_ms,
+        "operators": operators,
+    }
 
 
 def print_description(info: dict[str, Any], as_json: bool, console: Console) -> None:
@@ -53,17 +76,24 @@ def print_description(info: dict[str, Any], as_json: bool, console: Console) -> 
         print(json.dumps(info, indent=2))
         return
     console.print(f"[bold]{info['path']}[/bold]")
-    console.print(f"format version {info['format_version']}, {info['kind']} {info['checkpoint_id']}, "
-                  f"{len(info['operators'])} operator(s)")
+    console.print(
+        f"format version {info['format_version']}, {info['kind']} {info['checkpoint_id']}, "
+        f"{len(info['operators'])} operator(s)"
+    )
     for op in info["operators"]:
-        table = Table(title=f"operator {op['id']}: parallelism {op['parallelism']}, max parallelism "
-                      f"{op['max_parallelism']}, {op['state_size']} bytes")
+        table = Table(
+            title=f"operator {op['id']}: parallelism {op['parallelism']}, max parallelism "
+            f"{op['max_parallelism']}, {op['state_size']} bytes"
+        )
         for column in ("subtask", "handle", "key groups / states", "stored", "bytes"):
             table.add_column(column)
         for st in op["subtasks"]:
             for h in st["handles"]:
-                what = (f"[{h['key_groups'][0]}, {h['key_groups'][1]}]" if h["type"] == "key-groups"
-                        else ", ".join(f"{n} ({s['mode']}, {s['elements']})" for n, s in h["states"].items()))
+                what = (
+                    f"[{h['key_groups'][0]}, {h['key_groups'][1]}]"
+                    if h["type"] == "key-groups"
+                    else ", ".join(f"{n} ({s['mode']}, {s['elements']})" for n, s in h["states"].items())
+                )
                 kind = f"{h['type']} ({h['format']})" if h["type"] == "key-groups" else h["type"]
                 table.add_row(str(st["index"]), kind, what, h["stream"]["kind"], str(h["size"]))
         console.print(table)

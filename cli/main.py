@@ -10,7 +10,6 @@ from importlib.metadata import version
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from statecert.spec.errors import StateCertError
 
 
@@ -19,9 +18,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"statecert {version('statecert')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the main job: a keyed word count that checkpoints, savepoints and "
-                          "restores at another parallelism, checked against a recount")
-    demo.add_argument("--backend", default=None, help="state backend name or module:attr (default: the loader's, hashmap)")
+    demo = sub.add_parser(
+        "demo",
+        help="run the main job: a keyed word count that checkpoints, savepoints and "
+        "restores at another parallelism, checked against a recount",
+    )
+    demo.add_argument(
+        "--backend", default=None, help="state backend name or module:attr (default: the loader's, hashmap)"
+    )
     demo.add_argument("--checkpoint-dir", default=None, help="fsspec URL (default: a temporary directory)")
     demo.add_argument("--records", type=int, default=100_000)
     demo.add_argument("--parallelism", type=int, default=4)
@@ -40,26 +44,43 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     from statecert.reference.wordcount_job import run_word_count
 
     base = args.checkpoint_dir or tempfile.mkdtemp(prefix="statecert-demo-")
-    job_config = {"state.checkpoints.dir": f"{base}/checkpoints", "state.savepoints.dir": f"{base}/savepoints"}
+    job_config = {
+        "state.checkpoints.dir": f"{base}/checkpoints",
+        "state.savepoints.dir": f"{base}/savepoints",
+    }
     if args.backend:
         job_config["state.backend.type"] = args.backend
     backend = load_state_backend(job_config=job_config)
     storage = load_checkpoint_storage(job_config=job_config)
     console.print(f"backend [bold]{backend.name}[/bold], storage {storage.name} at {base}")
-    with Progress(TextColumn("processing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("processing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         bar = progress.add_task("records", total=args.records)
         report = run_word_count(
-            backend, storage, savepoint_dir=job_config["state.savepoints.dir"], records=args.records,
-            parallelism=args.parallelism, restored_parallelism=args.rescale_to,
-            max_parallelism=args.max_parallelism, seed=args.seed, advance=lambda n: progress.advance(bar, n),
+            backend,
+            storage,
+            savepoint_dir=job_config["state.savepoints.dir"],
+            records=args.records,
+            parallelism=args.parallelism,
+            restored_parallelism=args.rescale_to,
+            max_parallelism=args.max_parallelism,
+            seed=args.seed,
+            advance=lambda n: progress.advance(bar, n),
         )
     console.print(f"checkpoint 1: {report.checkpoint_pointer}")
     console.print(f"savepoint:    {report.savepoint_pointer} ({report.savepoint_bytes} bytes of state)")
     if report.ok:
-        console.print(f"[green]OK[/green]: {report.records} records, {report.distinct_keys} keys counted at "
-                      f"parallelism {report.parallelism}, restored at {report.restored_parallelism} with every "
-                      "count equal to a recount of the input")
+        console.print(
+            f"[green]OK[/green]: {report.records} records, {report.distinct_keys} keys counted at "
+            f"parallelism {report.parallelism}, restored at {report.restored_parallelism} with every "
+            "count equal to a recount of the input"
+        )
         return 0
     sample = dict(list(report.mismatches.items())[:5])
     console.print(f"[red]FAILED[/red]: {len(report.mismatches)} keys differ (expected, restored): {sample}")

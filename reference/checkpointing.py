@@ -9,8 +9,8 @@ from typing import Any
 
 from statecert.reference.rescale import keyed_handles_for_subtask, operator_handles_for_subtasks
 from statecert.spec.backend import StateBackend
-from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
+from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import TypeSerializer
@@ -47,23 +47,28 @@ def create_subtasks(
     clock: Clock | None = None,
 ) -> list[Subtask]:
     """`parallelism` subtasks, each restored from its share of `restore_from` when given (KB-RESTORE-2, OS-1..3)."""
-    operator_shares = (
-        operator_handles_for_subtasks(restore_from, parallelism) if restore_from else [()] * parallelism
-    )
+    operator_shares = operator_handles_for_subtasks(restore_from, parallelism) if restore_from else [()] * parallelism
     subtasks = []
     for i in range(parallelism):
-        keyed_handles = (
-            keyed_handles_for_subtask(restore_from, parallelism, i, max_parallelism) if restore_from else ()
-        )
+        keyed_handles = keyed_handles_for_subtask(restore_from, parallelism, i, max_parallelism) if restore_from else ()
         params = KeyedBackendParameters(
-            job_id, operator_id, key_serializer, max_parallelism,
-            key_group_range_for_operator(max_parallelism, parallelism, i), keyed_handles, clock or SystemClock(),
+            job_id,
+            operator_id,
+            key_serializer,
+            max_parallelism,
+            key_group_range_for_operator(max_parallelism, parallelism, i),
+            keyed_handles,
+            clock or SystemClock(),
         )
-        subtasks.append(Subtask(
-            i,
-            backend.create_keyed_state_backend(params),
-            backend.create_operator_state_backend(OperatorBackendParameters(job_id, operator_id, operator_shares[i])),
-        ))
+        subtasks.append(
+            Subtask(
+                i,
+                backend.create_keyed_state_backend(params),
+                backend.create_operator_state_backend(
+                    OperatorBackendParameters(job_id, operator_id, operator_shares[i])
+                ),
+            )
+        )
     return subtasks
 
 

@@ -23,7 +23,10 @@ from statecert.spec.errors import DynamicCodeLoadingError, UnknownStateBackendEr
 STATE_BACKEND_GROUP = "statecert.state_backends"
 CHECKPOINT_STORAGE_GROUP = "statecert.checkpoint_storages"
 DEFAULT_STATE_BACKEND = "hashmap"
-LEGACY_BACKENDS = {"jobmanager": "jobmanager", "filesystem": "filesystem"}  # legacy name -> storage it implies
+LEGACY_BACKENDS = {
+    "jobmanager": "jobmanager",
+    "filesystem": "filesystem",
+}  # legacy name -> storage it implies
 
 
 def registered_names(group: str) -> list[str]:
@@ -37,13 +40,17 @@ def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, obj
         try:
             factory = matches[0].load()
         except Exception as exc:  # a broken plug-in is reported as such, whatever it raised
-            raise DynamicCodeLoadingError(f"{what} {name!r}: entry point {matches[0].value} cannot be loaded: {exc}") from exc
+            raise DynamicCodeLoadingError(
+                f"{what} {name!r}: entry point {matches[0].value} cannot be loaded: {exc}"
+            ) from exc
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         try:
             target: Any = importlib.import_module(module_name)
         except Exception as exc:
-            raise DynamicCodeLoadingError(f"{what} factory {name!r}: module {module_name!r} cannot be imported: {exc}") from exc
+            raise DynamicCodeLoadingError(
+                f"{what} factory {name!r}: module {module_name!r} cannot be imported: {exc}"
+            ) from exc
         for part in attr.split("."):
             if not hasattr(target, part):
                 raise DynamicCodeLoadingError(f"{what} factory {name!r}: {module_name!r} has no attribute {attr!r}")
@@ -87,7 +94,9 @@ def load_state_backend(
         name = DEFAULT_STATE_BACKEND
     backend = load_factory(name, STATE_BACKEND_GROUP, "state backend")(config)
     if not isinstance(backend, StateBackend):
-        raise DynamicCodeLoadingError(f"state backend factory {name!r} returned {type(backend).__name__}, not a StateBackend")
+        raise DynamicCodeLoadingError(
+            f"state backend factory {name!r} returned {type(backend).__name__}, not a StateBackend"
+        )
     return backend
 
 
@@ -118,4 +127,3 @@ def load_checkpoint_storage(
     if not callable(getattr(storage, "create_checkpoint_storage", None)):
         raise DynamicCodeLoadingError(f"checkpoint storage factory {name!r} returned {type(storage).__name__}")
     return storage
-

@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-
 from statecert.reference.format.operator_stream import read_operator_states, write_operator_states
 from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, TupleSerializer, restore_serializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.errors import BackendClosedError, InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import CANONICAL_FORMAT, OperatorStateHandle, OperatorStateMode
-from statecert.spec.keyed_backend import CheckpointOptions
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
@@ -156,12 +155,14 @@ class DefaultOperatorStateBackend:
         checkpoint_id: int,
         timestamp_ms: int,
         stream_factory: CheckpointStreamFactory,
-        options: CheckpointOptions = CheckpointOptions(),
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
     ) -> AsyncSnapshotTask[OperatorStateHandle]:
         """Synchronous part copies the element lists (operator state is small); restored but unregistered
         states are carried over unchanged (OS-6)."""
         self._check_open()
-        captured = {n: (s.mode, s.serializer.snapshot_configuration(), list(s.elements)) for n, s in self._states.items()}
+        captured = {
+            n: (s.mode, s.serializer.snapshot_configuration(), list(s.elements)) for n, s in self._states.items()
+        }
         captured.update({n: (m, snap, list(e)) for n, (m, snap, e) in self._restored.items()})
 
         def write(cancelled: Callable[[], bool]) -> OperatorStateHandle | None:
@@ -211,5 +212,3 @@ def _resolve(
         reader = restore_serializer(old)
         return new, [new.serialize(reader.deserialize(e)) for e in elements]
     return new, elements
-
-

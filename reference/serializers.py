@@ -14,7 +14,6 @@ from typing import Any, ClassVar, TypeVar
 
 import mmh3
 import msgpack
-
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, VoidNamespace
@@ -57,7 +56,7 @@ class BaseSerializer:
 
     @classmethod
     def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
-        return cls()  # type: ignore[return-value]
+        return cls()
 
     def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
         if old.serializer_id != self.serializer_id:
@@ -69,7 +68,7 @@ class BaseSerializer:
         return SchemaCompatibility.as_is()
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.snapshot_configuration() == self.snapshot_configuration()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.snapshot_configuration() == self.snapshot_configuration()
 
     def __hash__(self) -> int:
         return hash((self.serializer_id, repr(self.config())))
@@ -174,7 +173,7 @@ class MsgpackSerializer(BaseSerializer):
     serializer_id = "msgpack"
 
     def serialize(self, value: Any) -> bytes:
-        return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+        return msgpack.packb(value, use_bin_type=True)
 
     def deserialize(self, data: bytes) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
@@ -191,20 +190,20 @@ class TupleSerializer(BaseSerializer):
     def serialize(self, value: Sequence[Any]) -> bytes:
         if len(value) != len(self.fields):
             raise ValueError(f"TupleSerializer: expected {len(self.fields)} fields, got {len(value)}")
-        return msgpack.packb([f.serialize(v) for f, v in zip(self.fields, value)], use_bin_type=True)  # type: ignore[no-any-return]
+        return msgpack.packb([f.serialize(v) for f, v in zip(self.fields, value, strict=False)], use_bin_type=True)
 
     def deserialize(self, data: bytes) -> tuple[Any, ...]:
         parts = msgpack.unpackb(data)
         if not isinstance(parts, list) or len(parts) != len(self.fields):
             raise ValueError(f"TupleSerializer: expected {len(self.fields)} fields")
-        return tuple(f.deserialize(p) for f, p in zip(self.fields, parts))
+        return tuple(f.deserialize(p) for f, p in zip(self.fields, parts, strict=False))
 
     def config(self) -> dict[str, Any]:
         return {"fields": [f.snapshot_configuration().to_plain() for f in self.fields]}
 
     @classmethod
     def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
-        return cls(*(restore_serializer(SerializerSnapshot.from_plain(f)) for f in snapshot.config["fields"]))  # type: ignore[return-value]
+        return cls(*(restore_serializer(SerializerSnapshot.from_plain(f)) for f in snapshot.config["fields"]))
 
     def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
         base = super().resolve_compatibility(old)
@@ -213,7 +212,7 @@ class TupleSerializer(BaseSerializer):
         old_fields = [SerializerSnapshot.from_plain(f) for f in old.config.get("fields", [])]
         if len(old_fields) != len(self.fields):
             return SchemaCompatibility.incompatible(f"tuple arity changed {len(old_fields)} -> {len(self.fields)}")
-        results = [f.resolve_compatibility(o) for f, o in zip(self.fields, old_fields)]
+        results = [f.resolve_compatibility(o) for f, o in zip(self.fields, old_fields, strict=False)]
         return combine_compatibility(results, lambda fs: TupleSerializer(*fs), self.fields)
 
 
@@ -239,14 +238,14 @@ class EnumSerializer(BaseSerializer):
         (ordinal,) = struct.unpack(">i", data)
         if not 0 <= ordinal < len(self.values):
             raise ValueError(f"EnumSerializer: ordinal {ordinal} out of range")
-        return self.values[ordinal]
+        return str(self.values[ordinal])
 
     def config(self) -> dict[str, Any]:
         return {"values": list(self.values)}
 
     @classmethod
     def from_snapshot(cls, snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
-        return cls(snapshot.config["values"])  # type: ignore[return-value]
+        return cls(snapshot.config["values"])
 
     def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
         base = super().resolve_compatibility(old)
@@ -275,7 +274,7 @@ class RecordSerializer(BaseSerializer):
         self.fields = tuple(fields)
 
     def serialize(self, value: Mapping[str, Any]) -> bytes:
-        return msgpack.packb(  # type: ignore[no-any-return]
+        return msgpack.packb(
             {name: ser.serialize(value.get(name, default)) for name, ser, default in self.fields},
             use_bin_type=True,
         )
@@ -284,9 +283,7 @@ class RecordSerializer(BaseSerializer):
         raw = msgpack.unpackb(data, raw=False)
         if not isinstance(raw, dict):
             raise ValueError("RecordSerializer: expected a map")
-        return {
-            name: ser.deserialize(raw[name]) if name in raw else default for name, ser, default in self.fields
-        }
+        return {name: ser.deserialize(raw[name]) if name in raw else default for name, ser, default in self.fields}
 
     def config(self) -> dict[str, Any]:
         return {
@@ -302,7 +299,7 @@ class RecordSerializer(BaseSerializer):
             (f["name"], restore_serializer(SerializerSnapshot.from_plain(f["serializer"])), f.get("default"))
             for f in snapshot.config["fields"]
         ]
-        return cls(fields)  # type: ignore[return-value]
+        return cls(fields)
 
     def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
         base = super().resolve_compatibility(old)
@@ -334,7 +331,7 @@ def combine_compatibility(
     if Compatibility.COMPATIBLE_AFTER_MIGRATION in kinds:
         return SchemaCompatibility.after_migration("a nested serializer needs migration")
     if Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER in kinds:
-        nested = [r.reconfigured or s for r, s in zip(results, current)]
+        nested = [r.reconfigured or s for r, s in zip(results, current, strict=False)]
         return SchemaCompatibility.with_reconfigured(rebuild(nested), "a nested serializer was reconfigured")
     return SchemaCompatibility.as_is()
 
@@ -361,6 +358,6 @@ def restore_serializer(snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
         raise StateMigrationError(f"malformed configuration of serializer {snapshot.serializer_id!r}: {exc}") from exc
 
 
-DEFAULT_KEY_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()  # type: ignore[assignment]
-DEFAULT_VALUE_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()  # type: ignore[assignment]
-VOID_NAMESPACE_SERIALIZER: TypeSerializer[Any] = VoidNamespaceSerializer()  # type: ignore[assignment]
+DEFAULT_KEY_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()
+DEFAULT_VALUE_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()
+VOID_NAMESPACE_SERIALIZER: TypeSerializer[Any] = VoidNamespaceSerializer()

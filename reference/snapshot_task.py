@@ -15,7 +15,9 @@ class AsyncSnapshotTask(Generic[H]):
     """Runs `write(cancelled)` once. `cancel()` before or during the run makes it raise SnapshotCancelledError;
     `write` checks `cancelled()` between units of work and discards what it wrote when it sees it."""
 
-    def __init__(self, write: Callable[[Callable[[], bool]], H | None], on_done: Callable[[AsyncSnapshotTask[H]], None]):
+    def __init__(
+        self, write: Callable[[Callable[[], bool]], H | None], on_done: Callable[[AsyncSnapshotTask[H]], None]
+    ):
         self._write = write
         self._on_done = on_done
         self._cancelled = threading.Event()

@@ -73,31 +73,57 @@ def run_word_count(
         key_group = assign_to_key_group(KEYS.key_hash(word), max_parallelism)
         _process(subtasks[operator_index_for_key_group(max_parallelism, parallelism, key_group)], word, offset)
         if offset == records // 2:
-            checkpoint_pointer = take_snapshot(subtasks, access.initialize_location_for_checkpoint(1), 1,
-                                               max_parallelism, operator_id=OPERATOR_ID)
+            checkpoint_pointer = take_snapshot(
+                subtasks,
+                access.initialize_location_for_checkpoint(1),
+                1,
+                max_parallelism,
+                operator_id=OPERATOR_ID,
+            )
         if offset % 1000 == 999:
             advance(1000)
     advance(records % 1000)
-    savepoint_pointer = take_snapshot(subtasks, access.initialize_location_for_savepoint(2, savepoint_dir), 2,
-                                      max_parallelism, operator_id=OPERATOR_ID, kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    savepoint_pointer = take_snapshot(
+        subtasks,
+        access.initialize_location_for_savepoint(2, savepoint_dir),
+        2,
+        max_parallelism,
+        operator_id=OPERATOR_ID,
+        kind=CheckpointKind.SAVEPOINT_CANONICAL,
+    )
     for s in subtasks:
         s.dispose()
 
     operator = storage.load_checkpoint(savepoint_pointer).operator(OPERATOR_ID)
     expected = Counter(words)
     restored: dict[str, int] = {}
-    for subtask in create_subtasks(backend, KEYS, restored_parallelism, max_parallelism, job_id=job_id,
-                                   operator_id=OPERATOR_ID, restore_from=operator):
+    for subtask in create_subtasks(
+        backend,
+        KEYS,
+        restored_parallelism,
+        max_parallelism,
+        job_id=job_id,
+        operator_id=OPERATOR_ID,
+        restore_from=operator,
+    ):
         count = subtask.keyed.get_or_create_state(COUNT)
         for word in list(subtask.keyed.get_keys(COUNT.name, VOID_NAMESPACE)):
             subtask.keyed.set_current_key(word)
             restored[word] = count.value()
         subtask.dispose()
-    mismatches = {
-        w: (n, restored.get(w)) for w, n in expected.items() if restored.get(w) != n
-    } | {w: (0, n) for w, n in restored.items() if w not in expected}
-    return JobReport(records, len(expected), parallelism, restored_parallelism, checkpoint_pointer,
-                     savepoint_pointer, operator.state_size, mismatches)
+    mismatches = {w: (n, restored.get(w)) for w, n in expected.items() if restored.get(w) != n} | {
+        w: (0, n) for w, n in restored.items() if w not in expected
+    }
+    return JobReport(
+        records,
+        len(expected),
+        parallelism,
+        restored_parallelism,
+        checkpoint_pointer,
+        savepoint_pointer,
+        operator.state_size,
+        mismatches,
+    )
 
 
 def _process(subtask: Subtask, word: str, offset: int) -> None:

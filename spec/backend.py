@@ -41,8 +41,8 @@ class StateBackend(Protocol):
 class ConfigurableStateBackend(StateBackend, Protocol):
     """A backend that takes settings from job/cluster configuration; its explicit settings win (LD-2)."""
 
-    def configure(self, config: Mapping[str, str]) -> StateBackend: ...
+    def configure(self, config: Mapping[str, object]) -> StateBackend: ...
 
 
-StateBackendFactory = Callable[[Mapping[str, str]], StateBackend]
+StateBackendFactory = Callable[[Mapping[str, object]], StateBackend]
 """What an entry point in `statecert.state_backends` or a `module:attr` path names (LD-3)."""

@@ -10,10 +10,9 @@ import enum
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Union
+from typing import IO
 
 import fsspec
-
 from statecert.spec.keygroups import KeyGroupRange
 
 
@@ -43,7 +42,7 @@ class FileStateHandle:
         return fsspec.open(self.path, "rb").open()  # type: ignore[no-any-return]
 
 
-StreamStateHandle = Union[ByteStreamStateHandle, FileStateHandle]
+StreamStateHandle = ByteStreamStateHandle | FileStateHandle
 
 CANONICAL_FORMAT = "canonical"
 

@@ -32,6 +32,9 @@ class CheckpointOptions:
     snapshot_type: SnapshotType = SnapshotType.CHECKPOINT
 
 
+DEFAULT_CHECKPOINT_OPTIONS = CheckpointOptions()
+
+
 @dataclass(frozen=True)
 class KeyedBackendParameters(Generic[K]):
     """Everything a keyed backend is created with; `restore_state` may hold handles of any ranges (KB-RESTORE-1)."""
@@ -89,7 +92,10 @@ class KeyedStateBackend(Protocol[K]):
         ...
 
     def get_partitioned_state(
-        self, namespace: Any, descriptor: StateDescriptor, namespace_serializer: TypeSerializer[Any] | None = None
+        self,
+        namespace: Any,
+        descriptor: StateDescriptor,
+        namespace_serializer: TypeSerializer[Any] | None = None,
     ) -> Any: ...
 
     def get_keys(self, state_name: str, namespace: Any) -> Iterator[K]:

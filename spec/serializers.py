@@ -73,7 +73,10 @@ class SchemaCompatibility(Generic[T]):
 class TypeSerializer(Protocol[T]):
     """Bytes <-> values for one type (SER-1). Deserializing untrusted bytes must never execute code (SER-8)."""
 
-    serializer_id: str
+    @property
+    def serializer_id(self) -> str:
+        """The registry id written into snapshots (SER-4)."""
+        ...
 
     def serialize(self, value: T) -> bytes: ...
 

@@ -16,7 +16,10 @@ V = TypeVar("V")
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
 OUT = TypeVar("OUT")
-N = TypeVar("N")
+IN_contra = TypeVar("IN_contra", contravariant=True)
+OUT_co = TypeVar("OUT_co", covariant=True)
+K_co = TypeVar("K_co", covariant=True)
+V_co = TypeVar("V_co", covariant=True)
 
 
 class StateKind(str, enum.Enum):
@@ -99,14 +102,14 @@ class ManualClock:
         self._now += ms
 
 
-class AggregateFunction(Protocol[IN, ACC, OUT]):
+class AggregateFunction(Protocol[IN_contra, ACC, OUT_co]):
     """Flink's AggregateFunction: accumulate inputs, merge accumulators, extract a result (KS-AGG-1)."""
 
     def create_accumulator(self) -> ACC: ...
 
-    def add(self, value: IN, accumulator: ACC) -> ACC: ...
+    def add(self, value: IN_contra, accumulator: ACC) -> ACC: ...
 
-    def get_result(self, accumulator: ACC) -> OUT: ...
+    def get_result(self, accumulator: ACC) -> OUT_co: ...
 
     def merge(self, a: ACC, b: ACC) -> ACC: ...
 
@@ -207,7 +210,7 @@ class ListState(State, Protocol[T]):
     def update(self, values: Iterable[T]) -> None: ...
 
 
-class MapStateIterator(Iterator[tuple[K, V]], Protocol[K, V]):
+class MapStateIterator(Iterator[tuple[K_co, V_co]], Protocol[K_co, V_co]):
     def remove(self) -> None:
         """Remove the entry last returned; a second call for the same entry raises IllegalStateError (KS-MAP-5)."""
         ...
@@ -241,10 +244,10 @@ class ReducingState(State, Protocol[T]):
     def add(self, value: T) -> None: ...
 
 
-class AggregatingState(State, Protocol[IN, OUT]):
-    def get(self) -> OUT | None: ...
+class AggregatingState(State, Protocol[IN_contra, OUT_co]):
+    def get(self) -> OUT_co | None: ...
 
-    def add(self, value: IN) -> None: ...
+    def add(self, value: IN_contra) -> None: ...
 
 
 class MergingState(State, Protocol):

@@ -50,8 +50,7 @@ class CheckpointStateOutputStream(Protocol):
 class CheckpointStreamFactory(Protocol):
     """Creates state output streams for one checkpoint location (CS-3)."""
 
-    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> CheckpointStateOutputStream:
-        ...
+    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> CheckpointStateOutputStream: ...
 
 
 class CheckpointStorageLocation(CheckpointStreamFactory, Protocol):

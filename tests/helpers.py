@@ -7,8 +7,8 @@ from typing import Any
 
 from statecert.reference.serializers import StringSerializer
 from statecert.spec.handles import KeyedStateHandle
-from statecert.spec.keygroups import KeyGroupRange, key_group_range_for_operator
 from statecert.spec.keyed_backend import KeyedBackendParameters
+from statecert.spec.keygroups import KeyGroupRange, key_group_range_for_operator
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import Clock, SystemClock
 

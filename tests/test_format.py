@@ -12,9 +12,9 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.format.metadata_codec import MAGIC, decode_metadata, encode_metadata
+from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -37,7 +37,7 @@ from statecert.spec.handles import (
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
-from statecert.reference.rescale import keyed_handles_for_subtask
+
 from tests.conftest import BACKENDS
 from tests.helpers import keyed_backend
 
@@ -71,8 +71,12 @@ def metadata(draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT) 
             offsets = tuple(draw(st.lists(st.integers(0, 2**40), min_size=end - start + 1, max_size=end - start + 1)))
             keyed = KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, draw(streams(directory)))
             operator = OperatorStateHandle(
-                {draw(st.text(max_size=8)): OperatorStatePartitions(draw(st.sampled_from(list(OperatorStateMode))),
-                                                                    tuple(draw(st.lists(st.integers(0, 10**6)))))},
+                {
+                    draw(st.text(max_size=8)): OperatorStatePartitions(
+                        draw(st.sampled_from(list(OperatorStateMode))),
+                        tuple(draw(st.lists(st.integers(0, 10**6)))),
+                    )
+                },
                 draw(streams(directory)),
             )
             subtasks[i] = OperatorSubtaskState((keyed,), (operator,))
@@ -91,9 +95,13 @@ def test_metadata_round_trips(meta: CheckpointMetadata) -> None:
 @pytest.mark.requirement("FMT-3")
 @given(metadata(CheckpointKind.SAVEPOINT_CANONICAL))
 def test_version_1_encoding_stays_readable(meta: CheckpointMetadata) -> None:
-    shared = [h for op in meta.operators for st_ in op.subtask_states.values()
-              for h in (*st_.managed_keyed_state, *st_.managed_operator_state)
-              if isinstance(h.delegate, FileStateHandle) and "/shared/" in h.delegate.path]
+    shared = [
+        h
+        for op in meta.operators
+        for st_ in op.subtask_states.values()
+        for h in (*st_.managed_keyed_state, *st_.managed_operator_state)
+        if isinstance(h.delegate, FileStateHandle) and "/shared/" in h.delegate.path
+    ]
     if shared:
         return  # savepoints reference nothing outside their directory
     data = encode_metadata(meta, DIRECTORY, version=1)
@@ -147,16 +155,43 @@ def craft(plain: Any) -> bytes:
 
 def plain_with_path(path: str, kind: str = "savepoint-canonical") -> dict[str, Any]:
     stream = {"type": "file", "path": path, "size": 1}
-    keyed = {"type": "key-groups", "start": 0, "end": 0, "offsets": [0], "format": "canonical", "stream": stream}
-    return {"checkpoint_id": 1, "kind": kind, "timestamp_ms": 0, "operators": [
-        {"id": "op", "parallelism": 1, "max_parallelism": 1, "subtasks": [{"index": 0, "keyed": [keyed], "operator": []}]}]}
+    keyed = {
+        "type": "key-groups",
+        "start": 0,
+        "end": 0,
+        "offsets": [0],
+        "format": "canonical",
+        "stream": stream,
+    }
+    return {
+        "checkpoint_id": 1,
+        "kind": kind,
+        "timestamp_ms": 0,
+        "operators": [
+            {
+                "id": "op",
+                "parallelism": 1,
+                "max_parallelism": 1,
+                "subtasks": [{"index": 0, "keyed": [keyed], "operator": []}],
+            }
+        ],
+    }
 
 
 @pytest.mark.requirement("FMT-10")
-@pytest.mark.parametrize("path", ["../other/file", "../../etc/passwd", "/etc/passwd", "file:///etc/passwd",
-                                  "a/../../b", "s3://bucket/key"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../other/file",
+        "../../etc/passwd",
+        "/etc/passwd",
+        "file:///etc/passwd",
+        "a/../../b",
+        "s3://bucket/key",
+    ],
+)
 def test_paths_escaping_the_savepoint_are_refused(path: str) -> None:
-    with pytest.raises(UnsafePathError, match="escapes|not a relative path"):
+    with pytest.raises(UnsafePathError, match=r"escapes|not a relative path"):
         decode_metadata(craft(plain_with_path(path)), "sp/_metadata", "file:///data/sp")
 
 
@@ -169,16 +204,19 @@ def test_checkpoint_may_reference_its_jobs_shared_state_only() -> None:
 
 
 @pytest.mark.requirement("FMT-8")
-@pytest.mark.parametrize("mutate", [
-    lambda p: p.update(checkpoint_id="one"),
-    lambda p: p.update(kind="weird"),
-    lambda p: p["operators"][0].update(parallelism=0),
-    lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(type="quantum"),
-    lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(offsets=[0, 1, 2]),
-    lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(offsets=[-4]),
-    lambda p: p["operators"][0]["subtasks"][0].update(index=9),
-    lambda p: p.pop("operators"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: p.update(checkpoint_id="one"),
+        lambda p: p.update(kind="weird"),
+        lambda p: p["operators"][0].update(parallelism=0),
+        lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(type="quantum"),
+        lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(offsets=[0, 1, 2]),
+        lambda p: p["operators"][0]["subtasks"][0]["keyed"][0].update(offsets=[-4]),
+        lambda p: p["operators"][0]["subtasks"][0].update(index=9),
+        lambda p: p.pop("operators"),
+    ],
+)
 def test_malformed_payload_is_a_format_error(mutate: Any) -> None:
     plain = plain_with_path("x")
     mutate(plain)
@@ -187,8 +225,9 @@ def test_malformed_payload_is_a_format_error(mutate: Any) -> None:
 
 
 # -- on storage ------------------------------------------------------------------------------------------------------
-def savepoint(storage: FileSystemCheckpointStorage, state_backend: Any, parallelism: int = 4,
-              keys: int = 300) -> tuple[str, dict[str, int]]:
+def savepoint(
+    storage: FileSystemCheckpointStorage, state_backend: Any, parallelism: int = 4, keys: int = 300
+) -> tuple[str, dict[str, int]]:
     subtasks = create_subtasks(state_backend, KEYS, parallelism, 128)
     expected = {}
     for i in range(keys):
@@ -214,8 +253,9 @@ def counts(state_backend: Any, operator: OperatorState, parallelism: int) -> dic
 
 @pytest.mark.requirement("FMT-9", "SP-4")
 def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"),
-                                          file_state_size_threshold=100)
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=100
+    )
     pointer, expected = savepoint(storage, state_backend)
     original = Path(pointer.removeprefix("file://"))
     moved = tmp_path / "archive" / "moved-savepoint"
@@ -261,7 +301,9 @@ def test_failed_metadata_write_leaves_no_checkpoint(tmp_path: Path, faulty_fs: A
 
 @pytest.mark.requirement("FMT-6")
 def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Path) -> None:
-    storage = FileSystemCheckpointStorage(str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0)
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
     pointer, expected = savepoint(storage, state_backend, parallelism=1)
     metadata = load_checkpoint_metadata(pointer)
     handle = metadata.operators[0].subtask_states[0].managed_keyed_state[0]
@@ -271,8 +313,9 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
     data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
     path.write_bytes(bytes(data))
     operator = metadata.operators[0]
-    with keyed_backend(state_backend, parallelism=2, index=0,
-                       restore=keyed_handles_for_subtask(operator, 2, 0)) as first_half:
+    with keyed_backend(
+        state_backend, parallelism=2, index=0, restore=keyed_handles_for_subtask(operator, 2, 0)
+    ) as first_half:
         state = first_half.get_or_create_state(COUNT)
         restored = {}
         for key in list(first_half.get_keys("count", VOID_NAMESPACE)):
@@ -285,7 +328,9 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
 
 @pytest.mark.requirement("FMT-8")
 def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path) -> None:
-    storage = FileSystemCheckpointStorage(str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0)
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
     pointer, _ = savepoint(storage, state_backend, parallelism=1)
     handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
     path = Path(handle.delegate.path.removeprefix("file://"))
@@ -304,8 +349,14 @@ def test_golden_version_1_savepoint_restores(tmp_path: Path, backend_name: str, 
     assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL
     seen: dict[str, Any] = {}
     offsets: list[int] = []
-    for s in create_subtasks(BACKENDS[backend_name](), KEYS, parallelism, 128, operator_id="counts",
-                             restore_from=metadata.operator("counts")):
+    for s in create_subtasks(
+        BACKENDS[backend_name](),
+        KEYS,
+        parallelism,
+        128,
+        operator_id="counts",
+        restore_from=metadata.operator("counts"),
+    ):
         count = s.keyed.get_or_create_state(COUNT)
         lst = s.keyed.get_or_create_state(ListStateDescriptor("seen", element_serializer=LongSerializer()))
         for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):

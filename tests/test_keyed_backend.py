@@ -7,7 +7,6 @@ from typing import Any
 
 import fsspec
 import pytest
-
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import (
     BackendClosedError,
@@ -24,6 +23,7 @@ from statecert.spec.state import (
     TtlConfig,
     ValueStateDescriptor,
 )
+
 from tests.helpers import keyed_backend, location_for, snapshot_now
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
@@ -40,7 +40,9 @@ def contents(backend: Any) -> dict[tuple[str, str], Any]:
         state = backend.get_or_create_state(descriptor)
         for key in _keys(backend, descriptor.name):
             backend.set_current_key(key)
-            value = state.value() if descriptor is VALUE else state.get() if descriptor is LIST else sorted(state.items())
+            value = (
+                state.value() if descriptor is VALUE else state.get() if descriptor is LIST else sorted(state.items())
+            )
             out[(descriptor.name, key)] = value
     return out
 
@@ -116,7 +118,7 @@ def test_concurrent_snapshots_each_reflect_their_own_point(state_backend: Any, s
         second = backend.snapshot(2, 0, location_for(storage, 2))
         fill(backend, range(30), tag="y")
         handles = (second.run(), first.run())
-    for handle, expected in zip(handles, (second_expected, first_expected)):
+    for handle, expected in zip(handles, (second_expected, first_expected), strict=False):
         with restore(state_backend, handle) as restored:
             assert contents(restored) == expected
 
@@ -205,6 +207,7 @@ def test_closed_backend_refuses_access(state_backend: Any, storage: Any) -> None
 
 # -- schema evolution on restore ---------------------------------------------------------------------------------
 
+
 def _snapshot_with(state_backend: Any, storage: Any, descriptor: Any, value: Any, **kwargs: Any) -> Any:
     with keyed_backend(state_backend, **kwargs) as backend:
         backend.set_current_key("k")
@@ -219,12 +222,17 @@ def test_value_migrates_on_restore(state_backend: Any, storage: Any) -> None:
     handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("p", serializer=v1), {"name": "ada"})
     with restore(state_backend, handle) as restored:
         restored.set_current_key("k")
-        assert restored.get_or_create_state(ValueStateDescriptor("p", serializer=v2)).value() == {"name": "ada", "visits": 0}
+        assert restored.get_or_create_state(ValueStateDescriptor("p", serializer=v2)).value() == {
+            "name": "ada",
+            "visits": 0,
+        }
 
 
 @pytest.mark.requirement("SER-3")
 def test_reconfigured_value_serializer_reads_old_state(state_backend: Any, storage: Any) -> None:
-    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("e", serializer=EnumSerializer(["a", "b"])), "b")
+    handle = _snapshot_with(
+        state_backend, storage, ValueStateDescriptor("e", serializer=EnumSerializer(["a", "b"])), "b"
+    )
     with restore(state_backend, handle) as restored:
         restored.set_current_key("k")
         state = restored.get_or_create_state(ValueStateDescriptor("e", serializer=EnumSerializer(["z", "a", "b"])))
@@ -250,17 +258,26 @@ def test_key_serializer_migration_fails_restore(state_backend: Any, storage: Any
 @pytest.mark.requirement("TTL-5")
 @pytest.mark.parametrize(("before", "after"), [(None, TtlConfig(10)), (TtlConfig(10), None)])
 def test_ttl_cannot_be_switched_on_restore(state_backend: Any, storage: Any, before: Any, after: Any) -> None:
-    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("t", ttl=before, serializer=LongSerializer()), 1)
+    handle = _snapshot_with(
+        state_backend, storage, ValueStateDescriptor("t", ttl=before, serializer=LongSerializer()), 1
+    )
     with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError, match="TTL"):
         restored.get_or_create_state(ValueStateDescriptor("t", ttl=after, serializer=LongSerializer()))
 
 
 @pytest.mark.requirement("TTL-5")
 def test_ttl_duration_may_change(state_backend: Any, storage: Any) -> None:
-    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor("t", ttl=TtlConfig(10**9), serializer=LongSerializer()), 1)
+    handle = _snapshot_with(
+        state_backend,
+        storage,
+        ValueStateDescriptor("t", ttl=TtlConfig(10**9), serializer=LongSerializer()),
+        1,
+    )
     with restore(state_backend, handle) as restored:
         restored.set_current_key("k")
-        state = restored.get_or_create_state(ValueStateDescriptor("t", ttl=TtlConfig(2 * 10**9), serializer=LongSerializer()))
+        state = restored.get_or_create_state(
+            ValueStateDescriptor("t", ttl=TtlConfig(2 * 10**9), serializer=LongSerializer())
+        )
         assert state.value() == 1
 
 
@@ -270,8 +287,15 @@ def test_backend_is_a_factory_declaring_capabilities(state_backend: Any) -> None
 
     assert isinstance(state_backend, StateBackend)
     caps = state_backend.capabilities
-    for name in ("async_snapshots", "incremental_checkpoints", "canonical_savepoints", "rescaling",
-                 "operator_state", "ttl", "schema_evolution"):
+    for name in (
+        "async_snapshots",
+        "incremental_checkpoints",
+        "canonical_savepoints",
+        "rescaling",
+        "operator_state",
+        "ttl",
+        "schema_evolution",
+    ):
         assert isinstance(getattr(caps, name), bool), f"capabilities.{name}"
 
 

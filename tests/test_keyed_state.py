@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.state import (
@@ -19,6 +18,7 @@ from statecert.spec.state import (
     TtlUpdateType,
     ValueStateDescriptor,
 )
+
 from tests.helpers import keyed_backend
 
 NS = StringSerializer()
@@ -92,8 +92,13 @@ def test_clear_leaves_no_entry(backend: Any, descriptor: Any) -> None:
     state = backend.get_or_create_state(descriptor)
     for key in ("a", "b"):
         backend.set_current_key(key)
-        {"value": lambda: state.update(1), "list": lambda: state.add("x"), "map": lambda: state.put("x", 1),
-         "reducing": lambda: state.add(1), "aggregating": lambda: state.add(1)}[descriptor.kind.value]()
+        {
+            "value": lambda: state.update(1),
+            "list": lambda: state.add("x"),
+            "map": lambda: state.put("x", 1),
+            "reducing": lambda: state.add(1),
+            "aggregating": lambda: state.add(1),
+        }[descriptor.kind.value]()
     assert backend.num_state_entries(descriptor.name) == 2
     state.clear()
     assert backend.num_state_entries(descriptor.name) == 1, "clear() of key b left its entry"
@@ -238,11 +243,14 @@ MERGE_CASES = {
 @pytest.mark.parametrize("case", sorted(MERGE_CASES))
 @pytest.mark.parametrize("kind", ["list", "reducing", "aggregating"])
 def test_merge_namespaces(backend: Any, case: str, kind: str) -> None:
-    descriptor = {"list": ListStateDescriptor("ml", element_serializer=LongSerializer()),
-                  "reducing": REDUCING, "aggregating": AGGREGATING}[kind]
+    descriptor = {
+        "list": ListStateDescriptor("ml", element_serializer=LongSerializer()),
+        "reducing": REDUCING,
+        "aggregating": AGGREGATING,
+    }[kind]
     backend.set_current_key("k")
     state = backend.get_or_create_state(descriptor, NS)
-    contents = dict(zip(("t", "s1", "s2"), MERGE_CASES[case]))
+    contents = dict(zip(("t", "s1", "s2"), MERGE_CASES[case], strict=False))
     for ns, values in contents.items():
         state.set_current_namespace(ns)
         for v in values:
@@ -276,7 +284,12 @@ def test_key_iteration_per_namespace(backend: Any) -> None:
     assert sorted(backend.get_keys("v", "w1")) == ["a", "b", "c"]
     assert sorted(backend.get_keys("v", "w2")) == ["a", "b"]
     assert sorted(backend.get_keys_and_namespaces("v")) == [
-        ("a", "w1"), ("a", "w2"), ("b", "w1"), ("b", "w2"), ("c", "w1")]
+        ("a", "w1"),
+        ("a", "w2"),
+        ("b", "w1"),
+        ("b", "w2"),
+        ("c", "w1"),
+    ]
 
 
 def ttl_backend(state_backend: Any, clock: ManualClock) -> Any:
@@ -310,12 +323,14 @@ def test_return_expired_if_not_cleaned_up(state_backend: Any, clock: ManualClock
 
 @pytest.mark.requirement("TTL-2")
 @pytest.mark.parametrize("update_type", list(TtlUpdateType))
-def test_reads_refresh_only_with_on_read_and_write(state_backend: Any, clock: ManualClock,
-                                                   update_type: TtlUpdateType) -> None:
+def test_reads_refresh_only_with_on_read_and_write(
+    state_backend: Any, clock: ManualClock, update_type: TtlUpdateType
+) -> None:
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")
         state = backend.get_or_create_state(
-            ValueStateDescriptor("t", ttl=TtlConfig(100, update_type), serializer=LongSerializer()))
+            ValueStateDescriptor("t", ttl=TtlConfig(100, update_type), serializer=LongSerializer())
+        )
         state.update(1)
         clock.advance(60)
         assert state.value() == 1
@@ -328,9 +343,17 @@ def test_reads_refresh_only_with_on_read_and_write(state_backend: Any, clock: Ma
 def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")
-        lst = backend.get_or_create_state(ListStateDescriptor("tl", ttl=TtlConfig(100), element_serializer=LongSerializer()))
-        mp = backend.get_or_create_state(MapStateDescriptor("tm", ttl=TtlConfig(100), user_key_serializer=StringSerializer(),
-                                                            user_value_serializer=LongSerializer()))
+        lst = backend.get_or_create_state(
+            ListStateDescriptor("tl", ttl=TtlConfig(100), element_serializer=LongSerializer())
+        )
+        mp = backend.get_or_create_state(
+            MapStateDescriptor(
+                "tm",
+                ttl=TtlConfig(100),
+                user_key_serializer=StringSerializer(),
+                user_value_serializer=LongSerializer(),
+            )
+        )
         lst.add(1)
         mp.put("old", 1)
         clock.advance(60)

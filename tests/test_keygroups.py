@@ -10,7 +10,6 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.keygroups import (
     KeyGroupRange,
@@ -34,6 +33,7 @@ def _int32(x: int) -> int:
 
 def java_murmur_hash(code: int) -> int:
     """Flink's MathUtils.murmurHash, transcribed line by line from the Java source (the oracle)."""
+
     def rotl(x: int, r: int) -> int:
         return ((x << r) | (x >> (32 - r))) & M32
 
@@ -57,8 +57,10 @@ def java_murmur_hash(code: int) -> int:
 
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode as the power sum s[0]*31^(n-1) + ... over UTF-16 code units."""
-    units = [int.from_bytes(s.encode("utf-16-be", "surrogatepass")[i : i + 2], "big")
-             for i in range(0, len(s.encode("utf-16-be", "surrogatepass")), 2)]
+    units = [
+        int.from_bytes(s.encode("utf-16-be", "surrogatepass")[i : i + 2], "big")
+        for i in range(0, len(s.encode("utf-16-be", "surrogatepass")), 2)
+    ]
     n = len(units)
     return _int32(sum(u * 31 ** (n - 1 - i) for i, u in enumerate(units)))
 
@@ -103,9 +105,11 @@ def test_key_groups_identical_across_interpreter_runs() -> None:
         env = {**os.environ, "PYTHONHASHSEED": seed}
         out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout))
-    here = ([assign_to_key_group(StringSerializer().key_hash(f"k{i}"), 128) for i in range(200)]
-            + [assign_to_key_group(LongSerializer().key_hash(i), 128) for i in range(200)]
-            + [assign_to_key_group(MsgpackSerializer().key_hash(["t", i]), 128) for i in range(200)])
+    here = (
+        [assign_to_key_group(StringSerializer().key_hash(f"k{i}"), 128) for i in range(200)]
+        + [assign_to_key_group(LongSerializer().key_hash(i), 128) for i in range(200)]
+        + [assign_to_key_group(MsgpackSerializer().key_hash(["t", i]), 128) for i in range(200)]
+    )
     assert runs[0] == runs[1] == runs[2] == here, "key groups differ between interpreter runs with other hash seeds"
 
 
@@ -132,8 +136,9 @@ def test_bounds_are_accepted() -> None:
 
 
 @pytest.mark.requirement("KG-5")
-@pytest.mark.parametrize(("parallelism", "expected"), [(1, 128), (85, 128), (86, 256), (100, 256),
-                                                       (1000, 2048), (30000, 32768)])
+@pytest.mark.parametrize(
+    ("parallelism", "expected"), [(1, 128), (85, 128), (86, 256), (100, 256), (1000, 2048), (30000, 32768)]
+)
 def test_default_max_parallelism_follows_flink(parallelism: int, expected: int) -> None:
     assert compute_default_max_parallelism(parallelism) == expected, f"compute_default_max_parallelism({parallelism})"
 

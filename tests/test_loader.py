@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.loader import load_checkpoint_storage, load_state_backend
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.spec.errors import DynamicCodeLoadingError, IllegalConfigurationError, UnknownStateBackendError
 
-PLUGIN = '''
+PLUGIN = """
 from statecert.reference.heap.backend import HashMapStateBackend
 
 class NamedBackend(HashMapStateBackend):
@@ -37,7 +36,7 @@ def not_a_backend(config):
     return 42
 
 NOT_CALLABLE = 7
-'''
+"""
 
 
 @pytest.fixture
@@ -47,13 +46,15 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     dist = tmp_path / "sc_plugin_backend-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sc-plugin-backend\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(textwrap.dedent("""
+    (dist / "entry_points.txt").write_text(
+        textwrap.dedent("""
         [statecert.state_backends]
         plugin = sc_plugin_backend:factory
         broken = sc_plugin_backend_missing:factory
         [statecert.checkpoint_storages]
         plugin-storage = statecert.reference.storage.jobmanager:JobManagerCheckpointStorage.from_config
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "sc_plugin_backend"
 
@@ -65,8 +66,9 @@ def test_default_is_hashmap() -> None:
 
 @pytest.mark.requirement("LD-1", "LD-3")
 def test_job_config_beats_cluster_config(plugin: str) -> None:
-    backend = load_state_backend(job_config={"state.backend.type": "plugin"},
-                                 cluster_config={"state.backend.type": "hashmap"})
+    backend = load_state_backend(
+        job_config={"state.backend.type": "plugin"}, cluster_config={"state.backend.type": "hashmap"}
+    )
     assert backend.name == "from-factory"
     assert load_state_backend(cluster_config={"state.backend.type": "plugin"}).name == "from-factory"
 
@@ -76,8 +78,9 @@ def test_application_backend_beats_config_and_keeps_its_settings(plugin: str) ->
     import sc_plugin_backend  # type: ignore[import-not-found]
 
     app = sc_plugin_backend.NamedBackend("app", {"custom.a": "app"})
-    backend: Any = load_state_backend(app, job_config={"state.backend.type": "hashmap", "custom.a": "job",
-                                                       "custom.b": "job"})
+    backend: Any = load_state_backend(
+        app, job_config={"state.backend.type": "hashmap", "custom.a": "job", "custom.b": "job"}
+    )
     assert backend.name == "app", "the application's backend must win over the configured type"
     assert backend.settings == {"custom.a": "app", "custom.b": "job"}, "explicit settings win, unset ones are filled"
     plain = HashMapStateBackend()
@@ -97,13 +100,16 @@ def test_unknown_name_lists_known_names() -> None:
 
 
 @pytest.mark.requirement("LD-5")
-@pytest.mark.parametrize(("name", "message"), [
-    ("no_such_module_xyz:factory", "cannot be imported"),
-    ("sc_plugin_backend:missing", "has no attribute"),
-    ("sc_plugin_backend:NOT_CALLABLE", "not callable"),
-    ("sc_plugin_backend:not_a_backend", "not a StateBackend"),
-    ("broken", "cannot be loaded"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("no_such_module_xyz:factory", "cannot be imported"),
+        ("sc_plugin_backend:missing", "has no attribute"),
+        ("sc_plugin_backend:NOT_CALLABLE", "not callable"),
+        ("sc_plugin_backend:not_a_backend", "not a StateBackend"),
+        ("broken", "cannot be loaded"),
+    ],
+)
 def test_code_that_cannot_be_loaded(plugin: str, name: str, message: str) -> None:
     with pytest.raises(DynamicCodeLoadingError, match=message):
         load_state_backend(job_config={"state.backend.type": name})
@@ -116,12 +122,18 @@ def test_factory_error_propagates(plugin: str) -> None:
 
 
 @pytest.mark.requirement("LD-6")
-@pytest.mark.parametrize(("config", "key"), [
-    ({"state.checkpoint-storage": "filesystem"}, "state.checkpoints.dir"),
-    ({"state.checkpoints.dir": "/tmp/x", "state.storage.fs.memory-threshold": "lots"}, "memory-threshold"),
-    ({"state.checkpoints.dir": "/tmp/x", "state.storage.fs.memory-threshold": "2gb"}, "memory-threshold"),
-    ({"state.backend.type": ""}, "state.backend.type"),
-])
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"state.checkpoint-storage": "filesystem"}, "state.checkpoints.dir"),
+        (
+            {"state.checkpoints.dir": "/tmp/x", "state.storage.fs.memory-threshold": "lots"},
+            "memory-threshold",
+        ),
+        ({"state.checkpoints.dir": "/tmp/x", "state.storage.fs.memory-threshold": "2gb"}, "memory-threshold"),
+        ({"state.backend.type": ""}, "state.backend.type"),
+    ],
+)
 def test_invalid_configuration_names_the_key(config: dict[str, str], key: str) -> None:
     with pytest.raises(IllegalConfigurationError, match=key.replace(".", r"\.")):
         load_state_backend(job_config=config)
@@ -131,23 +143,30 @@ def test_invalid_configuration_names_the_key(config: dict[str, str], key: str) -
 @pytest.mark.requirement("LD-7")
 def test_storage_selection(plugin: str, tmp_path: Path) -> None:
     assert isinstance(load_checkpoint_storage(), JobManagerCheckpointStorage)
-    fs_storage = load_checkpoint_storage(job_config={"state.checkpoints.dir": str(tmp_path),
-                                                     "state.storage.fs.memory-threshold": "1kb"})
+    fs_storage = load_checkpoint_storage(
+        job_config={"state.checkpoints.dir": str(tmp_path), "state.storage.fs.memory-threshold": "1kb"}
+    )
     assert isinstance(fs_storage, FileSystemCheckpointStorage) and fs_storage.file_state_size_threshold == 1024
-    jm = load_checkpoint_storage(job_config={"state.checkpoints.dir": str(tmp_path),
-                                             "state.checkpoint-storage": "jobmanager"})
+    jm = load_checkpoint_storage(
+        job_config={"state.checkpoints.dir": str(tmp_path), "state.checkpoint-storage": "jobmanager"}
+    )
     assert isinstance(jm, JobManagerCheckpointStorage) and jm.is_durable
-    assert isinstance(load_checkpoint_storage(job_config={"state.checkpoint-storage": "plugin-storage"}),
-                      JobManagerCheckpointStorage)
+    assert isinstance(
+        load_checkpoint_storage(job_config={"state.checkpoint-storage": "plugin-storage"}),
+        JobManagerCheckpointStorage,
+    )
     app = FileSystemCheckpointStorage(str(tmp_path / "app"))
-    chosen = load_checkpoint_storage(app, job_config={"state.checkpoints.dir": "/elsewhere",
-                                                      "state.savepoints.dir": str(tmp_path / "sp")})
+    chosen = load_checkpoint_storage(
+        app, job_config={"state.checkpoints.dir": "/elsewhere", "state.savepoints.dir": str(tmp_path / "sp")}
+    )
     assert chosen.checkpoint_dir == app.checkpoint_dir and chosen.savepoint_dir == f"file://{tmp_path}/sp"
 
 
 @pytest.mark.requirement("LD-8")
-@pytest.mark.parametrize(("legacy", "storage_type"), [("jobmanager", JobManagerCheckpointStorage),
-                                                      ("filesystem", FileSystemCheckpointStorage)])
+@pytest.mark.parametrize(
+    ("legacy", "storage_type"),
+    [("jobmanager", JobManagerCheckpointStorage), ("filesystem", FileSystemCheckpointStorage)],
+)
 def test_legacy_names_warn_and_imply_storage(legacy: str, storage_type: type, tmp_path: Path) -> None:
     config = {"state.backend.type": legacy, "state.checkpoints.dir": str(tmp_path)}
     with pytest.warns(DeprecationWarning, match="deprecated"):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import OperatorStateHandle, OperatorStateMode
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import ListStateDescriptor
+
 from tests.helpers import location_for
 
 SPLIT = ListStateDescriptor("offsets", element_serializer=LongSerializer())
@@ -30,7 +30,9 @@ def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, sto
         handle = backend.snapshot(1, 0, location_for(storage)).run()
     assert isinstance(handle, OperatorStateHandle)
     assert {n: (p.mode, len(p.offsets)) for n, p in handle.states.items()} == {
-        "offsets": (OperatorStateMode.SPLIT_DISTRIBUTE, 3), "names": (OperatorStateMode.UNION, 1)}
+        "offsets": (OperatorStateMode.SPLIT_DISTRIBUTE, 3),
+        "names": (OperatorStateMode.UNION, 1),
+    }
     decoded = read_operator_states(handle)
     assert [LongSerializer().deserialize(e) for e in decoded["offsets"][2]] == [1, 2, 3]
 
@@ -63,5 +65,8 @@ def test_mode_change_on_restore_fails(state_backend: Any, storage: Any) -> None:
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add(1)
         handle = backend.snapshot(1, 0, location_for(storage)).run()
-    with operator_backend(state_backend, (handle,)) as restored, pytest.raises(StateMigrationError, match="union"):
+    with (
+        operator_backend(state_backend, (handle,)) as restored,
+        pytest.raises(StateMigrationError, match="union"),
+    ):
         restored.get_union_list_state(SPLIT)

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -16,6 +15,7 @@ from statecert.spec.errors import StateMigrationError
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
 from tests.conftest import BACKENDS
 
 KEYS = StringSerializer()
@@ -26,14 +26,21 @@ UNION = ListStateDescriptor("union", element_serializer=LongSerializer())
 BROADCAST = MapStateDescriptor("rules", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
 
 
-def write_checkpoint(state_backend: Any, storage: Any, parallelism: int, keys: list[str], max_parallelism: int = 128,
-                     kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> Any:
+def write_checkpoint(
+    state_backend: Any,
+    storage: Any,
+    parallelism: int,
+    keys: list[str],
+    max_parallelism: int = 128,
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+) -> Any:
     """Each key k_i gets value i and list [i, i+1] in the subtask owning it; each subtask i holds split elements
     [100i, 100i+1], union element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
     subtasks = create_subtasks(state_backend, KEYS, parallelism, max_parallelism)
     for i, key in enumerate(keys):
-        owner = operator_index_for_key_group(max_parallelism, parallelism,
-                                             assign_to_key_group(KEYS.key_hash(key), max_parallelism))
+        owner = operator_index_for_key_group(
+            max_parallelism, parallelism, assign_to_key_group(KEYS.key_hash(key), max_parallelism)
+        )
         keyed = subtasks[owner].keyed
         keyed.set_current_key(key)
         keyed.get_or_create_state(VALUE).update(i)
@@ -43,8 +50,11 @@ def write_checkpoint(state_backend: Any, storage: Any, parallelism: int, keys: l
         s.operator.get_union_list_state(UNION).add(s.index)
         s.operator.get_broadcast_state(BROADCAST).put("r", 7)
     access = storage.create_checkpoint_storage("job")
-    location = (access.initialize_location_for_savepoint(1) if kind.is_savepoint
-                else access.initialize_location_for_checkpoint(1))
+    location = (
+        access.initialize_location_for_savepoint(1)
+        if kind.is_savepoint
+        else access.initialize_location_for_checkpoint(1)
+    )
     pointer = take_snapshot(subtasks, location, 1, max_parallelism, kind=kind)
     for s in subtasks:
         s.dispose()
@@ -77,16 +87,23 @@ def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new
     expected = {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST)}
     missing = sorted(set(expected) - set(got))
     wrong = {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
-    assert not missing and not wrong, f"{old}->{new}: missing {missing[:5]}, wrong (expected, got) {list(wrong.items())[:5]}"
+    assert not missing and not wrong, (
+        f"{old}->{new}: missing {missing[:5]}, wrong (expected, got) {list(wrong.items())[:5]}"
+    )
 
 
 @pytest.mark.requirement("KB-RESTORE-2")
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))
 @settings(max_examples=15)
-@given(st.integers(1, 12), st.integers(1, 12), st.sampled_from([8, 128]), st.lists(st.text(min_size=1, max_size=6),
-       unique=True, max_size=40))
-def test_restore_at_any_parallelism(tmp_path_factory: Any, backend_name: str, old: int, new: int,
-                                    max_parallelism: int, keys: list[str]) -> None:
+@given(
+    st.integers(1, 12),
+    st.integers(1, 12),
+    st.sampled_from([8, 128]),
+    st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=40),
+)
+def test_restore_at_any_parallelism(
+    tmp_path_factory: Any, backend_name: str, old: int, new: int, max_parallelism: int, keys: list[str]
+) -> None:
     old, new = min(old, max_parallelism), min(new, max_parallelism)
     storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("rescale")))
     operator = write_checkpoint(BACKENDS[backend_name](), storage, old, keys, max_parallelism)

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from statecert.reference.serializers import (
     BooleanSerializer,
     BytesSerializer,
@@ -25,8 +24,7 @@ from statecert.spec.errors import StateMigrationError
 from statecert.spec.serializers import Compatibility, SerializerSnapshot
 
 PLAIN = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text()
-    | st.binary(),
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text() | st.binary(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=12,
 )
@@ -37,7 +35,10 @@ CASES: list[tuple[Any, st.SearchStrategy[Any]]] = [
     (BooleanSerializer(), st.booleans()),
     (BytesSerializer(), st.binary()),
     (MsgpackSerializer(), PLAIN),
-    (TupleSerializer(StringSerializer(), LongSerializer()), st.tuples(st.text(), st.integers(-(2**63), 2**63 - 1))),
+    (
+        TupleSerializer(StringSerializer(), LongSerializer()),
+        st.tuples(st.text(), st.integers(-(2**63), 2**63 - 1)),
+    ),
     (EnumSerializer(["a", "b", "c"]), st.sampled_from(["a", "b", "c"])),
 ]
 

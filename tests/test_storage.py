@@ -7,7 +7,6 @@ from typing import Any
 
 import fsspec
 import pytest
-
 from statecert.reference.format.paths import is_within, join_url
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.spec.errors import IllegalConfigurationError, StateSizeLimitError
@@ -84,8 +83,10 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"a" * 50_000)
     out.discard()
-    with pytest.raises(RuntimeError), location.create_checkpoint_state_output_stream(
-            CheckpointedStateScope.EXCLUSIVE) as abandoned:
+    with (
+        pytest.raises(RuntimeError),
+        location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as abandoned,
+    ):
         abandoned.write(b"b" * 50_000)
         raise RuntimeError("task failed mid-write")
     fs, directory = fsspec.core.url_to_fs(location.pointer)
@@ -112,8 +113,11 @@ def test_job_manager_storage_inlines_everything_in_memory() -> None:
 
 @pytest.mark.requirement("CS-JM-2")
 def test_job_manager_storage_enforces_max_state_size() -> None:
-    location = JobManagerCheckpointStorage(max_state_size=1000).create_checkpoint_storage("j") \
+    location = (
+        JobManagerCheckpointStorage(max_state_size=1000)
+        .create_checkpoint_storage("j")
         .initialize_location_for_checkpoint(1)
+    )
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"x" * 1000)
     with pytest.raises(StateSizeLimitError, match="1001 bytes exceeds the maximum state size of 1000"):

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import msgpack
-
 from statecert.reference.format.handle_codec import field
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.spec.errors import CheckpointFormatError, SnapshotCancelledError
@@ -135,8 +134,12 @@ class CanonicalReader:
 
     def _check_entry(self, entry: Any, key_group: int) -> None:
         ok = (
-            isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], int)
-            and 0 <= entry[0] < len(self.header.states) and isinstance(entry[1], bytes) and isinstance(entry[2], bytes)
+            isinstance(entry, list)
+            and len(entry) == 4
+            and isinstance(entry[0], int)
+            and 0 <= entry[0] < len(self.header.states)
+            and isinstance(entry[1], bytes)
+            and isinstance(entry[2], bytes)
         )
         if ok:
             kind = self.header.states[entry[0]].kind
@@ -157,5 +160,3 @@ class CanonicalReader:
         """(key group, entries) for each key group in both this handle's and `key_group_range`."""
         for key_group in self.handle.key_group_range.intersection(key_group_range):
             yield key_group, self.key_group(key_group)
-
-

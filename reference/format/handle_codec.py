@@ -107,7 +107,9 @@ class HandleCodec:
             raise ValueError(f"invalid key-group range [{start}, {end}]")
         offsets = non_negative_ints(field(data, "offsets", list), "offsets")
         return KeyGroupsStateHandle(
-            KeyGroupRange(start, end), offsets, self.decode_stream(field(data, "stream", dict)),
+            KeyGroupRange(start, end),
+            offsets,
+            self.decode_stream(field(data, "stream", dict)),
             field(data, "format", str),
         )
 

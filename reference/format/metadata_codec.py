@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
-
 from statecert.reference.format.handle_codec import HandleCodec, field
 from statecert.reference.format.paths import parent_url, relativize, resolve_relative
 from statecert.spec.errors import CheckpointFormatError, UnknownFormatVersionError
@@ -46,8 +45,12 @@ def _to_plain(metadata: CheckpointMetadata, codec: HandleCodec, version: int) ->
             for index, st in sorted(op.subtask_states.items())
         ]
         operators.append(
-            {"id": op.operator_id, "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
-             "subtasks": subtasks}
+            {
+                "id": op.operator_id,
+                "parallelism": op.parallelism,
+                "max_parallelism": op.max_parallelism,
+                "subtasks": subtasks,
+            }
         )
     plain: dict[str, Any] = {"checkpoint_id": metadata.checkpoint_id, "operators": operators}
     if version == 1:
@@ -121,7 +124,9 @@ def _payload(data: bytes, version: int, path: str) -> Any:
     (length,) = _V2_LENGTH.unpack_from(body)
     available = len(body) - _V2_LENGTH.size - _V2_CRC.size
     if length > MAX_PAYLOAD or available < length:
-        raise CheckpointFormatError(path, f"truncated: payload of {length} bytes announced, {max(available, 0)} present")
+        raise CheckpointFormatError(
+            path, f"truncated: payload of {length} bytes announced, {max(available, 0)} present"
+        )
     if available > length:
         raise CheckpointFormatError(path, f"corrupt: {available - length} unexpected bytes after the payload")
     payload = body[_V2_LENGTH.size : _V2_LENGTH.size + length]
@@ -142,7 +147,9 @@ def decode_metadata(data: bytes, metadata_path: str, directory: str) -> Checkpoi
     def make_codec(kind: CheckpointKind) -> HandleCodec:
         root = restore_root(directory, kind)
         return HandleCodec(
-            lambda url: url, lambda rel: resolve_relative(rel, directory, root, metadata_path), binary=version != 1
+            lambda url: url,
+            lambda rel: resolve_relative(rel, directory, root, metadata_path),
+            binary=version != 1,
         )
 
     try:

@@ -58,7 +58,5 @@ def resolve_relative(relative: str, directory: str, root: str, metadata_path: st
         raise UnsafePathError(metadata_path, f"state handle path {relative!r} is not a relative path")
     url = join_url(directory, relative)
     if not is_within(url, root):
-        raise UnsafePathError(
-            metadata_path, f"state handle path {relative!r} escapes the checkpoint directory {root}"
-        )
+        raise UnsafePathError(metadata_path, f"state handle path {relative!r} escapes the checkpoint directory {root}")
     return url

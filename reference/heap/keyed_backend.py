@@ -19,7 +19,11 @@ from statecert.reference.heap.states import (
     HeapValueState,
 )
 from statecert.reference.heap.ttl import TtlPolicy
-from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, VOID_NAMESPACE_SERIALIZER, restore_serializer
+from statecert.reference.serializers import (
+    DEFAULT_VALUE_SERIALIZER,
+    VOID_NAMESPACE_SERIALIZER,
+    restore_serializer,
+)
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.errors import (
     BackendClosedError,
@@ -28,9 +32,9 @@ from statecert.spec.errors import (
     StateMigrationError,
     UnsupportedSnapshotError,
 )
-from statecert.spec.handles import CANONICAL_FORMAT, KeyGroupsStateHandle, KeyedStateHandle
+from statecert.spec.handles import CANONICAL_FORMAT, KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, check_max_parallelism
-from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -69,7 +73,9 @@ class HeapKeyedStateBackend:
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
         check_max_parallelism(params.max_parallelism)
         if not params.key_group_range.is_empty and params.key_group_range.end >= params.max_parallelism:
-            raise ValueError(f"key-group range {params.key_group_range} exceeds max parallelism {params.max_parallelism}")
+            raise ValueError(
+                f"key-group range {params.key_group_range} exceeds max parallelism {params.max_parallelism}"
+            )
         self._params = params
         self._key_serializer: TypeSerializer[Any] = params.key_serializer
         self._clock = params.ttl_clock
@@ -133,15 +139,21 @@ class HeapKeyedStateBackend:
         self._check_open()
         ns_serializer = namespace_serializer or VOID_NAMESPACE_SERIALIZER
         existing = self._states.get(descriptor.name)
-        if existing is not None and existing.table.meta.kind is descriptor.kind:
-            if existing.namespace_serializer == ns_serializer:
-                return existing
+        if (
+            existing is not None
+            and existing.table.meta.kind is descriptor.kind
+            and existing.namespace_serializer == ns_serializer
+        ):
+            return existing
         serializers = descriptor_serializers(descriptor)
         table = self._tables.get(descriptor.name)
         if table is None:
             meta = StateMetaInfo(
-                descriptor.name, descriptor.kind, ns_serializer.snapshot_configuration(),
-                {role: s.snapshot_configuration() for role, s in serializers.items()}, descriptor.ttl is not None,
+                descriptor.name,
+                descriptor.kind,
+                ns_serializer.snapshot_configuration(),
+                {role: s.snapshot_configuration() for role, s in serializers.items()},
+                descriptor.ttl is not None,
             )
             table = self._tables[descriptor.name] = StateTable(meta, self.key_group_range)
         else:
@@ -152,7 +164,10 @@ class HeapKeyedStateBackend:
         return state
 
     def _create_state(
-        self, descriptor: StateDescriptor, table: StateTable, ns_serializer: TypeSerializer[Any],
+        self,
+        descriptor: StateDescriptor,
+        table: StateTable,
+        ns_serializer: TypeSerializer[Any],
         serializers: Mapping[str, TypeSerializer[Any]],
     ) -> HeapState:
         args = (self, table, ns_serializer, serializers, TtlPolicy(descriptor.ttl, self._clock))
@@ -172,7 +187,10 @@ class HeapKeyedStateBackend:
         return HeapAggregatingState(*args, aggregate_function=d.aggregate_function)
 
     def get_partitioned_state(
-        self, namespace: Any, descriptor: StateDescriptor, namespace_serializer: TypeSerializer[Any] | None = None
+        self,
+        namespace: Any,
+        descriptor: StateDescriptor,
+        namespace_serializer: TypeSerializer[Any] | None = None,
     ) -> Any:
         state = self.get_or_create_state(descriptor, namespace_serializer)
         state.set_current_namespace(namespace)
@@ -213,7 +231,7 @@ class HeapKeyedStateBackend:
         checkpoint_id: int,
         timestamp_ms: int,
         stream_factory: CheckpointStreamFactory,
-        options: CheckpointOptions = CheckpointOptions(),
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
     ) -> AsyncSnapshotTask[KeyedStateHandle]:
         """Synchronous part: capture every table's key-group dicts (copy-on-write from here on) (KB-SNAP-2)."""
         self._check_open()
@@ -276,7 +294,9 @@ class HeapKeyedStateBackend:
         table = self._tables.get(meta.name)
         if table is None:
             if set(meta.serializers) != set(SERIALIZER_ROLES[meta.kind]):
-                raise CheckpointFormatError(source, f"state {meta.name!r}: serializer roles do not match {meta.kind.value}")
+                raise CheckpointFormatError(
+                    source, f"state {meta.name!r}: serializer roles do not match {meta.kind.value}"
+                )
             table = self._tables[meta.name] = StateTable(meta, self.key_group_range)
         elif table.meta != meta:
             raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two restored handles")

@@ -63,8 +63,11 @@ def resolve_state_serializers(
     if migrate:
         _migrate(table, {role: restore_serializer(meta.serializers[role]) for role in migrate}, migrate)
     table.meta = StateMetaInfo(
-        name, meta.kind, namespace_serializer.snapshot_configuration(),
-        {role: s.snapshot_configuration() for role, s in final.items()}, meta.ttl,
+        name,
+        meta.kind,
+        namespace_serializer.snapshot_configuration(),
+        {role: s.snapshot_configuration() for role, s in final.items()},
+        meta.ttl,
     )
     return final, namespace_serializer
 
@@ -91,8 +94,7 @@ def _migrate(table: StateTable, old: dict[str, TypeSerializer[Any]], new: dict[s
             elif kind is StateKind.MAP:
                 writable[key] = Cell(
                     table.version,
-                    {convert("user_key", k): convert("user_value", v)
-                     for k, v in stored.data.items()},
+                    {convert("user_key", k): convert("user_value", v) for k, v in stored.data.items()},
                 )
             else:
                 writable[key] = convert("value", stored)

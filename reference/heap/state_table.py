@@ -48,8 +48,9 @@ class StateTable:
             self._map_versions[i] = self.version
         return self._maps[i]
 
-    def mutable_cell(self, entries: dict[EntryKey, Any], key: EntryKey, factory: Callable[[], C],
-                     copy: Callable[[C], C]) -> C:
+    def mutable_cell(
+        self, entries: dict[EntryKey, Any], key: EntryKey, factory: Callable[[], C], copy: Callable[[C], C]
+    ) -> C:
         """The container of a list/map entry, safe to mutate in place (copied if a snapshot may see it)."""
         cell = entries.get(key)
         if cell is None:

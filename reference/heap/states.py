@@ -202,7 +202,8 @@ class HeapListState(HeapState):
     def _replace(self, key: EntryKey, key_group: int, elements: list[bytes]) -> None:
         entries = self.table.write_map(key_group)
         if elements:
-            self.table.mutable_cell(entries, key, list, list)[:] = elements
+            cell: list[bytes] = self.table.mutable_cell(entries, key, list, list)
+            cell[:] = elements
         else:
             entries.pop(key, None)
 
@@ -213,7 +214,8 @@ class HeapListState(HeapState):
         encoded = self._encode_all(values)
         if encoded:
             key, key_group = self._entry_key()
-            self.table.mutable_cell(self.table.write_map(key_group), key, list, list).extend(encoded)
+            cell: list[bytes] = self.table.mutable_cell(self.table.write_map(key_group), key, list, list)
+            cell.extend(encoded)
 
     def update(self, values: Iterable[Any]) -> None:
         encoded = self._encode_all(values)
@@ -225,7 +227,8 @@ class HeapListState(HeapState):
         if merged:
             self.set_current_namespace(target)
             key, key_group = self._entry_key()
-            self.table.mutable_cell(self.table.write_map(key_group), key, list, list).extend(merged)
+            cell: list[bytes] = self.table.mutable_cell(self.table.write_map(key_group), key, list, list)
+            cell.extend(merged)
 
 
 class HeapMapState(HeapState):
@@ -239,7 +242,7 @@ class HeapMapState(HeapState):
     def _cell(self) -> dict[bytes, bytes] | None:
         key, key_group = self._entry_key()
         cell = self.table.read_map(key_group).get(key)
-        return None if cell is None else cell.data  # type: ignore[no-any-return]
+        return None if cell is None else cell.data
 
     def _writable(self) -> dict[bytes, bytes]:
         key, key_group = self._entry_key()

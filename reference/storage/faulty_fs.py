@@ -60,7 +60,7 @@ class _FailingWriter:
         self._inner.close()
 
 
-class FaultInjectingFileSystem(LocalFileSystem):
+class FaultInjectingFileSystem(LocalFileSystem):  # type: ignore[misc]
     """`faulty://<absolute path>`: the local file system, with fault rules. One instance per process (fsspec
     caches it), so tests reach the same rules through `fsspec.filesystem("faulty")`."""
 
@@ -77,7 +77,7 @@ class FaultInjectingFileSystem(LocalFileSystem):
         return super()._strip_protocol(path)
 
     def unstrip_protocol(self, name: str) -> str:
-        return "faulty://" + self._strip_protocol(name)
+        return "faulty://" + str(self._strip_protocol(name))
 
     def fail_writes(self, pattern: str, after_bytes: int = 0, times: int = 1) -> FaultRule:
         rule = FaultRule("write", pattern, after_bytes, times)

@@ -48,7 +48,9 @@ class FileSystemCheckpointStorage:
             file_state_size_threshold=self.file_state_size_threshold
             if self.file_state_size_threshold is not None
             else cfg.get_memory_size(
-                config, cfg.FS_SMALL_FILE_THRESHOLD, cfg.DEFAULT_FS_SMALL_FILE_THRESHOLD,
+                config,
+                cfg.FS_SMALL_FILE_THRESHOLD,
+                cfg.DEFAULT_FS_SMALL_FILE_THRESHOLD,
                 cfg.MAX_FS_SMALL_FILE_THRESHOLD,
             ),
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import fsspec
-
 from statecert.reference.format.metadata_codec import decode_metadata, encode_metadata
 from statecert.reference.format.paths import basename_url, join_url, normalize_url, parent_url
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
@@ -48,9 +47,7 @@ class CheckpointStorageLocationImpl:
     def pointer(self) -> str:
         return self.directory
 
-    def create_checkpoint_state_output_stream(
-        self, scope: CheckpointedStateScope
-    ) -> CheckpointStateOutputStreamImpl:
+    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> CheckpointStateOutputStreamImpl:
         target = self.shared_dir if scope is CheckpointedStateScope.SHARED else self.directory
         return CheckpointStateOutputStreamImpl(target, self._threshold, self._max_state_size)
 

@@ -17,8 +17,8 @@ from statecert.reference.format.metadata_codec import encode_metadata
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.location import CheckpointStorageLocationImpl
-from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState
 from statecert.spec.state import ListStateDescriptor, ValueStateDescriptor
 

@@ -1,0 +1,85 @@
+"""The `statecert` command: the main job, `inspect`, and one-line errors (ERR-1, ERR-2)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from statecert.spec import errors
+
+GOLDEN = Path(__file__).resolve().parent.parent / "scenarios" / "golden" / "v1-savepoint"
+
+
+def statecert(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.requirement("ERR-1")
+def test_every_documented_error_is_a_statecert_error() -> None:
+    documented = [c for _, c in inspect.getmembers(errors, inspect.isclass) if c.__module__ == errors.__name__]
+    assert len(documented) >= 12
+    for cls in documented:
+        assert issubclass(cls, errors.StateCertError), f"{cls.__name__} is not a StateCertError"
+
+
+def test_demo_job_runs_and_verifies(tmp_path: Path) -> None:
+    result = statecert("demo", "--records", "20000", "--checkpoint-dir", str(tmp_path), "--rescale-to", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK: 20000 records" in result.stdout and "restored at 3" in result.stdout
+    assert (tmp_path / "checkpoints").is_dir() and any((tmp_path / "savepoints").iterdir())
+
+
+def test_inspect_prints_operators_and_handles(tmp_path: Path) -> None:
+    result = statecert("inspect", str(GOLDEN))
+    assert result.returncode == 0, result.stderr
+    assert "format version 1" in result.stdout and "[64, 127]" in result.stdout
+    machine = json.loads(statecert("inspect", "--json", str(GOLDEN / "_metadata")).stdout)
+    assert machine["format_version"] == 1 and machine["checkpoint_id"] == 7
+    subtasks = machine["operators"][0]["subtasks"]
+    assert [h["key_groups"] for s in subtasks for h in s["handles"] if h["type"] == "key-groups"] == [
+        [0, 63],
+        [64, 127],
+    ]
+    assert {h["stream"]["kind"] for s in subtasks for h in s["handles"]} == {"file", "inline"}
+
+
+@pytest.mark.requirement("ERR-2")
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"PK\x03\x04 a zip file, not a checkpoint", "not a statecert _metadata file"),
+        (b"SCMD", "truncated"),
+        (b"SCMD\x00\x00\x00\x63rest", "unknown _metadata format version 99"),
+    ],
+)
+def test_bad_file_is_one_line_naming_file_and_problem(tmp_path: Path, content: bytes, problem: str) -> None:
+    bad = tmp_path / "_metadata"
+    bad.write_bytes(content)
+    result = statecert("inspect", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got: {result.stderr}"
+    assert lines[0].startswith("statecert: error: ") and str(bad) in lines[0] and problem in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.requirement("ERR-2")
+def test_incomplete_checkpoint_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "chk-1").mkdir()
+    result = statecert("inspect", str(tmp_path / "chk-1"))
+    assert result.returncode == 2 and "incomplete checkpoint" in result.stderr and "chk-1" in result.stderr
+
+
+@pytest.mark.requirement("ERR-2")
+def test_unknown_backend_name_is_one_line(tmp_path: Path) -> None:
+    result = statecert("demo", "--backend", "nonesuch", "--records", "10", "--checkpoint-dir", str(tmp_path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("statecert: error: unknown state backend 'nonesuch': "), lines
+    assert "hashmap" in lines[0], "the message should list the known names"
