@@ -9,6 +9,7 @@ from typing import Any
 import fsspec
 from rich.console import Console
 from rich.table import Table
+
 from statecert.reference.format.metadata_codec import read_version
 from statecert.reference.storage.location import load_checkpoint_metadata, resolve_checkpoint_pointer
 from statecert.spec.handles import ByteStreamStateHandle, StreamStateHandle

@@ -10,6 +10,7 @@ from importlib.metadata import version
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from statecert.spec.errors import StateCertError
 
 

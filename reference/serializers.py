@@ -14,6 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import mmh3
 import msgpack
+
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, VoidNamespace

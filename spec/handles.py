@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 import fsspec
+
 from statecert.spec.keygroups import KeyGroupRange
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import fsspec
 import pytest
 from hypothesis import HealthCheck, settings
+
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import ManualClock

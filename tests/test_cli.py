@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from statecert.spec import errors
 
 GOLDEN = Path(__file__).resolve().parent.parent / "scenarios" / "golden" / "v1-savepoint"

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.format.metadata_codec import MAGIC, decode_metadata, encode_metadata
 from statecert.reference.rescale import keyed_handles_for_subtask
@@ -37,7 +38,6 @@ from statecert.spec.handles import (
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
-
 from tests.conftest import BACKENDS
 from tests.helpers import keyed_backend
 

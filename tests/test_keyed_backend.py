@@ -7,6 +7,7 @@ from typing import Any
 
 import fsspec
 import pytest
+
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import (
     BackendClosedError,
@@ -23,7 +24,6 @@ from statecert.spec.state import (
     TtlConfig,
     ValueStateDescriptor,
 )
-
 from tests.helpers import keyed_backend, location_for, snapshot_now
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())

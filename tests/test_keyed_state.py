@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.state import (
@@ -18,7 +19,6 @@ from statecert.spec.state import (
     TtlUpdateType,
     ValueStateDescriptor,
 )
-
 from tests.helpers import keyed_backend
 
 NS = StringSerializer()

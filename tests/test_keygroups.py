@@ -10,6 +10,7 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.keygroups import (
     KeyGroupRange,

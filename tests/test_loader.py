@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.loader import load_checkpoint_storage, load_state_backend
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import OperatorStateHandle, OperatorStateMode
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import ListStateDescriptor
-
 from tests.helpers import location_for
 
 SPLIT = ListStateDescriptor("offsets", element_serializer=LongSerializer())

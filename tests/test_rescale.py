@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -15,7 +16,6 @@ from statecert.spec.errors import StateMigrationError
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-
 from tests.conftest import BACKENDS
 
 KEYS = StringSerializer()

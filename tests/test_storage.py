@@ -7,6 +7,7 @@ from typing import Any
 
 import fsspec
 import pytest
+
 from statecert.reference.format.paths import is_within, join_url
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.spec.errors import IllegalConfigurationError, StateSizeLimitError

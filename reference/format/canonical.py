@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import msgpack
+
 from statecert.reference.format.handle_codec import field
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.spec.errors import CheckpointFormatError, SnapshotCancelledError

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+
 from statecert.reference.format.handle_codec import HandleCodec, field
 from statecert.reference.format.paths import parent_url, relativize, resolve_relative
 from statecert.spec.errors import CheckpointFormatError, UnknownFormatVersionError

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import msgpack
+
 from statecert.reference.format.canonical import describe
 from statecert.reference.format.handle_codec import field
 from statecert.spec.errors import CheckpointFormatError

@@ -47,6 +47,9 @@ from statecert.spec.state import (
 )
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
 
+_CACHEABLE_KEY_TYPES = (str, int, bytes)
+_KEY_CACHE_SIZE = 65536
+
 
 def descriptor_serializers(descriptor: StateDescriptor) -> dict[str, TypeSerializer[Any]]:
     """The serializers of a descriptor by role (see StateMetaInfo); msgpack where the descriptor names none."""
@@ -85,6 +88,7 @@ class HeapKeyedStateBackend:
         self._current_key: Any = None
         self._current_key_bytes: bytes | None = None
         self._current_key_group = -1
+        self._key_cache: dict[tuple[type, Any], tuple[bytes, int]] = {}
         self._pending: set[AsyncSnapshotTask[KeyedStateHandle]] = set()
         self._closed = False
         self._restore(params.restore_state)
@@ -109,14 +113,23 @@ class HeapKeyedStateBackend:
         self._check_open()
         if key is None:
             raise IllegalStateError("the current key may not be None (KB-KEY-1)")
-        key_group = self.key_group_of(key)
-        if key_group not in self.key_group_range:
-            raise IllegalStateError(
-                f"key {key!r} belongs to key group {key_group}, outside this backend's range {self.key_group_range}"
-            )
+        # Streams revisit the same keys: remember bytes and key group of recent str/int/bytes keys (exact type,
+        # so that 1 and True, equal in a dict, never share an entry).
+        cacheable = type(key) in _CACHEABLE_KEY_TYPES
+        cached = self._key_cache.get((type(key), key)) if cacheable else None
+        if cached is None:
+            key_group = self.key_group_of(key)
+            if key_group not in self.key_group_range:
+                raise IllegalStateError(
+                    f"key {key!r} belongs to key group {key_group}, outside this backend's range {self.key_group_range}"
+                )
+            cached = (self._key_serializer.serialize(key), key_group)
+            if cacheable:
+                if len(self._key_cache) >= _KEY_CACHE_SIZE:
+                    self._key_cache.clear()
+                self._key_cache[(type(key), key)] = cached
         self._current_key = key
-        self._current_key_bytes = self._key_serializer.serialize(key)
-        self._current_key_group = key_group
+        self._current_key_bytes, self._current_key_group = cached
 
     def get_current_key(self) -> Any:
         return self._current_key

@@ -208,7 +208,11 @@ class HeapListState(HeapState):
             entries.pop(key, None)
 
     def add(self, value: Any) -> None:
-        self.add_all([value])
+        if value is None:
+            raise InvalidStateValueError("list state does not accept None elements (KS-LIST-3)")
+        key, key_group = self._entry_key()
+        cell: list[bytes] = self.table.mutable_cell(self.table.write_map(key_group), key, list, list)
+        cell.append(self._ttl.wrap(self._ser.serialize(value)))
 
     def add_all(self, values: Iterable[Any]) -> None:
         encoded = self._encode_all(values)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import fsspec
+
 from statecert.reference.format.metadata_codec import decode_metadata, encode_metadata
 from statecert.reference.format.paths import basename_url, join_url, normalize_url, parent_url
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import IO
 
 import fsspec
+
 from statecert.reference.format.paths import join_url
 from statecert.spec.errors import StateSizeLimitError
 from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, StreamStateHandle
