@@ -1,34 +1,42 @@
-"""The five keyed state kinds over a StateTable (chapter KS). A state object is bound to its backend's current
-key and to its own current namespace."""
+"""The five keyed state kinds over a StateStore (chapter KS), shared by the reference backends.
+
+A state object is bound to its backend's current key and to its own current namespace; TTL is applied here, per
+value, list element or map entry (TTL-1..TTL-4), so every backend gets the same semantics.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from statecert.reference.heap.state_table import EntryKey, StateTable
 from statecert.reference.heap.ttl import TtlPolicy
+from statecert.reference.state_store import EntryKey, StateStore
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE
 
-if TYPE_CHECKING:
-    from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
+
+class KeyContext(Protocol):
+    """What a state needs from its backend: the current key's bytes and key group."""
+
+    def current_key_bytes_and_group(self) -> tuple[bytes, int]: ...
 
 
-class HeapState:
+class KvState:
     """Shared plumbing: current (key, namespace) entry key, key group, TTL checks."""
 
     def __init__(
         self,
-        backend: HeapKeyedStateBackend,
-        table: StateTable,
+        backend: KeyContext,
+        store: StateStore,
+        name: str,
         namespace_serializer: TypeSerializer[Any],
         serializers: Mapping[str, TypeSerializer[Any]],
         ttl: TtlPolicy,
     ) -> None:
         self._backend = backend
-        self.table = table
+        self.store = store
+        self.name = name
         self.namespace_serializer = namespace_serializer
         self._serializers = dict(serializers)
         self._ttl = ttl
@@ -44,7 +52,7 @@ class HeapState:
     def _entry_key(self) -> tuple[EntryKey, int]:
         key_bytes, key_group = self._backend.current_key_bytes_and_group()
         if self._ns_bytes is None:
-            raise IllegalStateError(f"state {self.table.meta.name!r}: set_current_namespace() was never called")
+            raise IllegalStateError(f"state {self.name!r}: set_current_namespace() was never called")
         return (key_bytes, self._ns_bytes), key_group
 
     def _entry_key_for(self, namespace: Any) -> EntryKey:
@@ -53,30 +61,41 @@ class HeapState:
 
     def clear(self) -> None:
         key, key_group = self._entry_key()
-        entries = self.table.read_map(key_group)
-        if key in entries:
-            del self.table.write_map(key_group)[key]
+        self.store.delete(key_group, key)
 
-    # -- single-value kinds (value, reducing, aggregating) -------------------------------------------------------
+    # -- single-value kinds (value, reducing, aggregating) ----------------------------------------------------------
     def _get_bytes(self) -> bytes | None:
         """The live payload for the current key and namespace, applying TTL visibility and cleanup."""
         key, key_group = self._entry_key()
-        stored = self.table.read_map(key_group).get(key)
+        stored = self.store.get(key_group, key)
         if stored is None:
             return None
         if self._ttl.expired(stored):
-            del self.table.write_map(key_group)[key]
+            self.store.delete(key_group, key)
             return self._ttl.payload(stored) if self._ttl.return_expired else None
         if self._ttl.update_on_read:
-            self.table.write_map(key_group)[key] = self._ttl.wrap(self._ttl.payload(stored))
+            self.store.put(key_group, key, self._ttl.wrap(self._ttl.payload(stored)))
         return self._ttl.payload(stored)
 
     def _put_bytes(self, payload: bytes) -> None:
         key, key_group = self._entry_key()
-        self.table.write_map(key_group)[key] = self._ttl.wrap(payload)
+        self.store.put(key_group, key, self._ttl.wrap(payload))
+
+    def _pop_single(self, sources: Iterable[Any]) -> list[bytes]:
+        """Remove the sources' live values for the current key and return their payloads (KS-MERGE-2)."""
+        _, key_group = self._backend.current_key_bytes_and_group()
+        popped = []
+        for source in sources:
+            key = self._entry_key_for(source)
+            stored = self.store.get(key_group, key)
+            if stored is not None:
+                self.store.delete(key_group, key)
+                if not self._ttl.expired(stored):
+                    popped.append(self._ttl.payload(stored))
+        return popped
 
 
-class HeapValueState(HeapState):
+class ValueStateImpl(KvState):
     def __init__(self, *args: Any, default: Any = None) -> None:
         super().__init__(*args)
         self._ser = self._serializers["value"]
@@ -96,7 +115,7 @@ class HeapValueState(HeapState):
             self._put_bytes(self._ser.serialize(value))
 
 
-class HeapReducingState(HeapState):
+class ReducingStateImpl(KvState):
     def __init__(self, *args: Any, reduce_function: Callable[[Any, Any], Any]) -> None:
         super().__init__(*args)
         self._ser = self._serializers["value"]
@@ -113,18 +132,16 @@ class HeapReducingState(HeapState):
         self._put_bytes(self._ser.serialize(value if current is None else self._reduce(current, value)))
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        merged = _pop_sources(self, sources)
-        if not merged:
-            return
-        values = [self._ser.deserialize(self._ttl.payload(b)) for b in merged]
-        self.set_current_namespace(target)
-        current = self.get()
-        for v in values:
-            current = v if current is None else self._reduce(current, v)
-        self._put_bytes(self._ser.serialize(current))
+        values = [self._ser.deserialize(p) for p in self._pop_single(sources)]
+        if values:
+            self.set_current_namespace(target)
+            current = self.get()
+            for v in values:
+                current = v if current is None else self._reduce(current, v)
+            self._put_bytes(self._ser.serialize(current))
 
 
-class HeapAggregatingState(HeapState):
+class AggregatingStateImpl(KvState):
     def __init__(self, *args: Any, aggregate_function: Any) -> None:
         super().__init__(*args)
         self._ser = self._serializers["value"]
@@ -144,32 +161,17 @@ class HeapAggregatingState(HeapState):
         self._put_bytes(self._ser.serialize(acc))
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        merged = _pop_sources(self, sources)
-        if not merged:
-            return
-        accs = [self._ser.deserialize(self._ttl.payload(b)) for b in merged]
-        self.set_current_namespace(target)
-        current = self._accumulator()
-        for acc in accs:
-            current = acc if current is None else self._fn.merge(current, acc)
-        self._put_bytes(self._ser.serialize(current))
+        accumulators = [self._ser.deserialize(p) for p in self._pop_single(sources)]
+        if accumulators:
+            self.set_current_namespace(target)
+            current = self._accumulator()
+            for acc in accumulators:
+                current = acc if current is None else self._fn.merge(current, acc)
+            self._put_bytes(self._ser.serialize(current))
 
 
-def _pop_sources(state: HeapState, sources: Iterable[Any]) -> list[Any]:
-    """Remove the sources' live entries for the current key and return them (KS-MERGE-2)."""
-    popped = []
-    _, key_group = state._backend.current_key_bytes_and_group()
-    for source in sources:
-        key = state._entry_key_for(source)
-        stored = state.table.read_map(key_group).get(key)
-        if stored is not None:
-            del state.table.write_map(key_group)[key]
-            popped.append(stored)
-    return popped
-
-
-class HeapListState(HeapState):
-    """Elements in insertion order, each TTL-checked on its own (KS-LIST-*)."""
+class ListStateImpl(KvState):
+    """Elements in insertion order, each TTL-checked on its own (KS-LIST-*, TTL-4)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -183,125 +185,99 @@ class HeapListState(HeapState):
 
     def get(self) -> list[Any] | None:
         key, key_group = self._entry_key()
-        cell = self.table.read_map(key_group).get(key)
-        if cell is None:
+        stored = self.store.get_list(key_group, key)
+        if stored is None:
             return None
-        stored = cell.data
         if self._ttl.enabled:
             visible = [e for e in stored if self._ttl.visible(e)]
             live = [e for e in stored if not self._ttl.expired(e)]
             if self._ttl.update_on_read:
                 live = [self._ttl.wrap(self._ttl.payload(e)) for e in live]
             if live != stored:
-                self._replace(key, key_group, live)
+                self.store.set_list(key_group, key, live)
             stored = visible
         if not stored:
             return None
         return [self._ser.deserialize(self._ttl.payload(e)) for e in stored]
 
-    def _replace(self, key: EntryKey, key_group: int, elements: list[bytes]) -> None:
-        entries = self.table.write_map(key_group)
-        if elements:
-            cell: list[bytes] = self.table.mutable_cell(entries, key, list, list)
-            cell[:] = elements
-        else:
-            entries.pop(key, None)
-
     def add(self, value: Any) -> None:
         if value is None:
             raise InvalidStateValueError("list state does not accept None elements (KS-LIST-3)")
         key, key_group = self._entry_key()
-        cell: list[bytes] = self.table.mutable_cell(self.table.write_map(key_group), key, list, list)
-        cell.append(self._ttl.wrap(self._ser.serialize(value)))
+        self.store.append_list(key_group, key, [self._ttl.wrap(self._ser.serialize(value))])
 
     def add_all(self, values: Iterable[Any]) -> None:
         encoded = self._encode_all(values)
         if encoded:
             key, key_group = self._entry_key()
-            cell: list[bytes] = self.table.mutable_cell(self.table.write_map(key_group), key, list, list)
-            cell.extend(encoded)
+            self.store.append_list(key_group, key, encoded)
 
     def update(self, values: Iterable[Any]) -> None:
         encoded = self._encode_all(values)
         key, key_group = self._entry_key()
-        self._replace(key, key_group, encoded)
+        self.store.set_list(key_group, key, encoded)
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        merged = [element for cell in _pop_sources(self, sources) for element in cell.data]
+        _, key_group = self._backend.current_key_bytes_and_group()
+        merged: list[bytes] = []
+        for source in sources:
+            key = self._entry_key_for(source)
+            elements = self.store.get_list(key_group, key)
+            if elements:
+                self.store.delete(key_group, key)
+                merged.extend(e for e in elements if not self._ttl.expired(e))
         if merged:
             self.set_current_namespace(target)
-            key, key_group = self._entry_key()
-            cell: list[bytes] = self.table.mutable_cell(self.table.write_map(key_group), key, list, list)
-            cell.extend(merged)
+            key, _ = self._entry_key()
+            self.store.append_list(key_group, key, merged)
 
 
-class HeapMapState(HeapState):
-    """User-key -> value entries, each TTL-checked on its own (KS-MAP-*)."""
+class MapStateImpl(KvState):
+    """User-key -> value entries, each TTL-checked on its own (KS-MAP-*, TTL-4)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._kser = self._serializers["user_key"]
         self._vser = self._serializers["user_value"]
 
-    def _cell(self) -> dict[bytes, bytes] | None:
-        key, key_group = self._entry_key()
-        cell = self.table.read_map(key_group).get(key)
-        return None if cell is None else cell.data
-
-    def _writable(self) -> dict[bytes, bytes]:
-        key, key_group = self._entry_key()
-        return self.table.mutable_cell(self.table.write_map(key_group), key, dict, dict)
-
-    def _drop_if_empty(self) -> None:
-        key, key_group = self._entry_key()
-        cell = self.table.read_map(key_group).get(key)
-        if cell is not None and not cell.data:
-            del self.table.write_map(key_group)[key]
-
-    def _read(self, ukey: bytes, stored: bytes) -> bytes | None:
+    def _read(self, key_group: int, key: EntryKey, user_key: bytes, stored: bytes) -> bytes | None:
         if self._ttl.expired(stored):
-            self._writable().pop(ukey, None)
-            self._drop_if_empty()
+            self.store.map_remove(key_group, key, user_key)
             return self._ttl.payload(stored) if self._ttl.return_expired else None
         if self._ttl.update_on_read:
-            self._writable()[ukey] = self._ttl.wrap(self._ttl.payload(stored))
+            self.store.map_put(key_group, key, {user_key: self._ttl.wrap(self._ttl.payload(stored))})
         return self._ttl.payload(stored)
 
-    def get(self, key: Any) -> Any:
-        entries = self._cell()
-        ukey = self._kser.serialize(key)
-        stored = None if entries is None else entries.get(ukey)
-        payload = None if stored is None else self._read(ukey, stored)
+    def get(self, user_key: Any) -> Any:
+        key, key_group = self._entry_key()
+        ukey = self._kser.serialize(user_key)
+        stored = self.store.map_get(key_group, key, ukey)
+        payload = None if stored is None else self._read(key_group, key, ukey, stored)
         return None if payload is None else self._vser.deserialize(payload)
 
-    def contains(self, key: Any) -> bool:
-        entries = self._cell()
-        ukey = self._kser.serialize(key)
-        return entries is not None and ukey in entries and self._ttl.visible(entries[ukey])
+    def contains(self, user_key: Any) -> bool:
+        key, key_group = self._entry_key()
+        stored = self.store.map_get(key_group, key, self._kser.serialize(user_key))
+        return stored is not None and self._ttl.visible(stored)
 
-    def put(self, key: Any, value: Any) -> None:
-        self._writable()[self._kser.serialize(key)] = self._ttl.wrap(self._vser.serialize(value))
+    def put(self, user_key: Any, value: Any) -> None:
+        self.put_all({user_key: value})
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
         if entries:
-            target = self._writable()
-            for k, v in entries.items():
-                target[self._kser.serialize(k)] = self._ttl.wrap(self._vser.serialize(v))
+            key, key_group = self._entry_key()
+            encoded = {self._kser.serialize(k): self._ttl.wrap(self._vser.serialize(v)) for k, v in entries.items()}
+            self.store.map_put(key_group, key, encoded)
 
-    def remove(self, key: Any) -> None:
-        entries = self._cell()
-        ukey = self._kser.serialize(key)
-        if entries is not None and ukey in entries:
-            del self._writable()[ukey]
-            self._drop_if_empty()
+    def remove(self, user_key: Any) -> None:
+        key, key_group = self._entry_key()
+        self.store.map_remove(key_group, key, self._kser.serialize(user_key))
 
     def _live_items(self) -> list[tuple[bytes, bytes]]:
-        entries = self._cell()
-        if entries is None:
-            return []
+        key, key_group = self._entry_key()
         result = []
-        for ukey, stored in list(entries.items()):
-            payload = self._read(ukey, stored)
+        for ukey, stored in self.store.map_items(key_group, key):
+            payload = self._read(key_group, key, ukey, stored)
             if payload is not None:
                 result.append((ukey, payload))
         return result
@@ -325,7 +301,7 @@ class HeapMapState(HeapState):
 class MapIterator(Iterator[tuple[Any, Any]]):
     """Iterates a map state's entries as of its creation; `remove()` deletes the last one returned (KS-MAP-5)."""
 
-    def __init__(self, state: HeapMapState, items: list[tuple[Any, Any]]) -> None:
+    def __init__(self, state: MapStateImpl, items: list[tuple[Any, Any]]) -> None:
         self._state = state
         self._items = iter(items)
         self._last: tuple[Any, Any] | None = None

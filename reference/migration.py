@@ -1,11 +1,10 @@
-"""Serializer compatibility on restore, and eager migration of heap state (SER-3, SER-5..SER-7, TTL-5)."""
+"""Serializer compatibility on restore, and eager migration of restored state (SER-3, SER-5..SER-7, TTL-5)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from statecert.reference.format.state_meta import StateMetaInfo
-from statecert.reference.heap.state_table import Cell, StateTable
 from statecert.reference.heap.ttl import rewrap
 from statecert.reference.serializers import restore_serializer
 from statecert.spec.errors import StateMigrationError
@@ -27,16 +26,14 @@ def check_key_serializer(new: TypeSerializer[Any], old: SerializerSnapshot) -> T
 
 
 def resolve_state_serializers(
-    table: StateTable,
+    store: Any,
     descriptor: StateDescriptor,
     serializers: dict[str, TypeSerializer[Any]],
     namespace_serializer: TypeSerializer[Any],
-) -> tuple[dict[str, TypeSerializer[Any]], TypeSerializer[Any]]:
-    """Check a descriptor against restored state; migrate the entries when needed (SER-5).
-
-    Returns the serializers to use (reconfigured ones where the compatibility check produced them).
-    """
-    meta = table.meta
+) -> dict[str, TypeSerializer[Any]]:
+    """Check a descriptor against restored state in `store` (a StateStore with `meta`); migrate the entries when
+    needed (SER-5). Returns the serializers to use (reconfigured ones where the check produced them)."""
+    meta: StateMetaInfo = store.meta
     name = descriptor.name
     if meta.kind is not descriptor.kind:
         raise StateMigrationError(
@@ -61,20 +58,20 @@ def resolve_state_serializers(
             if result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION:
                 migrate[role] = new
     if migrate:
-        _migrate(table, {role: restore_serializer(meta.serializers[role]) for role in migrate}, migrate)
-    table.meta = StateMetaInfo(
+        _migrate(store, {role: restore_serializer(meta.serializers[role]) for role in migrate}, migrate)
+    store.meta = StateMetaInfo(
         name,
         meta.kind,
         namespace_serializer.snapshot_configuration(),
         {role: s.snapshot_configuration() for role, s in final.items()},
         meta.ttl,
     )
-    return final, namespace_serializer
+    return final
 
 
-def _migrate(table: StateTable, old: dict[str, TypeSerializer[Any]], new: dict[str, TypeSerializer[Any]]) -> None:
+def _migrate(store: Any, old: dict[str, TypeSerializer[Any]], new: dict[str, TypeSerializer[Any]]) -> None:
     """Read every entry with the old serializer and write it with the new one (SER-5)."""
-    ttl = table.meta.ttl
+    ttl = store.meta.ttl
     offset = 8 if ttl else 0
 
     def convert(role: str, stored: bytes) -> bytes:
@@ -85,16 +82,12 @@ def _migrate(table: StateTable, old: dict[str, TypeSerializer[Any]], new: dict[s
         value = old[role].deserialize(stored[offset:])
         return rewrap(stored, new[role].serialize(value), ttl)
 
-    kind = table.meta.kind
-    for key_group, entries in list(table.key_groups()):
-        writable = table.write_map(key_group)
-        for key, stored in list(entries.items()):
-            if kind is StateKind.LIST:
-                writable[key] = Cell(table.version, [convert("element", e) for e in stored.data])
-            elif kind is StateKind.MAP:
-                writable[key] = Cell(
-                    table.version,
-                    {convert("user_key", k): convert("user_value", v) for k, v in stored.data.items()},
-                )
-            else:
-                writable[key] = convert("value", stored)
+    kind = store.meta.kind
+    for key_group, key, ns, payload in list(store.entries()):
+        if kind is StateKind.LIST:
+            migrated: Any = [convert("element", e) for e in payload]
+        elif kind is StateKind.MAP:
+            migrated = [[convert("user_key", k), convert("user_value", v)] for k, v in payload]
+        else:
+            migrated = convert("value", payload)
+        store.put_payload(key_group, (key, ns), migrated)

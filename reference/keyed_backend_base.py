@@ -1,0 +1,315 @@
+"""What every reference keyed backend shares (chapter KB): current key, state registration with compatibility
+checks and migration, key iteration, canonical restore, lifecycle. Subclasses supply the StateStore of a state,
+the snapshot strategy, and any native restore path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from statecert.reference.format.canonical import CanonicalReader
+from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInfo
+from statecert.reference.heap.ttl import TtlPolicy
+from statecert.reference.keyed_states import (
+    AggregatingStateImpl,
+    KvState,
+    ListStateImpl,
+    MapStateImpl,
+    ReducingStateImpl,
+    ValueStateImpl,
+)
+from statecert.reference.migration import check_key_serializer, resolve_state_serializers
+from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, VOID_NAMESPACE_SERIALIZER, restore_serializer
+from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.spec.errors import (
+    BackendClosedError,
+    CheckpointFormatError,
+    IllegalStateError,
+    StateMigrationError,
+    UnsupportedSnapshotError,
+)
+from statecert.spec.handles import CANONICAL_FORMAT, KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.keyed_backend import KeyedBackendParameters
+from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, check_max_parallelism
+from statecert.spec.serializers import TypeSerializer
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    StateKind,
+    ValueStateDescriptor,
+)
+
+_CACHEABLE_KEY_TYPES = (str, int, bytes)
+_KEY_CACHE_SIZE = 65536
+
+
+def descriptor_serializers(descriptor: StateDescriptor) -> dict[str, TypeSerializer[Any]]:
+    """The serializers of a descriptor by role (see StateMetaInfo); msgpack where the descriptor names none."""
+    d: Any = descriptor
+    if isinstance(d, ValueStateDescriptor | ReducingStateDescriptor):
+        return {"value": d.serializer or DEFAULT_VALUE_SERIALIZER}
+    if isinstance(d, AggregatingStateDescriptor):
+        return {"value": d.accumulator_serializer or DEFAULT_VALUE_SERIALIZER}
+    if isinstance(d, ListStateDescriptor):
+        return {"element": d.element_serializer or DEFAULT_VALUE_SERIALIZER}
+    if isinstance(d, MapStateDescriptor):
+        return {
+            "user_key": d.user_key_serializer or DEFAULT_VALUE_SERIALIZER,
+            "user_value": d.user_value_serializer or DEFAULT_VALUE_SERIALIZER,
+        }
+    raise TypeError(f"unknown state descriptor {type(descriptor).__name__}")
+
+
+class KeyedStateBackendBase:
+    """Keyed state of one subtask over per-state stores."""
+
+    backend_name = "abstract"
+
+    def __init__(self, params: KeyedBackendParameters[Any]) -> None:
+        check_max_parallelism(params.max_parallelism)
+        if not params.key_group_range.is_empty and params.key_group_range.end >= params.max_parallelism:
+            raise ValueError(
+                f"key-group range {params.key_group_range} exceeds max parallelism {params.max_parallelism}"
+            )
+        self._params = params
+        self._key_serializer: TypeSerializer[Any] = params.key_serializer
+        self._clock = params.ttl_clock
+        self._stores: dict[str, Any] = {}
+        self._states: dict[str, KvState] = {}
+        self._namespace_serializers: dict[str, TypeSerializer[Any]] = {}
+        self._current_key: Any = None
+        self._current_key_bytes: bytes | None = None
+        self._current_key_group = -1
+        self._key_cache: dict[tuple[type, Any], tuple[bytes, int]] = {}
+        self._pending: set[AsyncSnapshotTask[KeyedStateHandle]] = set()
+        self._closed = False
+
+    # -- hooks ---------------------------------------------------------------------------------------------------
+    def _create_store(self, meta: StateMetaInfo) -> Any:
+        """A new, empty StateStore for a state (with a mutable `meta` attribute)."""
+        raise NotImplementedError
+
+    def _restore_other(self, handles: Sequence[Any]) -> None:
+        """Restore handles that are not canonical; the default accepts none (KB-RESTORE-5)."""
+        if handles:
+            fmt = getattr(handles[0], "snapshot_format", type(handles[0]).__name__)
+            raise UnsupportedSnapshotError(
+                f"the {self.backend_name} backend cannot restore a {fmt!r} state handle: it restores canonical "
+                "snapshots and its own native format only (convert with a canonical savepoint)"
+            )
+
+    def _release(self) -> None:
+        """Free the backend's resources on close."""
+
+    # -- keys ----------------------------------------------------------------------------------------------------
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self._params.key_group_range
+
+    @property
+    def number_of_key_groups(self) -> int:
+        return self._params.max_parallelism
+
+    @property
+    def key_serializer(self) -> TypeSerializer[Any]:
+        return self._key_serializer
+
+    def key_group_of(self, key: Any) -> int:
+        return assign_to_key_group(self._key_serializer.key_hash(key), self._params.max_parallelism)
+
+    def set_current_key(self, key: Any) -> None:
+        self._check_open()
+        if key is None:
+            raise IllegalStateError("the current key may not be None (KB-KEY-1)")
+        # Streams revisit the same keys: remember bytes and key group of recent str/int/bytes keys (exact type,
+        # so that 1 and True, equal in a dict, never share an entry).
+        cacheable = type(key) in _CACHEABLE_KEY_TYPES
+        cached = self._key_cache.get((type(key), key)) if cacheable else None
+        if cached is None:
+            key_group = self.key_group_of(key)
+            if key_group not in self.key_group_range:
+                raise IllegalStateError(
+                    f"key {key!r} belongs to key group {key_group}, outside this backend's range {self.key_group_range}"
+                )
+            cached = (self._key_serializer.serialize(key), key_group)
+            if cacheable:
+                if len(self._key_cache) >= _KEY_CACHE_SIZE:
+                    self._key_cache.clear()
+                self._key_cache[(type(key), key)] = cached
+        self._current_key = key
+        self._current_key_bytes, self._current_key_group = cached
+
+    def get_current_key(self) -> Any:
+        return self._current_key
+
+    @property
+    def current_key_group(self) -> int:
+        return self._current_key_group
+
+    def current_key_bytes_and_group(self) -> tuple[bytes, int]:
+        if self._closed:
+            raise BackendClosedError("state accessed after the backend was closed (KB-LIFE-2)")
+        if self._current_key_bytes is None:
+            raise IllegalStateError("no current key: call set_current_key() before accessing keyed state")
+        return self._current_key_bytes, self._current_key_group
+
+    # -- state registration ----------------------------------------------------------------------------------------
+    def get_or_create_state(
+        self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer[Any] | None = None
+    ) -> Any:
+        self._check_open()
+        ns_serializer = namespace_serializer or VOID_NAMESPACE_SERIALIZER
+        existing = self._states.get(descriptor.name)
+        if (
+            existing is not None
+            and existing.store.meta.kind is descriptor.kind
+            and existing.namespace_serializer == ns_serializer
+        ):
+            return existing
+        serializers = descriptor_serializers(descriptor)
+        store = self._stores.get(descriptor.name)
+        if store is None:
+            meta = StateMetaInfo(
+                descriptor.name,
+                descriptor.kind,
+                ns_serializer.snapshot_configuration(),
+                {role: s.snapshot_configuration() for role, s in serializers.items()},
+                descriptor.ttl is not None,
+            )
+            store = self._stores[descriptor.name] = self._create_store(meta)
+        else:
+            serializers = resolve_state_serializers(store, descriptor, serializers, ns_serializer)
+        state = self._create_state(descriptor, store, ns_serializer, serializers)
+        self._states[descriptor.name] = state
+        self._namespace_serializers[descriptor.name] = ns_serializer
+        return state
+
+    def _create_state(
+        self,
+        descriptor: StateDescriptor,
+        store: Any,
+        ns_serializer: TypeSerializer[Any],
+        serializers: Mapping[str, TypeSerializer[Any]],
+    ) -> KvState:
+        args = (self, store, descriptor.name, ns_serializer, serializers, TtlPolicy(descriptor.ttl, self._clock))
+        d: Any = descriptor
+        if descriptor.kind is StateKind.VALUE:
+            return ValueStateImpl(*args, default=d.default)
+        if descriptor.kind is StateKind.LIST:
+            return ListStateImpl(*args)
+        if descriptor.kind is StateKind.MAP:
+            return MapStateImpl(*args)
+        if descriptor.kind is StateKind.REDUCING:
+            if d.reduce_function is None:
+                raise ValueError(f"reducing state {descriptor.name!r} needs a reduce_function")
+            return ReducingStateImpl(*args, reduce_function=d.reduce_function)
+        if d.aggregate_function is None:
+            raise ValueError(f"aggregating state {descriptor.name!r} needs an aggregate_function")
+        return AggregatingStateImpl(*args, aggregate_function=d.aggregate_function)
+
+    def get_partitioned_state(
+        self, namespace: Any, descriptor: StateDescriptor, namespace_serializer: TypeSerializer[Any] | None = None
+    ) -> Any:
+        state = self.get_or_create_state(descriptor, namespace_serializer)
+        state.set_current_namespace(namespace)
+        return state
+
+    def _namespace_serializer(self, state_name: str) -> TypeSerializer[Any]:
+        if state_name in self._namespace_serializers:
+            return self._namespace_serializers[state_name]
+        if state_name in self._stores:
+            return restore_serializer(self._stores[state_name].meta.namespace_serializer)
+        raise KeyError(f"no state named {state_name!r} in this backend")
+
+    def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
+        self._check_open()
+        ns_bytes = self._namespace_serializer(state_name).serialize(namespace)
+        keys = [k for _, k, n, _ in self._stores[state_name].entries() if n == ns_bytes]
+        return (self._key_serializer.deserialize(k) for k in keys)
+
+    def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        self._check_open()
+        ns_ser = self._namespace_serializer(state_name)
+        pairs = [(k, n) for _, k, n, _ in self._stores[state_name].entries()]
+        return ((self._key_serializer.deserialize(k), ns_ser.deserialize(n)) for k, n in pairs)
+
+    def num_state_entries(self, state_name: str | None = None) -> int:
+        if state_name is not None:
+            return len(self._stores[state_name]) if state_name in self._stores else 0
+        return sum(len(s) for s in self._stores.values())
+
+    @property
+    def registered_state_names(self) -> set[str]:
+        return set(self._stores)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to release by default."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Nothing to release by default."""
+
+    # -- restore ---------------------------------------------------------------------------------------------------
+    def _restore(self, handles: Sequence[Any]) -> None:
+        """Canonical handles are read key group by key group (KB-RESTORE-1..3); the rest go to `_restore_other`."""
+
+        def is_canonical(handle: Any) -> bool:
+            return isinstance(handle, KeyGroupsStateHandle) and handle.snapshot_format == CANONICAL_FORMAT
+
+        canonical = [h for h in handles if is_canonical(h)]
+        self._restore_other([h for h in handles if not is_canonical(h)])
+        for handle in canonical:
+            if handle.key_group_range.intersection(self.key_group_range).is_empty:
+                continue
+            with CanonicalReader(handle) as reader:
+                self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
+                stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
+                for key_group, entries in reader.entries(self.key_group_range):
+                    for index, key, ns, payload in entries:
+                        stores[index].put_payload(key_group, (key, ns), payload)
+
+    def _restored_store(self, meta: StateMetaInfo, source: str) -> Any:
+        store = self._stores.get(meta.name)
+        if store is None:
+            if set(meta.serializers) != set(SERIALIZER_ROLES[meta.kind]):
+                raise CheckpointFormatError(
+                    source, f"state {meta.name!r}: serializer roles do not match {meta.kind.value}"
+                )
+            store = self._stores[meta.name] = self._create_store(meta)
+        elif store.meta != meta:
+            raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two handles")
+        return store
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendClosedError(f"the {self.backend_name} keyed state backend is closed (KB-LIFE-2)")
+
+    def _track(self, task: AsyncSnapshotTask[KeyedStateHandle]) -> AsyncSnapshotTask[KeyedStateHandle]:
+        self._pending.add(task)
+        return task
+
+    def close(self) -> None:
+        """Cancel running snapshots and drop all state (KB-LIFE-1, KB-SNAP-6)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._pending):
+            task.cancel()
+        self._states.clear()
+        self._stores.clear()
+        self._release()
+
+    def dispose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> KeyedStateBackendBase:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
