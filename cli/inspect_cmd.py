@@ -12,7 +12,12 @@ from rich.table import Table
 
 from statecert.reference.format.metadata_codec import read_version
 from statecert.reference.storage.location import load_checkpoint_metadata, resolve_checkpoint_pointer
-from statecert.spec.handles import ByteStreamStateHandle, StreamStateHandle
+from statecert.spec.handles import (
+    ByteStreamStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
+    StreamStateHandle,
+)
 from statecert.spec.metadata import CheckpointMetadata
 
 
@@ -20,6 +25,26 @@ def _stream(handle: StreamStateHandle) -> dict[str, Any]:
     if isinstance(handle, ByteStreamStateHandle):
         return {"kind": "inline", "size": handle.size}
     return {"kind": "file", "path": handle.path, "size": handle.size}
+
+
+def _keyed(handle: KeyedStateHandle) -> dict[str, Any]:
+    rng = [handle.key_group_range.start, handle.key_group_range.end]
+    if isinstance(handle, IncrementalKeyedStateHandle):
+        return {
+            "type": "incremental-key-groups",
+            "format": handle.snapshot_format,
+            "key_groups": rng,
+            "files": {"shared": len(handle.shared_state), "private": len(handle.private_state)},
+            "stream": {"kind": "files", "size": handle.size},
+            "size": handle.size,
+        }
+    return {
+        "type": "key-groups",
+        "format": handle.snapshot_format,
+        "key_groups": rng,
+        "stream": _stream(handle.delegate),
+        "size": handle.size,
+    }
 
 
 def describe_checkpoint(pointer: str) -> dict[str, Any]:
@@ -32,16 +57,7 @@ def describe_checkpoint(pointer: str) -> dict[str, Any]:
     for op in metadata.operators:
         subtasks = []
         for index, st in sorted(op.subtask_states.items()):
-            handles = [
-                {
-                    "type": "key-groups",
-                    "format": h.snapshot_format,
-                    "key_groups": [h.key_group_range.start, h.key_group_range.end],
-                    "stream": _stream(h.delegate),
-                    "size": h.size,
-                }
-                for h in st.managed_keyed_state
-            ] + [
+            handles = [_keyed(h) for h in st.managed_keyed_state] + [
                 {
                     "type": "operator",
                     "states": {
@@ -92,9 +108,9 @@ def print_description(info: dict[str, Any], as_json: bool, console: Console) -> 
             for h in st["handles"]:
                 what = (
                     f"[{h['key_groups'][0]}, {h['key_groups'][1]}]"
-                    if h["type"] == "key-groups"
+                    if "key_groups" in h
                     else ", ".join(f"{n} ({s['mode']}, {s['elements']})" for n, s in h["states"].items())
                 )
-                kind = f"{h['type']} ({h['format']})" if h["type"] == "key-groups" else h["type"]
+                kind = f"{h['type']} ({h['format']})" if "format" in h else h["type"]
                 table.add_row(str(st["index"]), kind, what, h["stream"]["kind"], str(h["size"]))
         console.print(table)

@@ -11,11 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from statecert.reference.format.state_meta import StateMetaInfo
+
 EntryKey = tuple[bytes, bytes]  # (key bytes, namespace bytes)
 Payload = Any
 
 
 class StateStore(Protocol):
+    meta: StateMetaInfo
+    """The state's kind, serializer snapshots and TTL flag; replaced when the state migrates."""
+
     def get(self, key_group: int, key: EntryKey) -> bytes | None: ...
 
     def put(self, key_group: int, key: EntryKey, value: bytes) -> None: ...

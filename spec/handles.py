@@ -85,7 +85,37 @@ class KeyGroupsStateHandle:
         return KeyGroupsStateHandle(common, offsets, self.delegate, self.snapshot_format)
 
 
-KeyedStateHandle = KeyGroupsStateHandle
+ROCKSDB_NATIVE_FORMAT = "native:rocksdb"
+
+
+@dataclass(frozen=True)
+class IncrementalKeyedStateHandle:
+    """A RocksDB backend's own files for a key-group range (RDB-2): SST files by name, shared between
+    checkpoints when incremental (`shared_state`), the checkpoint's private files (`private_state`), and the
+    state meta data. Restorable only by the same backend type (SP-3)."""
+
+    backend_id: str
+    key_group_range: KeyGroupRange
+    checkpoint_id: int
+    shared_state: Mapping[str, StreamStateHandle]
+    private_state: Mapping[str, StreamStateHandle]
+    meta_state: StreamStateHandle
+    snapshot_format: str = ROCKSDB_NATIVE_FORMAT
+
+    @property
+    def size(self) -> int:
+        return (
+            sum(h.size for h in self.shared_state.values())
+            + sum(h.size for h in self.private_state.values())
+            + self.meta_state.size
+        )
+
+    def intersection(self, key_group_range: KeyGroupRange) -> IncrementalKeyedStateHandle | None:
+        """This handle if it overlaps `key_group_range` (the restoring backend cuts the rest), else None."""
+        return None if self.key_group_range.intersection(key_group_range).is_empty else self
+
+
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle
 
 
 class OperatorStateMode(str, enum.Enum):

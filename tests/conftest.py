@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from statecert.reference.heap.backend import HashMapStateBackend
+from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import ManualClock
 
@@ -19,13 +20,18 @@ settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_
 settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
 
-BACKENDS = {"hashmap": HashMapStateBackend}
+BACKENDS: dict[str, Any] = {
+    "hashmap": lambda local_dir: HashMapStateBackend(),
+    "rocksdb": lambda local_dir: EmbeddedRocksDBStateBackend(local_dir=local_dir),
+    "rocksdb-incremental": lambda local_dir: EmbeddedRocksDBStateBackend(incremental=True, local_dir=local_dir),
+}
+"""Backend name -> builder taking a local working directory (used by RocksDB)."""
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def state_backend(request: pytest.FixtureRequest) -> Any:
+def state_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """Every reference backend; behaviour tests run once per backend."""
-    return BACKENDS[request.param]()
+    return BACKENDS[request.param](str(tmp_path / "local"))
 
 
 @pytest.fixture(params=["file", "memory"])

@@ -238,6 +238,8 @@ def savepoint(
                 expected[f"k{i}"] = i
     location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
     pointer = take_snapshot(subtasks, location, 1, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    for s in subtasks:
+        s.dispose()
     return pointer, expected
 
 
@@ -248,6 +250,7 @@ def counts(state_backend: Any, operator: OperatorState, parallelism: int) -> dic
         for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
             s.keyed.set_current_key(key)
             out[key] = state.value()
+        s.dispose()
     return out
 
 
@@ -350,7 +353,7 @@ def test_golden_version_1_savepoint_restores(tmp_path: Path, backend_name: str, 
     seen: dict[str, Any] = {}
     offsets: list[int] = []
     for s in create_subtasks(
-        BACKENDS[backend_name](),
+        BACKENDS[backend_name](str(tmp_path / "local")),
         KEYS,
         parallelism,
         128,
@@ -363,5 +366,6 @@ def test_golden_version_1_savepoint_restores(tmp_path: Path, backend_name: str, 
             s.keyed.set_current_key(key)
             seen[key] = (count.value(), lst.get())
         offsets += s.operator.get_list_state(ListStateDescriptor("offsets", element_serializer=LongSerializer())).get()
+        s.dispose()
     assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}
     assert sorted(offsets) == [0, 1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,8 +107,9 @@ def test_restore_at_any_parallelism(
 ) -> None:
     old, new = min(old, max_parallelism), min(new, max_parallelism)
     storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("rescale")))
-    operator = write_checkpoint(BACKENDS[backend_name](), storage, old, keys, max_parallelism)
-    got = read_back(BACKENDS[backend_name](), operator, new, max_parallelism)["keyed"]
+    local = tmp_path_factory.mktemp("local")
+    operator = write_checkpoint(BACKENDS[backend_name](str(local)), storage, old, keys, max_parallelism)
+    got = read_back(BACKENDS[backend_name](str(local)), operator, new, max_parallelism)["keyed"]
     assert got == {k: (i, [i, i + 1]) for i, k in enumerate(keys)}
 
 
@@ -144,7 +146,9 @@ def test_broadcast_state_is_whole_in_every_subtask(state_backend: Any, storage: 
 
 @pytest.mark.requirement("SP-1")
 @pytest.mark.parametrize("reader", sorted(BACKENDS))
-def test_canonical_savepoint_restores_in_any_backend(state_backend: Any, storage: Any, reader: str) -> None:
+def test_canonical_savepoint_restores_in_any_backend(
+    state_backend: Any, storage: Any, reader: str, tmp_path: Path
+) -> None:
     operator = write_checkpoint(state_backend, storage, 3, KEY_LIST[:100], kind=CheckpointKind.SAVEPOINT_CANONICAL)
-    got = read_back(BACKENDS[reader](), operator, 5)["keyed"]
+    got = read_back(BACKENDS[reader](str(tmp_path / "reader")), operator, 5)["keyed"]
     assert got == {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST[:100])}

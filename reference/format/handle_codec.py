@@ -14,6 +14,7 @@ from typing import Any
 from statecert.spec.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
+    IncrementalKeyedStateHandle,
     KeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateHandle,
@@ -65,6 +66,18 @@ class HandleCodec:
         return {"type": "file", "path": self._encode_path(handle.path), "size": handle.size}
 
     def keyed(self, handle: KeyedStateHandle) -> dict[str, Any]:
+        if isinstance(handle, IncrementalKeyedStateHandle):
+            return {
+                "type": "incremental-key-groups",
+                "backend_id": handle.backend_id,
+                "start": handle.key_group_range.start,
+                "end": handle.key_group_range.end,
+                "checkpoint_id": handle.checkpoint_id,
+                "shared": {name: self.stream(h) for name, h in sorted(handle.shared_state.items())},
+                "private": {name: self.stream(h) for name, h in sorted(handle.private_state.items())},
+                "meta": self.stream(handle.meta_state),
+                "format": handle.snapshot_format,
+            }
         return {
             "type": "key-groups",
             "start": handle.key_group_range.start,
@@ -100,11 +113,21 @@ class HandleCodec:
 
     def decode_keyed(self, data: Any) -> KeyedStateHandle:
         kind = field(data, "type", str)
-        if kind != "key-groups":
+        if kind not in ("key-groups", "incremental-key-groups"):
             raise ValueError(f"unknown keyed state handle type {kind!r}")
         start, end = field(data, "start", int), field(data, "end", int)
         if start < 0 or end < start:
             raise ValueError(f"invalid key-group range [{start}, {end}]")
+        if kind == "incremental-key-groups":
+            return IncrementalKeyedStateHandle(
+                field(data, "backend_id", str),
+                KeyGroupRange(start, end),
+                field(data, "checkpoint_id", int),
+                self._streams(field(data, "shared", dict)),
+                self._streams(field(data, "private", dict)),
+                self.decode_stream(field(data, "meta", dict)),
+                field(data, "format", str),
+            )
         offsets = non_negative_ints(field(data, "offsets", list), "offsets")
         return KeyGroupsStateHandle(
             KeyGroupRange(start, end),
@@ -112,6 +135,11 @@ class HandleCodec:
             self.decode_stream(field(data, "stream", dict)),
             field(data, "format", str),
         )
+
+    def _streams(self, data: dict[Any, Any]) -> dict[str, StreamStateHandle]:
+        if not all(isinstance(name, str) and "/" not in name for name in data):
+            raise ValueError("state file names must be plain strings")
+        return {name: self.decode_stream(h) for name, h in data.items()}
 
     def decode_operator(self, data: Any) -> OperatorStateHandle:
         kind = field(data, "type", str)

@@ -101,7 +101,7 @@ class StateTable:
 
     def map_get(self, key_group: int, key: EntryKey, user_key: bytes) -> bytes | None:
         cell = self._read(key_group).get(key)
-        return None if cell is None else cell.data.get(user_key)  # type: ignore[no-any-return]
+        return None if cell is None else cell.data.get(user_key)
 
     def map_put(self, key_group: int, key: EntryKey, entries: Mapping[bytes, bytes]) -> None:
         cell: dict[bytes, bytes] = self._cell(key_group, key, dict, dict)

@@ -1,0 +1,52 @@
+"""The retained completed checkpoints (CKP-1): the newest N are kept; an older one is subsumed, which deletes its
+exclusive directory and releases its shared state. Savepoints never enter the store (CKP-3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import fsspec
+
+from statecert.reference.shared_state_registry import SharedStateRegistry
+from statecert.spec.metadata import CheckpointMetadata
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    pointer: str
+    metadata: CheckpointMetadata
+
+
+@dataclass
+class CompletedCheckpointStore:
+    max_retained: int = 1
+    registry: SharedStateRegistry = field(default_factory=SharedStateRegistry)
+    _retained: list[CompletedCheckpoint] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.max_retained < 1:
+            raise ValueError(f"state.checkpoints.num-retained must be at least 1, got {self.max_retained}")
+
+    def add(self, pointer: str, metadata: CheckpointMetadata) -> list[CompletedCheckpoint]:
+        """Retain a completed checkpoint; returns the checkpoints it subsumed."""
+        if metadata.kind.is_savepoint:
+            raise ValueError("savepoints are never retained or subsumed with checkpoints (CKP-3)")
+        self.registry.register(metadata)
+        self._retained.append(CompletedCheckpoint(pointer, metadata))
+        subsumed = []
+        while len(self._retained) > self.max_retained:
+            oldest = self._retained.pop(0)
+            self.registry.release(oldest.metadata)
+            fs, directory = fsspec.core.url_to_fs(oldest.pointer)
+            if fs.exists(directory):
+                fs.rm(directory, recursive=True)
+            subsumed.append(oldest)
+        return subsumed
+
+    @property
+    def retained(self) -> list[CompletedCheckpoint]:
+        return list(self._retained)
+
+    @property
+    def latest(self) -> CompletedCheckpoint | None:
+        return self._retained[-1] if self._retained else None

@@ -1,0 +1,156 @@
+"""A StateStore over one RocksDB column family (RDB-1). Lists are one msgpack array per entry; map entries are
+one RocksDB key per user key, so a map is the range of its composite-key prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgpack
+import rocksdict
+
+from statecert.reference.format.state_meta import StateMetaInfo
+from statecert.reference.rocksdb.key_layout import composite_key, prefix_end, split_composite_key
+from statecert.reference.state_store import EntryKey, Payload
+from statecert.spec.errors import StateSizeLimitError
+from statecert.spec.state import StateKind
+
+MAX_VALUE_BYTES = 2**31 - 1  # RocksDB's (JNI's, in Flink) limit on one value (RDB-5)
+
+
+class ColumnFamilyStore:
+    """One state's entries in a column family of the backend's database."""
+
+    def __init__(
+        self,
+        db: rocksdict.Rdict,
+        column_family: rocksdict.Rdict,
+        handle: Any,
+        meta: StateMetaInfo,
+        max_value_bytes: int = MAX_VALUE_BYTES,
+    ) -> None:
+        self._db = db
+        self._cf = column_family
+        self._handle = handle
+        self.meta = meta
+        self._max = max_value_bytes
+
+    def _check(self, value: bytes) -> bytes:
+        if len(value) > self._max:
+            raise StateSizeLimitError(
+                f"state {self.meta.name!r}: a value of {len(value)} bytes exceeds the RocksDB backend's limit of "
+                f"{self._max} bytes per value"
+            )
+        return value
+
+    def _range(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._cf.iter()
+        it.seek(prefix)
+        while it.valid():
+            raw = it.key()
+            if not raw.startswith(prefix):
+                break
+            yield raw, it.value()
+            it.next()
+
+    def _delete_prefix(self, prefix: bytes) -> None:
+        self._cf.delete_range(prefix, prefix_end(prefix))
+
+    # -- StateStore ------------------------------------------------------------------------------------------------
+    def get(self, key_group: int, key: EntryKey) -> bytes | None:
+        return self._cf.get(composite_key(key_group, *key))
+
+    def put(self, key_group: int, key: EntryKey, value: bytes) -> None:
+        self._cf[composite_key(key_group, *key)] = self._check(value)
+
+    def delete(self, key_group: int, key: EntryKey) -> None:
+        raw = composite_key(key_group, *key)
+        if self.meta.kind is StateKind.MAP:
+            self._delete_prefix(raw)
+        else:
+            del self._cf[raw]
+
+    def get_list(self, key_group: int, key: EntryKey) -> list[bytes] | None:
+        stored = self._cf.get(composite_key(key_group, *key))
+        return None if stored is None else list(msgpack.unpackb(stored))
+
+    def set_list(self, key_group: int, key: EntryKey, elements: list[bytes]) -> None:
+        raw = composite_key(key_group, *key)
+        if elements:
+            self._cf[raw] = self._check(msgpack.packb(elements, use_bin_type=True))
+        else:
+            del self._cf[raw]
+
+    def append_list(self, key_group: int, key: EntryKey, elements: list[bytes]) -> None:
+        self.set_list(key_group, key, (self.get_list(key_group, key) or []) + elements)
+
+    def map_get(self, key_group: int, key: EntryKey, user_key: bytes) -> bytes | None:
+        return self._cf.get(composite_key(key_group, *key) + user_key)
+
+    def map_put(self, key_group: int, key: EntryKey, entries: Mapping[bytes, bytes]) -> None:
+        prefix = composite_key(key_group, *key)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for user_key, value in entries.items():
+            batch.put(prefix + user_key, self._check(value), self._handle)
+        self._db.write(batch)
+
+    def map_remove(self, key_group: int, key: EntryKey, user_key: bytes) -> None:
+        del self._cf[composite_key(key_group, *key) + user_key]
+
+    def map_items(self, key_group: int, key: EntryKey) -> list[tuple[bytes, bytes]]:
+        prefix = composite_key(key_group, *key)
+        return [(raw[len(prefix) :], value) for raw, value in self._range(prefix)]
+
+    def entries(self) -> Iterator[tuple[int, bytes, bytes, Payload]]:
+        return iterate_entries(self._cf, self.meta.kind)
+
+    def put_payload(self, key_group: int, key: EntryKey, payload: Payload) -> None:
+        if self.meta.kind is StateKind.MAP:
+            self._delete_prefix(composite_key(key_group, *key))
+            self.map_put(key_group, key, dict((k, v) for k, v in payload))
+        elif self.meta.kind is StateKind.LIST:
+            self.set_list(key_group, key, list(payload))
+        else:
+            self.put(key_group, key, payload)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.entries())
+
+    def compact(self) -> None:
+        self._cf.compact_range(None, None)
+
+    def is_empty(self) -> bool:
+        it = self._cf.iter()
+        it.seek_to_first()
+        return not it.valid()
+
+
+def iterate_entries(
+    column_family: Any, kind: StateKind, start: bytes | None = None, end: bytes | None = None
+) -> Iterator[tuple[int, bytes, bytes, Payload]]:
+    """Entries of a column family in key order, from `start` up to (excluding) `end`, as canonical payloads."""
+    it = column_family.iter()
+    if start is None:
+        it.seek_to_first()
+    else:
+        it.seek(start)
+    current: tuple[int, bytes, bytes] | None = None
+    pairs: list[list[bytes]] = []
+    while it.valid():
+        raw = it.key()
+        if end is not None and raw >= end:
+            break
+        key_group, key, ns, user_key = split_composite_key(raw)
+        if kind is StateKind.MAP:
+            if current != (key_group, key, ns):
+                if current is not None:
+                    yield (*current, pairs)
+                current, pairs = (key_group, key, ns), []
+            pairs.append([user_key, it.value()])
+        elif kind is StateKind.LIST:
+            yield key_group, key, ns, list(msgpack.unpackb(it.value()))
+        else:
+            yield key_group, key, ns, it.value()
+        it.next()
+    if current is not None:
+        yield (*current, pairs)

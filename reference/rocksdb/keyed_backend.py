@@ -1,0 +1,296 @@
+"""The RocksDB keyed state backend (chapter RDB): state in column families of a local RocksDB, snapshots taken
+from a RocksDB checkpoint (hard links: the synchronous part), written as canonical key groups or as the native
+files, incrementally when enabled."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import rocksdict
+
+from statecert.reference.format.canonical import CanonicalHeader, Entry, describe, write_key_groups
+from statecert.reference.format.handle_codec import field
+from statecert.reference.format.state_meta import StateMetaInfo
+from statecert.reference.keyed_backend_base import KeyedStateBackendBase
+from statecert.reference.migration import check_key_serializer
+from statecert.reference.rocksdb.column_family_store import MAX_VALUE_BYTES, ColumnFamilyStore, iterate_entries
+from statecert.reference.rocksdb.files import download_files, upload_file
+from statecert.reference.rocksdb.key_layout import key_group_prefix
+from statecert.reference.rocksdb.settings import RocksDBSettings
+from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.handles import (
+    CANONICAL_FORMAT,
+    ROCKSDB_NATIVE_FORMAT,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
+    KeyGroupsStateHandle,
+    StreamStateHandle,
+)
+from statecert.spec.keyed_backend import (
+    DEFAULT_CHECKPOINT_OPTIONS,
+    CheckpointOptions,
+    KeyedBackendParameters,
+    SnapshotType,
+)
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.serializers import SerializerSnapshot
+from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
+
+SST_SUFFIX = ".sst"
+
+
+def column_family_name(state_name: str) -> str:
+    return f"state:{state_name}"
+
+
+class RocksDBKeyedStateBackend(KeyedStateBackendBase):
+    backend_name = "rocksdb"
+
+    def __init__(
+        self, params: KeyedBackendParameters[Any], settings: RocksDBSettings, max_value_bytes: int = MAX_VALUE_BYTES
+    ) -> None:
+        super().__init__(params)
+        self._settings = settings
+        self._max_value_bytes = max_value_bytes
+        self._backend_id = uuid.uuid4().hex
+        base = Path(params.local_dir or settings.local_dir or tempfile.gettempdir())
+        rng = params.key_group_range
+        # Like Flink's `job_<id>_op_<id>_uuid_<random>`: every instance starts in a directory of its own, so what
+        # an earlier instance left behind (a crash, a failed restore) is never opened again (RDB-4).
+        self.instance_dir = (
+            base / f"statecert-rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{self._backend_id}"
+        )
+        self._db_dir = self.instance_dir / "db"
+        self._snapshot_dir = self.instance_dir / "snapshots"
+        self._options = settings.options()
+        self._uploaded: dict[int, dict[str, StreamStateHandle]] = {}
+        self._base_uploads: dict[str, StreamStateHandle] = {}
+        self._fast_path = self._fast_path_handle(params.restore_state)
+        self._db: rocksdict.Rdict | None = None
+        try:
+            if self._fast_path is not None:
+                self._open_from_files(self._fast_path)
+            else:
+                self._db = rocksdict.Rdict(str(self._db_dir), self._options)
+            self._restore(params.restore_state)
+        except BaseException:
+            self.dispose()
+            raise
+
+    # -- stores ----------------------------------------------------------------------------------------------------
+    def _create_store(self, meta: StateMetaInfo) -> ColumnFamilyStore:
+        assert self._db is not None
+        name = column_family_name(meta.name)
+        if name in rocksdict.Rdict.list_cf(str(self._db_dir), self._options):
+            cf = self._db.get_column_family(name)
+        else:
+            cf = self._db.create_column_family(name, self._options)
+        handle = self._db.get_column_family_handle(name)
+        return ColumnFamilyStore(self._db, cf, handle, meta, self._max_value_bytes)
+
+    # -- restore ---------------------------------------------------------------------------------------------------
+    def _fast_path_handle(self, handles: Sequence[Any]) -> IncrementalKeyedStateHandle | None:
+        """One native handle of exactly this range: use its files as they are (RDB-3)."""
+        if len(handles) == 1 and isinstance(handles[0], IncrementalKeyedStateHandle):
+            handle = handles[0]
+            if handle.snapshot_format == ROCKSDB_NATIVE_FORMAT and handle.key_group_range == self.key_group_range:
+                return handle
+        return None
+
+    def _read_meta(self, handle: IncrementalKeyedStateHandle) -> tuple[SerializerSnapshot, list[StateMetaInfo]]:
+        name = describe(handle.meta_state)
+        with handle.meta_state.open() as f:
+            raw = f.read()
+        try:
+            plain = msgpack.unpackb(raw, raw=False)
+            key_serializer = SerializerSnapshot.from_plain(field(plain, "key_serializer", dict))
+            metas = [StateMetaInfo.from_plain(m) for m in field(plain, "states", list)]
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise CheckpointFormatError(name, f"malformed RocksDB state meta data: {exc}") from None
+        return key_serializer, metas
+
+    def _open_from_files(self, handle: IncrementalKeyedStateHandle) -> None:
+        key_serializer, metas = self._read_meta(handle)
+        self._key_serializer = check_key_serializer(self._key_serializer, key_serializer)
+        download_files({**handle.shared_state, **handle.private_state}, self._db_dir)
+        families = {column_family_name(m.name): self._options for m in metas}
+        self._db = rocksdict.Rdict(str(self._db_dir), self._options, column_families=families)
+        for meta in metas:
+            self._stores[meta.name] = self._create_store(meta)
+        self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
+
+    def _restore_other(self, handles: Sequence[Any]) -> None:
+        """Native handles of other ranges: open each, copy the key groups of this range (RDB-3, KB-RESTORE-2)."""
+        assert self._db is not None
+        for handle in handles:
+            if handle is self._fast_path:
+                continue
+            if not isinstance(handle, IncrementalKeyedStateHandle) or handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
+                super()._restore_other([handle])
+                continue
+            common = handle.key_group_range.intersection(self.key_group_range)
+            if common.is_empty:
+                continue
+            key_serializer, metas = self._read_meta(handle)
+            self._key_serializer = check_key_serializer(self._key_serializer, key_serializer)
+            temp = self.instance_dir / f"restore-{uuid.uuid4().hex}"
+            download_files({**handle.shared_state, **handle.private_state}, temp)
+            source = rocksdict.Rdict(
+                str(temp), self._options, column_families={column_family_name(m.name): self._options for m in metas}
+            )
+            try:
+                for meta in metas:
+                    target = self._restored_store(meta, describe(handle.meta_state))
+                    copy_key_groups(source.get_column_family(column_family_name(meta.name)), target, common)
+            finally:
+                source.close()
+                del source
+                shutil.rmtree(temp, ignore_errors=True)
+
+    # -- snapshots -------------------------------------------------------------------------------------------------
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        timestamp_ms: int,
+        stream_factory: CheckpointStreamFactory,
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
+    ) -> AsyncSnapshotTask[KeyedStateHandle]:
+        """Synchronous part: a RocksDB checkpoint (flush, then hard links) of the live database (KB-SNAP-2)."""
+        self._check_open()
+        assert self._db is not None
+        names = sorted(n for n, s in self._stores.items() if not s.is_empty())
+        if not names:
+            return self._track(AsyncSnapshotTask(lambda cancelled: None, self._pending.discard))
+        local = self._snapshot_dir / f"chk-{checkpoint_id}-{uuid.uuid4().hex}"
+        self._snapshot_dir.mkdir(parents=True, exist_ok=True)
+        rocksdict.Checkpoint(self._db).create_checkpoint(str(local))
+        metas = [self._stores[n].meta for n in names]
+        key_serializer = self._key_serializer.snapshot_configuration()
+        canonical = options.snapshot_type is SnapshotType.SAVEPOINT_CANONICAL or (
+            options.snapshot_type is SnapshotType.CHECKPOINT and not self._settings.incremental
+        )
+        if canonical:
+            write = self._canonical_writer(local, metas, key_serializer, stream_factory)
+        else:
+            incremental = options.snapshot_type is SnapshotType.CHECKPOINT
+            base = dict(self._base_uploads) if incremental else {}
+            write = self._native_writer(checkpoint_id, local, metas, key_serializer, stream_factory, base, incremental)
+        return self._track(AsyncSnapshotTask(write, self._pending.discard))
+
+    def _canonical_writer(
+        self,
+        local: Path,
+        metas: list[StateMetaInfo],
+        key_serializer: SerializerSnapshot,
+        factory: CheckpointStreamFactory,
+    ) -> Callable[[Callable[[], bool]], KeyedStateHandle | None]:
+        header = CanonicalHeader(self.backend_name, key_serializer, tuple(metas))
+        key_group_range = self.key_group_range
+
+        def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
+            try:
+                families = {column_family_name(m.name): self._options for m in metas}
+                db = rocksdict.Rdict(str(local), self._options, column_families=families)
+                try:
+                    cfs = [db.get_column_family(column_family_name(m.name)) for m in metas]
+
+                    def blocks(key_group: int) -> list[Entry]:
+                        start, end = key_group_prefix(key_group), key_group_prefix(key_group + 1)
+                        return [
+                            [index, key, ns, payload]
+                            for index, (cf, meta) in enumerate(zip(cfs, metas, strict=True))
+                            for _, key, ns, payload in iterate_entries(cf, meta.kind, start, end)
+                        ]
+
+                    with factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+                        offsets = write_key_groups(out, header, key_group_range, blocks, cancelled)
+                        delegate = out.close_and_get_handle()
+                    cfs.clear()  # drop the column family handles before closing the database
+                finally:
+                    db.close()
+                    del db
+                assert delegate is not None
+                return KeyGroupsStateHandle(key_group_range, offsets, delegate, CANONICAL_FORMAT)
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
+
+        return write
+
+    def _native_writer(
+        self,
+        checkpoint_id: int,
+        local: Path,
+        metas: list[StateMetaInfo],
+        key_serializer: SerializerSnapshot,
+        factory: CheckpointStreamFactory,
+        base: dict[str, StreamStateHandle],
+        incremental: bool,
+    ) -> Callable[[Callable[[], bool]], KeyedStateHandle | None]:
+        """Upload SST files not in `base` to the shared scope, the rest of the files to the exclusive scope (RDB-2)."""
+
+        def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
+            try:
+                shared: dict[str, StreamStateHandle] = {}
+                private: dict[str, StreamStateHandle] = {}
+                for path in sorted(local.iterdir()):
+                    if path.suffix == SST_SUFFIX:
+                        reused = base.get(path.name)
+                        shared[path.name] = reused or upload_file(
+                            path, factory, CheckpointedStateScope.SHARED, cancelled
+                        )
+                    else:
+                        private[path.name] = upload_file(path, factory, CheckpointedStateScope.EXCLUSIVE, cancelled)
+                plain = {"key_serializer": key_serializer.to_plain(), "states": [m.to_plain() for m in metas]}
+                with factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+                    out.write(msgpack.packb(plain, use_bin_type=True))
+                    meta_handle = out.close_and_get_handle()
+                assert meta_handle is not None
+                if incremental:
+                    self._uploaded[checkpoint_id] = shared
+                return IncrementalKeyedStateHandle(
+                    self._backend_id, self.key_group_range, checkpoint_id, shared, private, meta_handle
+                )
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
+
+        return write
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """The completed checkpoint's files become the base of the next incremental one (RDB-2)."""
+        if checkpoint_id in self._uploaded:
+            self._base_uploads = self._uploaded[checkpoint_id]
+        for done in [c for c in self._uploaded if c <= checkpoint_id]:
+            del self._uploaded[done]
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """An aborted checkpoint's uploads are never a base (RDB-2)."""
+        self._uploaded.pop(checkpoint_id, None)
+
+    def compact(self) -> None:
+        """Run a full manual compaction of every column family (rewrites SST files; state is unchanged)."""
+        self._check_open()
+        for store in self._stores.values():
+            store.compact()
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def _release(self) -> None:
+        """Close the database and delete every local directory of this instance (RDB-4)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        shutil.rmtree(self.instance_dir, ignore_errors=True)
+
+
+def copy_key_groups(source: Any, target: ColumnFamilyStore, key_groups: KeyGroupRange) -> None:
+    """Copy the raw entries of `key_groups` from a source column family: the key layout keeps them contiguous."""
+    for key_group, key, ns, payload in iterate_entries(
+        source, target.meta.kind, key_group_prefix(key_groups.start), key_group_prefix(key_groups.end + 1)
+    ):
+        target.put_payload(key_group, (key, ns), payload)

@@ -1,0 +1,48 @@
+"""Reference counts of shared state files across retained checkpoints (CKP-2): a shared file is deleted exactly
+when the last retained checkpoint referencing it is released, like Flink's SharedStateRegistry."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import fsspec
+
+from statecert.spec.handles import FileStateHandle, IncrementalKeyedStateHandle
+from statecert.spec.metadata import CheckpointMetadata
+
+
+def shared_files(metadata: CheckpointMetadata) -> set[str]:
+    """URLs of the shared-scope files a checkpoint references (inline handles are not files)."""
+    return {
+        handle.path
+        for op in metadata.operators
+        for subtask in op.subtask_states.values()
+        for keyed in subtask.managed_keyed_state
+        if isinstance(keyed, IncrementalKeyedStateHandle)
+        for handle in keyed.shared_state.values()
+        if isinstance(handle, FileStateHandle)
+    }
+
+
+class SharedStateRegistry:
+    def __init__(self) -> None:
+        self._references: Counter[str] = Counter()
+
+    def register(self, metadata: CheckpointMetadata) -> None:
+        self._references.update(shared_files(metadata))
+
+    def release(self, metadata: CheckpointMetadata) -> list[str]:
+        """Drop one checkpoint's references; delete and return the files nobody references any more."""
+        deleted = []
+        for path in sorted(shared_files(metadata)):
+            self._references[path] -= 1
+            if self._references[path] <= 0:
+                del self._references[path]
+                fs, local = fsspec.core.url_to_fs(path)
+                if fs.exists(local):
+                    fs.rm_file(local)
+                deleted.append(path)
+        return deleted
+
+    def referenced(self) -> set[str]:
+        return set(self._references)

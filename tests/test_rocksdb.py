@@ -1,0 +1,292 @@
+"""The embedded RocksDB backend beyond the shared behaviour tests (chapters RDB and CKP)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.reference.completed_checkpoint_store import CompletedCheckpointStore
+from statecert.reference.heap.backend import HashMapStateBackend
+from statecert.reference.loader import load_state_backend
+from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
+from statecert.reference.rocksdb.key_layout import composite_key, key_group_prefix, split_composite_key
+from statecert.reference.serializers import BytesSerializer, LongSerializer, StringSerializer
+from statecert.reference.shared_state_registry import shared_files
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import StateSizeLimitError, UnsupportedSnapshotError
+from statecert.spec.handles import IncrementalKeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.metadata import CheckpointKind
+from statecert.spec.state import VOID_NAMESPACE, ValueStateDescriptor
+from tests.helpers import keyed_backend
+
+KEYS = StringSerializer()
+COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
+BLOB = ValueStateDescriptor("blob", serializer=BytesSerializer())
+
+
+def put_counts(subtasks: list[Any], counts: dict[str, int]) -> None:
+    for key, value in counts.items():
+        for s in subtasks:
+            if s.keyed.key_group_of(key) in s.keyed.key_group_range:
+                s.keyed.set_current_key(key)
+                s.keyed.get_or_create_state(COUNT).update(value)
+
+
+def read_counts(subtasks: list[Any]) -> dict[str, int]:
+    out = {}
+    for s in subtasks:
+        state = s.keyed.get_or_create_state(COUNT)
+        for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
+            s.keyed.set_current_key(key)
+            out[key] = state.value()
+    return out
+
+
+def dispose(subtasks: list[Any]) -> None:
+    for s in subtasks:
+        s.dispose()
+
+
+@pytest.mark.requirement("RDB-1")
+def test_key_layout_keeps_key_groups_contiguous_and_ordered() -> None:
+    raws = sorted(
+        composite_key(kg, key, ns)
+        for kg in (0, 1, 255, 256, 32767)
+        for key in (b"", b"a", b"\xff" * 3)
+        for ns in (b"", b"w")
+    )
+    groups = [split_composite_key(r)[0] for r in raws]
+    assert groups == sorted(groups), "key groups are not contiguous in key order"
+    for raw in raws:
+        kg, key, ns, rest = split_composite_key(raw)
+        assert composite_key(kg, key, ns) == raw and rest == b""
+        assert key_group_prefix(kg) <= raw < key_group_prefix(kg + 1)
+
+
+@pytest.mark.requirement("RDB-6")
+def test_loader_gives_rocksdb_with_configuration(tmp_path: Path) -> None:
+    backend: Any = load_state_backend(
+        job_config={
+            "state.backend.type": "rocksdb",
+            "state.backend.incremental": "true",
+            "state.backend.rocksdb.memory.fixed-per-slot": "8mb",
+            "state.backend.rocksdb.localdir": str(tmp_path),
+        }
+    )
+    assert isinstance(backend, EmbeddedRocksDBStateBackend)
+    assert backend.settings.incremental and backend.settings.memory_budget_bytes == 8 * 1024 * 1024
+    assert backend.settings.block_cache_bytes == 4 * 1024 * 1024 and backend.settings.local_dir == str(tmp_path)
+    app = EmbeddedRocksDBStateBackend(incremental=False)
+    configured: Any = load_state_backend(app, job_config={"state.backend.incremental": "true"})
+    assert configured.settings.incremental is False, "the application's explicit setting must win (LD-2)"
+
+
+@pytest.mark.requirement("RDB-6")
+def test_state_larger_than_memory_budget_spills_and_stays_correct(tmp_path: Path) -> None:
+    backend = EmbeddedRocksDBStateBackend(memory_budget_bytes=2 * 1024 * 1024, local_dir=str(tmp_path))
+    payload = {f"k{i}": os.urandom(2000) for i in range(6000)}  # 12 MB of incompressible bytes, 6x the budget
+    with keyed_backend(backend) as b:
+        state = b.get_or_create_state(BLOB)
+        for key, value in payload.items():
+            b.set_current_key(key)
+            state.update(value)
+        on_disk = sum(f.stat().st_size for f in Path(b.instance_dir).rglob("*.sst"))
+        assert on_disk > 2 * 2 * 1024 * 1024, f"only {on_disk} bytes reached disk"
+        for key, value in payload.items():
+            b.set_current_key(key)
+            assert state.value() == value, f"value of {key} changed after spilling"
+
+
+@pytest.mark.requirement("RDB-5")
+def test_value_above_the_limit_is_rejected(tmp_path: Path) -> None:
+    backend = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path), max_value_bytes=1000)
+    with keyed_backend(backend) as b:
+        b.set_current_key("k")
+        state = b.get_or_create_state(BLOB)
+        state.update(b"x" * 1000)
+        with pytest.raises(StateSizeLimitError, match="'blob': a value of 1001 bytes exceeds"):
+            state.update(b"x" * 1001)
+        assert state.value() == b"x" * 1000
+
+
+@pytest.mark.requirement("RDB-4")
+def test_dispose_removes_every_local_directory(tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    backend = EmbeddedRocksDBStateBackend(incremental=True, local_dir=str(tmp_path / "local"))
+    subtasks = create_subtasks(backend, KEYS, 2, 128)
+    put_counts(subtasks, {f"k{i}": i for i in range(500)})
+    access = storage.create_checkpoint_storage("job")
+    take_snapshot(subtasks, access.initialize_location_for_checkpoint(1), 1, 128)
+    assert any((tmp_path / "local").iterdir())
+    dispose(subtasks)
+    assert list((tmp_path / "local").iterdir()) == []
+
+
+@pytest.mark.requirement("RDB-4")
+def test_leftover_local_directory_never_resurrects_old_data(tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    backend = EmbeddedRocksDBStateBackend(incremental=True, local_dir=str(tmp_path / "local"))
+    access = storage.create_checkpoint_storage("job")
+    crashed = create_subtasks(backend, KEYS, 1, 128)
+    put_counts(crashed, {"kept": 1})
+    pointer = take_snapshot(crashed, access.initialize_location_for_checkpoint(1), 1, 128)
+    put_counts(crashed, {"stale": 2, "kept": 99})  # after the checkpoint: must not come back
+    crashed[0].keyed.compact()  # the crashed instance's data is on disk in SST files, and it is never disposed
+    restored = create_subtasks(backend, KEYS, 1, 128, restore_from=storage.load_checkpoint(pointer).operator("op"))
+    assert read_counts(restored) == {"kept": 1}
+    dispose(restored + crashed)
+
+
+def incremental_chain(tmp_path: Path, retained: int, checkpoints: int, abort: set[int] = frozenset()) -> Any:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    backend = EmbeddedRocksDBStateBackend(incremental=True, local_dir=str(tmp_path / "local"))
+    access = storage.create_checkpoint_storage("job")
+    store = CompletedCheckpointStore(retained)
+    subtasks = create_subtasks(backend, KEYS, 2, 128)
+    expected: dict[str, int] = {}
+    snapshots: dict[int, dict[str, int]] = {}
+    for checkpoint_id in range(1, checkpoints + 1):
+        changes = {f"k{(checkpoint_id * 37 + i) % 400}": checkpoint_id * 1000 + i for i in range(60)}
+        put_counts(subtasks, changes)
+        expected.update(changes)
+        location = access.initialize_location_for_checkpoint(checkpoint_id)
+        pointer = take_snapshot(subtasks, location, checkpoint_id, 128)
+        if checkpoint_id in abort:
+            location.dispose_on_failure()
+            for s in subtasks:
+                s.keyed.notify_checkpoint_aborted(checkpoint_id)
+            continue
+        store.add(pointer, storage.load_checkpoint(pointer))
+        snapshots[checkpoint_id] = dict(expected)
+        for s in subtasks:
+            s.keyed.notify_checkpoint_complete(checkpoint_id)
+        for s in subtasks:  # compaction rewrites SST files between checkpoints
+            if checkpoint_id % 4 == 0:
+                s.keyed.compact()
+    dispose(subtasks)
+    return storage, access, store, snapshots, backend
+
+
+def files_in(url: str) -> set[str]:
+    fs, path = fsspec.core.url_to_fs(url)
+    return {fs.unstrip_protocol(p) for p in fs.find(path)} if fs.exists(path) else set()
+
+
+@pytest.mark.requirement("RDB-2", "CKP-1", "CKP-2")
+@pytest.mark.parametrize("retained", [1, 2, 3])
+def test_shared_directory_holds_exactly_the_retained_checkpoints_files(tmp_path: Path, retained: int) -> None:
+    _, access, store, snapshots, backend = incremental_chain(tmp_path, retained, 10)
+    referenced = set().union(*(shared_files(c.metadata) for c in store.retained))
+    assert referenced, "incremental checkpoints referenced no shared files"
+    assert files_in(access.shared_dir) == referenced, "shared/ must hold exactly the retained checkpoints' files"
+    kept_dirs = {Path(p).name for p in os.listdir(Path(access.job_dir.removeprefix("file://")))} - {"shared"}
+    assert kept_dirs == {f"chk-{c.metadata.checkpoint_id}" for c in store.retained}
+    for completed in store.retained:  # every retained checkpoint restores with its own state (RDB-3)
+        operator = completed.metadata.operator("op")
+        restored = create_subtasks(backend, KEYS, 3, 128, restore_from=operator)
+        assert read_counts(restored) == snapshots[completed.metadata.checkpoint_id]
+        dispose(restored)
+
+
+@pytest.mark.requirement("RDB-2")
+def test_incremental_checkpoint_reuses_files_and_uploads_only_new_ones(tmp_path: Path) -> None:
+    store = incremental_chain(tmp_path, 2, 3)[2]
+    first, second = (c.metadata for c in store.retained)
+    assert shared_files(first) & shared_files(second), "the newer checkpoint reuses none of the older's files"
+    assert shared_files(second) - shared_files(first), "the newer checkpoint uploaded nothing new"
+
+
+@pytest.mark.requirement("RDB-2", "CKP-2")
+def test_aborted_checkpoint_is_never_a_base(tmp_path: Path) -> None:
+    _, _, store, snapshots, backend = incremental_chain(tmp_path, 3, 4, abort={2})
+    ids = [c.metadata.checkpoint_id for c in store.retained]
+    assert ids == [1, 3, 4]
+    for completed in store.retained:
+        for path in shared_files(completed.metadata):
+            fs, local = fsspec.core.url_to_fs(path)
+            assert fs.exists(local), f"checkpoint {completed.metadata.checkpoint_id} references missing {path}"
+        restored = create_subtasks(backend, KEYS, 2, 128, restore_from=completed.metadata.operator("op"))
+        assert read_counts(restored) == snapshots[completed.metadata.checkpoint_id]
+        dispose(restored)
+
+
+@pytest.mark.requirement("CKP-3")
+def test_savepoints_are_not_retained_with_checkpoints() -> None:
+    from statecert.spec.metadata import CheckpointMetadata
+
+    with pytest.raises(ValueError, match="savepoints"):
+        CompletedCheckpointStore(1).add("file:///x", CheckpointMetadata(1, (), CheckpointKind.SAVEPOINT_NATIVE))
+
+
+@pytest.mark.requirement("RDB-3", "SP-1")
+@pytest.mark.parametrize(("first", "second"), [(2, 3), (3, 1)])
+def test_heap_to_rocksdb_and_back_through_canonical_savepoints(tmp_path: Path, first: int, second: int) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"))
+    access = storage.create_checkpoint_storage("job")
+    counts = {f"key{i}": i * 3 for i in range(700)}
+    heap = create_subtasks(HashMapStateBackend(), KEYS, 4, 128)
+    put_counts(heap, counts)
+    one = take_snapshot(
+        heap, access.initialize_location_for_savepoint(1), 1, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL
+    )
+    rocks = create_subtasks(
+        EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "l")),
+        KEYS,
+        first,
+        128,
+        restore_from=storage.load_checkpoint(one).operator("op"),
+    )
+    assert read_counts(rocks) == counts
+    two = take_snapshot(
+        rocks, access.initialize_location_for_savepoint(2), 2, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL
+    )
+    back = create_subtasks(
+        HashMapStateBackend(), KEYS, second, 128, restore_from=storage.load_checkpoint(two).operator("op")
+    )
+    assert read_counts(back) == counts
+    dispose(heap + rocks + back)
+
+
+@pytest.mark.requirement("RDB-3", "SP-3", "KB-RESTORE-5")
+def test_native_rocksdb_savepoint_restores_in_rocksdb_only(tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"))
+    access = storage.create_checkpoint_storage("job")
+    rocks = EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "l"))
+    subtasks = create_subtasks(rocks, KEYS, 2, 128)
+    counts = {f"k{i}": i for i in range(300)}
+    put_counts(subtasks, counts)
+    pointer = take_snapshot(
+        subtasks, access.initialize_location_for_savepoint(1), 1, 128, kind=CheckpointKind.SAVEPOINT_NATIVE
+    )
+    dispose(subtasks)
+    operator = storage.load_checkpoint(pointer).operator("op")
+    handles = [h for st in operator.subtask_states.values() for h in st.managed_keyed_state]
+    assert handles and all(isinstance(h, IncrementalKeyedStateHandle) for h in handles)
+    for parallelism in (2, 5):  # fast path and rescaling
+        restored = create_subtasks(rocks, KEYS, parallelism, 128, restore_from=operator)
+        assert read_counts(restored) == counts
+        dispose(restored)
+    with pytest.raises(UnsupportedSnapshotError, match="native:rocksdb"):
+        create_subtasks(HashMapStateBackend(), KEYS, 2, 128, restore_from=operator)
+
+
+@pytest.mark.requirement("RDB-3")
+def test_full_checkpoints_are_canonical(tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    subtasks = create_subtasks(EmbeddedRocksDBStateBackend(local_dir=str(tmp_path / "l")), KEYS, 2, 128)
+    put_counts(subtasks, {"a": 1, "b": 2})
+    pointer = take_snapshot(
+        subtasks, storage.create_checkpoint_storage("j").initialize_location_for_checkpoint(1), 1, 128
+    )
+    dispose(subtasks)
+    operator = storage.load_checkpoint(pointer).operator("op")
+    assert all(
+        isinstance(h, KeyGroupsStateHandle) for st in operator.subtask_states.values() for h in st.managed_keyed_state
+    )
+    heap = create_subtasks(HashMapStateBackend(), KEYS, 1, 128, restore_from=operator)
+    assert read_counts(heap) == {"a": 1, "b": 2}
