@@ -1,4 +1,4 @@
-"""Entry point of the `statecert` command: `demo` (the main job) and `inspect`."""
+"""Entry point of the `statecert` command: `demo` (the main job), `certify` and `inspect`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--rescale-to", type=int, default=2)
     demo.add_argument("--max-parallelism", type=int, default=128)
     demo.add_argument("--seed", type=int, default=1)
+
+    from statecert.cli.certify_cmd import add_parser as add_certify
+
+    add_certify(sub)
 
     insp = sub.add_parser("inspect", help="print a checkpoint's or savepoint's metadata")
     insp.add_argument("path", help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)")
@@ -89,12 +93,22 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # what follows -- goes to pytest (certify)
+        extra = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
     args = _parser().parse_args(argv)
+    args.pytest_args = extra
     console = Console(soft_wrap=True)
     err = Console(stderr=True)
     try:
         if args.command == "demo":
             return _demo(args, console)
+        if args.command == "certify":
+            from statecert.cli.certify_cmd import certify
+
+            return certify(args, console)
         from statecert.cli.inspect_cmd import describe_checkpoint, print_description
 
         print_description(describe_checkpoint(args.path), args.json, console)

@@ -23,16 +23,17 @@ class Subtask:
 
     index: int
     keyed: Any
-    operator: Any
+    operator: Any  # None when the backend declares no operator state
 
     def snapshot(self, checkpoint_id: int, location: Any, options: CheckpointOptions) -> OperatorSubtaskState:
         keyed = self.keyed.snapshot(checkpoint_id, 0, location, options).run()
-        operator = self.operator.snapshot(checkpoint_id, 0, location, options).run()
+        operator = self.operator.snapshot(checkpoint_id, 0, location, options).run() if self.operator else None
         return OperatorSubtaskState((keyed,) if keyed else (), (operator,) if operator else ())
 
     def dispose(self) -> None:
         self.keyed.dispose()
-        self.operator.dispose()
+        if self.operator is not None:
+            self.operator.dispose()
 
 
 def create_subtasks(
@@ -66,7 +67,9 @@ def create_subtasks(
                 backend.create_keyed_state_backend(params),
                 backend.create_operator_state_backend(
                     OperatorBackendParameters(job_id, operator_id, operator_shares[i])
-                ),
+                )
+                if getattr(getattr(backend, "capabilities", None), "operator_state", True)
+                else None,
             )
         )
     return subtasks

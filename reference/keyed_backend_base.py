@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from statecert.reference.format.canonical import CanonicalReader
 from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInfo
@@ -43,6 +43,7 @@ from statecert.spec.state import (
     ValueStateDescriptor,
 )
 
+_Backend = TypeVar("_Backend", bound="KeyedStateBackendBase")
 _CACHEABLE_KEY_TYPES = (str, int, bytes)
 _KEY_CACHE_SIZE = 65536
 
@@ -306,7 +307,7 @@ class KeyedStateBackendBase:
     def dispose(self) -> None:
         self.close()
 
-    def __enter__(self) -> KeyedStateBackendBase:
+    def __enter__(self: _Backend) -> _Backend:
         return self
 
     def __exit__(

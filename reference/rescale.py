@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.handles import (
@@ -12,7 +13,7 @@ from statecert.spec.handles import (
     OperatorStatePartitions,
     StreamStateHandle,
 )
-from statecert.spec.keygroups import check_parallelism, key_group_range_for_operator
+from statecert.spec.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_operator
 from statecert.spec.metadata import OperatorState, OperatorSubtaskState
 
 
@@ -28,13 +29,14 @@ def keyed_handles_for_subtask(
             f"{max_parallelism}; state cannot be restored with another number of key groups"
         )
     target = key_group_range_for_operator(operator.max_parallelism, parallelism, index)
-    handles = []
-    for _, subtask in sorted(operator.subtask_states.items()):
-        for handle in subtask.managed_keyed_state:
-            part = handle.intersection(target)
-            if part is not None:
-                handles.append(part)
-    return tuple(handles)
+    return tuple(
+        restricted([h for _, st in sorted(operator.subtask_states.items()) for h in st.managed_keyed_state], target)
+    )
+
+
+def restricted(handles: Sequence[KeyedStateHandle], key_group_range: KeyGroupRange) -> list[KeyedStateHandle]:
+    """Each handle cut to `key_group_range`; handles that do not overlap it are dropped."""
+    return [part for h in handles if (part := h.intersection(key_group_range)) is not None]
 
 
 def operator_handles_for_subtasks(operator: OperatorState, parallelism: int) -> list[tuple[OperatorStateHandle, ...]]:

@@ -75,3 +75,7 @@ class CheckpointNotFoundError(StateCertError, FileNotFoundError):
 
 class IllegalStateError(RuntimeError, StateCertError):
     """An operation out of order, e.g. removing the same map entry twice through an iterator (KS-MAP-5)."""
+
+
+class UnsupportedFeatureError(StateCertError):
+    """A backend was asked for something it declares unsupported in its capabilities (SB-3)."""

@@ -1,4 +1,5 @@
-"""Fixtures: the backends under test, checkpoint directories on every fsspec file system we test, a manual clock."""
+"""Fixtures of statecert's own tests: checkpoint directories on the file systems we test, storage, a fault
+injector. (The backend contract tests live in the shipped conformance suite, `conformance/suite/`.)"""
 
 from __future__ import annotations
 
@@ -11,27 +12,10 @@ import fsspec
 import pytest
 from hypothesis import HealthCheck, settings
 
-from statecert.reference.heap.backend import HashMapStateBackend
-from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.state import ManualClock
 
 settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
-
-BACKENDS: dict[str, Any] = {
-    "hashmap": lambda local_dir: HashMapStateBackend(),
-    "rocksdb": lambda local_dir: EmbeddedRocksDBStateBackend(local_dir=local_dir),
-    "rocksdb-incremental": lambda local_dir: EmbeddedRocksDBStateBackend(incremental=True, local_dir=local_dir),
-}
-"""Backend name -> builder taking a local working directory (used by RocksDB)."""
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def state_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """Every reference backend; behaviour tests run once per backend."""
-    return BACKENDS[request.param](str(tmp_path / "local"))
 
 
 @pytest.fixture(params=["file", "memory"])
@@ -50,11 +34,6 @@ def checkpoint_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
 @pytest.fixture
 def storage(checkpoint_dir: str) -> FileSystemCheckpointStorage:
     return FileSystemCheckpointStorage(checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(1_000_000)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -13,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.conformance.helpers import savepoint
 from statecert.reference.format.metadata_codec import MAGIC, decode_metadata, encode_metadata
-from statecert.reference.rescale import keyed_handles_for_subtask
+from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -37,9 +36,7 @@ from statecert.spec.handles import (
 )
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
-from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
-from tests.conftest import BACKENDS
-from tests.helpers import keyed_backend
+from statecert.spec.state import ValueStateDescriptor
 
 GOLDEN = Path(__file__).resolve().parent.parent / "scenarios" / "golden" / "v1-savepoint"
 DIRECTORY = "file:///ckpt/job/chk-5"
@@ -225,54 +222,11 @@ def test_malformed_payload_is_a_format_error(mutate: Any) -> None:
 
 
 # -- on storage ------------------------------------------------------------------------------------------------------
-def savepoint(
-    storage: FileSystemCheckpointStorage, state_backend: Any, parallelism: int = 4, keys: int = 300
-) -> tuple[str, dict[str, int]]:
-    subtasks = create_subtasks(state_backend, KEYS, parallelism, 128)
-    expected = {}
-    for i in range(keys):
-        for s in subtasks:
-            if s.keyed.key_group_of(f"k{i}") in s.keyed.key_group_range:
-                s.keyed.set_current_key(f"k{i}")
-                s.keyed.get_or_create_state(COUNT).update(i)
-                expected[f"k{i}"] = i
-    location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
-    pointer = take_snapshot(subtasks, location, 1, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL)
-    for s in subtasks:
-        s.dispose()
-    return pointer, expected
-
-
-def counts(state_backend: Any, operator: OperatorState, parallelism: int) -> dict[str, int]:
-    out = {}
-    for s in create_subtasks(state_backend, KEYS, parallelism, 128, restore_from=operator):
-        state = s.keyed.get_or_create_state(COUNT)
-        for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
-            s.keyed.set_current_key(key)
-            out[key] = state.value()
-        s.dispose()
-    return out
-
-
-@pytest.mark.requirement("FMT-9", "SP-4")
-def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
-    storage = FileSystemCheckpointStorage(
-        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=100
-    )
-    pointer, expected = savepoint(storage, state_backend)
-    original = Path(pointer.removeprefix("file://"))
-    moved = tmp_path / "archive" / "moved-savepoint"
-    shutil.copytree(original, moved)
-    shutil.rmtree(original)
-    metadata = load_checkpoint_metadata(str(moved))
-    files = [h.delegate for st_ in metadata.operators[0].subtask_states.values() for h in st_.managed_keyed_state]
-    assert files and all(isinstance(f, FileStateHandle) and f.path.startswith(f"file://{moved}/") for f in files)
-    assert counts(state_backend, metadata.operators[0], 2) == expected
 
 
 @pytest.mark.requirement("FMT-5")
-def test_pointer_forms_and_incomplete_checkpoints(state_backend: Any, storage: Any, tmp_path: Path) -> None:
-    pointer, _ = savepoint(storage, state_backend, keys=20)
+def test_pointer_forms_and_incomplete_checkpoints(storage: Any, tmp_path: Path) -> None:
+    pointer, _ = savepoint(storage, HashMapStateBackend(), keys=20)
     assert load_checkpoint_metadata(pointer) == load_checkpoint_metadata(pointer + "/_metadata")
     (tmp_path / "job" / "chk-3").mkdir(parents=True)
     (tmp_path / "job" / "chk-3" / "state-file").write_bytes(b"half a checkpoint")
@@ -300,72 +254,3 @@ def test_failed_metadata_write_leaves_no_checkpoint(tmp_path: Path, faulty_fs: A
     with pytest.raises(StateCertError, match="refusing to overwrite"):
         location.write_metadata(CheckpointMetadata(2, ()))
     assert storage.load_checkpoint(location.pointer).checkpoint_id == 1
-
-
-@pytest.mark.requirement("FMT-6")
-def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Path) -> None:
-    storage = FileSystemCheckpointStorage(
-        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
-    )
-    pointer, expected = savepoint(storage, state_backend, parallelism=1)
-    metadata = load_checkpoint_metadata(pointer)
-    handle = metadata.operators[0].subtask_states[0].managed_keyed_state[0]
-    path = Path(handle.delegate.path.removeprefix("file://"))
-    data = bytearray(path.read_bytes())
-    second_half = handle.offset_of(64)
-    data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
-    path.write_bytes(bytes(data))
-    operator = metadata.operators[0]
-    with keyed_backend(
-        state_backend, parallelism=2, index=0, restore=keyed_handles_for_subtask(operator, 2, 0)
-    ) as first_half:
-        state = first_half.get_or_create_state(COUNT)
-        restored = {}
-        for key in list(first_half.get_keys("count", VOID_NAMESPACE)):
-            first_half.set_current_key(key)
-            restored[key] = state.value()
-        assert restored == {k: v for k, v in expected.items() if first_half.key_group_of(k) < 64}
-    with pytest.raises(CheckpointFormatError, match=str(path.name)):
-        create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
-
-
-@pytest.mark.requirement("FMT-8")
-def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path) -> None:
-    storage = FileSystemCheckpointStorage(
-        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
-    )
-    pointer, _ = savepoint(storage, state_backend, parallelism=1)
-    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
-    path = Path(handle.delegate.path.removeprefix("file://"))
-    path.write_bytes(path.read_bytes()[: handle.offset_of(100)])
-    with pytest.raises(CheckpointFormatError, match=rf"{path.name}: truncated"):
-        create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
-
-
-@pytest.mark.requirement("FMT-3", "SP-1")
-@pytest.mark.parametrize("backend_name", sorted(BACKENDS))
-@pytest.mark.parametrize("parallelism", [1, 2, 3])
-def test_golden_version_1_savepoint_restores(tmp_path: Path, backend_name: str, parallelism: int) -> None:
-    copy = tmp_path / "golden"
-    shutil.copytree(GOLDEN, copy)  # also proves relocation: it was written elsewhere
-    metadata = load_checkpoint_metadata(str(copy))
-    assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL
-    seen: dict[str, Any] = {}
-    offsets: list[int] = []
-    for s in create_subtasks(
-        BACKENDS[backend_name](str(tmp_path / "local")),
-        KEYS,
-        parallelism,
-        128,
-        operator_id="counts",
-        restore_from=metadata.operator("counts"),
-    ):
-        count = s.keyed.get_or_create_state(COUNT)
-        lst = s.keyed.get_or_create_state(ListStateDescriptor("seen", element_serializer=LongSerializer()))
-        for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
-            s.keyed.set_current_key(key)
-            seen[key] = (count.value(), lst.get())
-        offsets += s.operator.get_list_state(ListStateDescriptor("offsets", element_serializer=LongSerializer())).get()
-        s.dispose()
-    assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}
-    assert sorted(offsets) == [0, 1]

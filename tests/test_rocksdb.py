@@ -9,6 +9,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from statecert.conformance.helpers import keyed_backend
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.completed_checkpoint_store import CompletedCheckpointStore
 from statecert.reference.heap.backend import HashMapStateBackend
@@ -22,7 +23,6 @@ from statecert.spec.errors import StateSizeLimitError, UnsupportedSnapshotError
 from statecert.spec.handles import IncrementalKeyedStateHandle, KeyGroupsStateHandle
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ValueStateDescriptor
-from tests.helpers import keyed_backend
 
 KEYS = StringSerializer()
 COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
@@ -290,3 +290,25 @@ def test_full_checkpoints_are_canonical(tmp_path: Path) -> None:
     )
     heap = create_subtasks(HashMapStateBackend(), KEYS, 1, 128, restore_from=operator)
     assert read_counts(heap) == {"a": 1, "b": 2}
+
+
+@pytest.mark.requirement("RDB-3")
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_native_restore_with_a_registered_but_empty_state(tmp_path: Path, parallelism: int) -> None:
+    """Regression (found by the model tier): the files hold every column family, empty ones included."""
+    from statecert.spec.state import ListStateDescriptor
+
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    backend = EmbeddedRocksDBStateBackend(incremental=True, local_dir=str(tmp_path / "l"))
+    subtasks = create_subtasks(backend, KEYS, 1, 128)
+    subtasks[0].keyed.get_or_create_state(ListStateDescriptor("empty", element_serializer=LongSerializer()))
+    put_counts(subtasks, {"a": 1})
+    pointer = take_snapshot(
+        subtasks, storage.create_checkpoint_storage("j").initialize_location_for_checkpoint(1), 1, 128
+    )
+    dispose(subtasks)
+    restored = create_subtasks(
+        backend, KEYS, parallelism, 128, restore_from=storage.load_checkpoint(pointer).operator("op")
+    )
+    assert read_counts(restored) == {"a": 1}
+    dispose(restored)

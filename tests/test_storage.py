@@ -78,27 +78,6 @@ def test_savepoint_without_any_target_is_a_configuration_error() -> None:
         access.initialize_location_for_savepoint(1)
 
 
-@pytest.mark.requirement("CS-6")
-def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
-    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
-    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
-    out.write(b"a" * 50_000)
-    out.discard()
-    with (
-        pytest.raises(RuntimeError),
-        location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as abandoned,
-    ):
-        abandoned.write(b"b" * 50_000)
-        raise RuntimeError("task failed mid-write")
-    fs, directory = fsspec.core.url_to_fs(location.pointer)
-    assert not fs.exists(directory) or fs.find(directory) == []
-    kept = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
-    kept.write(b"c" * 50_000)
-    kept.close_and_get_handle()
-    location.dispose_on_failure()
-    assert not fs.exists(directory)
-
-
 @pytest.mark.requirement("CS-JM-1", "CS-JM-3")
 def test_job_manager_storage_inlines_everything_in_memory() -> None:
     storage = JobManagerCheckpointStorage()

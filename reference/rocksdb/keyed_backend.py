@@ -50,6 +50,12 @@ def column_family_name(state_name: str) -> str:
     return f"state:{state_name}"
 
 
+def open_database(path: Path, options: rocksdict.Options) -> rocksdict.Rdict:
+    """Open a RocksDB directory with every column family it holds (RocksDB refuses to open a subset)."""
+    names = [n for n in rocksdict.Rdict.list_cf(str(path), options) if n != "default"]
+    return rocksdict.Rdict(str(path), options, column_families={n: options for n in names})
+
+
 class RocksDBKeyedStateBackend(KeyedStateBackendBase):
     backend_name = "rocksdb"
 
@@ -120,8 +126,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         key_serializer, metas = self._read_meta(handle)
         self._key_serializer = check_key_serializer(self._key_serializer, key_serializer)
         download_files({**handle.shared_state, **handle.private_state}, self._db_dir)
-        families = {column_family_name(m.name): self._options for m in metas}
-        self._db = rocksdict.Rdict(str(self._db_dir), self._options, column_families=families)
+        self._db = open_database(self._db_dir, self._options)
         for meta in metas:
             self._stores[meta.name] = self._create_store(meta)
         self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
@@ -142,9 +147,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             self._key_serializer = check_key_serializer(self._key_serializer, key_serializer)
             temp = self.instance_dir / f"restore-{uuid.uuid4().hex}"
             download_files({**handle.shared_state, **handle.private_state}, temp)
-            source = rocksdict.Rdict(
-                str(temp), self._options, column_families={column_family_name(m.name): self._options for m in metas}
-            )
+            source = open_database(temp, self._options)
             try:
                 for meta in metas:
                     target = self._restored_store(meta, describe(handle.meta_state))
@@ -196,8 +199,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
 
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             try:
-                families = {column_family_name(m.name): self._options for m in metas}
-                db = rocksdict.Rdict(str(local), self._options, column_families=families)
+                db = open_database(local, self._options)
                 try:
                     cfs = [db.get_column_family(column_family_name(m.name)) for m in metas]
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from statecert.conformance.helpers import keyed_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.state import (
@@ -19,7 +20,6 @@ from statecert.spec.state import (
     TtlUpdateType,
     ValueStateDescriptor,
 )
-from tests.helpers import keyed_backend
 
 NS = StringSerializer()
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
@@ -297,6 +297,7 @@ def ttl_backend(state_backend: Any, clock: ManualClock) -> Any:
 
 
 @pytest.mark.requirement("TTL-1", "TTL-3")
+@pytest.mark.capability("ttl")
 def test_value_expires_after_ttl_and_is_not_returned(state_backend: Any, clock: ManualClock) -> None:
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")
@@ -310,6 +311,7 @@ def test_value_expires_after_ttl_and_is_not_returned(state_backend: Any, clock: 
 
 
 @pytest.mark.requirement("TTL-3")
+@pytest.mark.capability("ttl")
 def test_return_expired_if_not_cleaned_up(state_backend: Any, clock: ManualClock) -> None:
     ttl = TtlConfig(100, visibility=TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
     with ttl_backend(state_backend, clock) as backend:
@@ -322,6 +324,7 @@ def test_return_expired_if_not_cleaned_up(state_backend: Any, clock: ManualClock
 
 
 @pytest.mark.requirement("TTL-2")
+@pytest.mark.capability("ttl")
 @pytest.mark.parametrize("update_type", list(TtlUpdateType))
 def test_reads_refresh_only_with_on_read_and_write(
     state_backend: Any, clock: ManualClock, update_type: TtlUpdateType
@@ -340,6 +343,7 @@ def test_reads_refresh_only_with_on_read_and_write(
 
 
 @pytest.mark.requirement("TTL-4")
+@pytest.mark.capability("ttl")
 def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")

@@ -9,6 +9,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import (
     BackendClosedError,
@@ -24,7 +25,6 @@ from statecert.spec.state import (
     TtlConfig,
     ValueStateDescriptor,
 )
-from tests.helpers import keyed_backend, location_for, snapshot_now
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
 LIST = ListStateDescriptor("l", element_serializer=StringSerializer())
@@ -216,6 +216,7 @@ def _snapshot_with(state_backend: Any, storage: Any, descriptor: Any, value: Any
 
 
 @pytest.mark.requirement("SER-5")
+@pytest.mark.capability("schema_evolution")
 def test_value_migrates_on_restore(state_backend: Any, storage: Any) -> None:
     v1 = RecordSerializer([("name", StringSerializer(), "")])
     v2 = RecordSerializer([("name", StringSerializer(), ""), ("visits", LongSerializer(), 0)])
@@ -256,6 +257,7 @@ def test_key_serializer_migration_fails_restore(state_backend: Any, storage: Any
 
 
 @pytest.mark.requirement("TTL-5")
+@pytest.mark.capability("ttl")
 @pytest.mark.parametrize(("before", "after"), [(None, TtlConfig(10)), (TtlConfig(10), None)])
 def test_ttl_cannot_be_switched_on_restore(state_backend: Any, storage: Any, before: Any, after: Any) -> None:
     handle = _snapshot_with(
@@ -266,6 +268,7 @@ def test_ttl_cannot_be_switched_on_restore(state_backend: Any, storage: Any, bef
 
 
 @pytest.mark.requirement("TTL-5")
+@pytest.mark.capability("ttl")
 def test_ttl_duration_may_change(state_backend: Any, storage: Any) -> None:
     handle = _snapshot_with(
         state_backend,

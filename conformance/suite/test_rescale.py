@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from statecert.conformance.capabilities import declared, supports
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -17,7 +17,6 @@ from statecert.spec.errors import StateMigrationError
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from tests.conftest import BACKENDS
 
 KEYS = StringSerializer()
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
@@ -46,7 +45,7 @@ def write_checkpoint(
         keyed.set_current_key(key)
         keyed.get_or_create_state(VALUE).update(i)
         keyed.get_or_create_state(LIST).add_all([i, i + 1])
-    for s in subtasks:
+    for s in subtasks if supports(declared(state_backend), "operator_state") else ():
         s.operator.get_list_state(SPLIT).add_all([100 * s.index, 100 * s.index + 1])
         s.operator.get_union_list_state(UNION).add(s.index)
         s.operator.get_broadcast_state(BROADCAST).put("r", 7)
@@ -70,9 +69,10 @@ def read_back(state_backend: Any, operator: Any, parallelism: int, max_paralleli
             assert key not in out["keyed"], f"key {key} restored into two subtasks"
             s.keyed.set_current_key(key)
             out["keyed"][key] = (value.value(), lst.get())
-        out["split"].append(s.operator.get_list_state(SPLIT).get())
-        out["union"].append(sorted(s.operator.get_union_list_state(UNION).get()))
-        out["broadcast"].append(s.operator.get_broadcast_state(BROADCAST).items())
+        if supports(declared(state_backend), "operator_state"):
+            out["split"].append(s.operator.get_list_state(SPLIT).get())
+            out["union"].append(sorted(s.operator.get_union_list_state(UNION).get()))
+            out["broadcast"].append(s.operator.get_broadcast_state(BROADCAST).items())
         s.dispose()
     return out
 
@@ -81,6 +81,7 @@ KEY_LIST = [f"key-{i}" for i in range(600)]
 
 
 @pytest.mark.requirement("KB-RESTORE-2", "KB-RESTORE-1")
+@pytest.mark.capability("rescaling")
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 4), (2, 2), (15, 77), (77, 15)])
 def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new: int) -> None:
     operator = write_checkpoint(state_backend, storage, old, KEY_LIST)
@@ -94,8 +95,7 @@ def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new
 
 
 @pytest.mark.requirement("KB-RESTORE-2")
-@pytest.mark.parametrize("backend_name", sorted(BACKENDS))
-@settings(max_examples=15)
+@pytest.mark.capability("rescaling")
 @given(
     st.integers(1, 12),
     st.integers(1, 12),
@@ -103,13 +103,13 @@ def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new
     st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=40),
 )
 def test_restore_at_any_parallelism(
-    tmp_path_factory: Any, backend_name: str, old: int, new: int, max_parallelism: int, keys: list[str]
+    tmp_path_factory: Any, certification: Any, old: int, new: int, max_parallelism: int, keys: list[str]
 ) -> None:
     old, new = min(old, max_parallelism), min(new, max_parallelism)
     storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("rescale")))
-    local = tmp_path_factory.mktemp("local")
-    operator = write_checkpoint(BACKENDS[backend_name](str(local)), storage, old, keys, max_parallelism)
-    got = read_back(BACKENDS[backend_name](str(local)), operator, new, max_parallelism)["keyed"]
+    backend = certification.new_backend(tmp_path_factory.mktemp("local"))
+    operator = write_checkpoint(backend, storage, old, keys, max_parallelism)
+    got = read_back(backend, operator, new, max_parallelism)["keyed"]
     assert got == {k: (i, [i, i + 1]) for i, k in enumerate(keys)}
 
 
@@ -121,6 +121,7 @@ def test_changed_max_parallelism_is_refused(state_backend: Any, storage: Any) ->
 
 
 @pytest.mark.requirement("OS-1")
+@pytest.mark.capability("operator_state")
 @pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5), (4, 4), (5, 1)])
 def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     shares = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["split"]
@@ -131,6 +132,7 @@ def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, stora
 
 
 @pytest.mark.requirement("OS-2")
+@pytest.mark.capability("operator_state")
 @pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5)])
 def test_union_list_goes_to_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     unions = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["union"]
@@ -138,17 +140,22 @@ def test_union_list_goes_to_every_subtask(state_backend: Any, storage: Any, old:
 
 
 @pytest.mark.requirement("OS-3")
+@pytest.mark.capability("operator_state")
 @pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5), (2, 2)])
 def test_broadcast_state_is_whole_in_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     maps = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["broadcast"]
     assert maps == [[("r", 7)]] * new
 
 
-@pytest.mark.requirement("SP-1")
-@pytest.mark.parametrize("reader", sorted(BACKENDS))
-def test_canonical_savepoint_restores_in_any_backend(
-    state_backend: Any, storage: Any, reader: str, tmp_path: Path
+@pytest.mark.requirement("SP-1", "SP-2")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("direction", ["ours-into-reference", "reference-into-ours"])
+def test_canonical_savepoint_restores_across_backends(
+    state_backend: Any, reference_backend: Any, storage: Any, direction: str
 ) -> None:
-    operator = write_checkpoint(state_backend, storage, 3, KEY_LIST[:100], kind=CheckpointKind.SAVEPOINT_CANONICAL)
-    got = read_back(BACKENDS[reader](str(tmp_path / "reader")), operator, 5)["keyed"]
-    assert got == {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST[:100])}
+    writer, reader = (
+        (state_backend, reference_backend) if direction == "ours-into-reference" else (reference_backend, state_backend)
+    )
+    operator = write_checkpoint(writer, storage, 3, KEY_LIST[:100], kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    got = read_back(reader, operator, 5)["keyed"]
+    assert got == {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST[:100])}, f"{direction}: state differs"

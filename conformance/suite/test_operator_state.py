@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
+from statecert.conformance.helpers import location_for
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import OperatorStateHandle, OperatorStateMode
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import ListStateDescriptor
-from tests.helpers import location_for
 
 SPLIT = ListStateDescriptor("offsets", element_serializer=LongSerializer())
 UNION = ListStateDescriptor("names", element_serializer=StringSerializer())
@@ -23,6 +23,7 @@ def operator_backend(state_backend: Any, restore: tuple[Any, ...] = ()) -> Any:
 
 
 @pytest.mark.requirement("OS-4")
+@pytest.mark.capability("operator_state")
 def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, storage: Any) -> None:
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add_all([1, 2, 3])
@@ -38,6 +39,7 @@ def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, sto
 
 
 @pytest.mark.requirement("OS-5")
+@pytest.mark.capability("operator_state")
 def test_none_elements_are_rejected(state_backend: Any) -> None:
     with operator_backend(state_backend) as backend:
         state = backend.get_list_state(SPLIT)
@@ -49,6 +51,7 @@ def test_none_elements_are_rejected(state_backend: Any) -> None:
 
 
 @pytest.mark.requirement("OS-6")
+@pytest.mark.capability("operator_state")
 def test_unregistered_restored_state_is_carried_over(state_backend: Any, storage: Any) -> None:
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add_all([4, 5])
@@ -61,6 +64,7 @@ def test_unregistered_restored_state_is_carried_over(state_backend: Any, storage
 
 
 @pytest.mark.requirement("OS-6")
+@pytest.mark.capability("operator_state")
 def test_mode_change_on_restore_fails(state_backend: Any, storage: Any) -> None:
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add(1)

@@ -1,0 +1,133 @@
+"""`statecert certify BACKEND`: run the conformance suite against a backend, with a progress bar, and print the
+verdict, the violated requirements and where the report is. Exit status 0 only when nothing failed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("certify", help="check a state backend against the spec and write a certification report")
+    p.add_argument(
+        "backend",
+        nargs="?",
+        help="a name from the statecert.state_backends entry points, or module:attr "
+        "(default: backend in [tool.statecert] of ./pyproject.toml)",
+    )
+    p.add_argument(
+        "--storage",
+        help="checkpoint storage: filesystem (default, a temporary directory), jobmanager, "
+        "or an fsspec URL such as memory://certify",
+    )
+    p.add_argument("--tier", help="comma-separated tiers to run: contract, model (default: both)")
+    p.add_argument("--max-examples", type=int, help="hypothesis examples per property (default 25)")
+    p.add_argument("--seed", type=int, help="hypothesis seed (default 0)")
+    p.add_argument("--report", help="write the JSON report here, and a Markdown certificate beside it")
+    p.add_argument("--xfail", help="TOML file of expected failures (known bugs), keyed by test id")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="configuration for the backend factory")
+    p.add_argument("--verbose", "-v", action="store_true", help="show pytest's own output instead of a progress bar")
+    p.set_defaults(pytest_args=[])
+    p.epilog = "Arguments after -- go to pytest, e.g. statecert certify hashmap -- -k ttl"
+
+
+class _ProgressPlugin:
+    """Advances a rich progress bar as tests finish."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task = progress.add_task("collecting", total=None)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.progress.update(self.task, total=len(session.items), description="certifying")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.progress.advance(self.task)
+
+
+def certify(args: argparse.Namespace, console: Console) -> int:
+    sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project imports like with `python -m`
+    from statecert.conformance.settings import SettingsError, read_pyproject
+
+    try:
+        configured = read_pyproject(Path.cwd()).get("report")
+    except SettingsError as exc:
+        console.print(f"statecert: error: {exc}", markup=False, highlight=False)
+        return 2
+    temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
+    report = str(args.report or configured or temporary)
+    # The suite runs under its own settings, not the invoking project's pytest configuration.
+    ini = Path(tempfile.gettempdir()) / "statecert-certify.ini"
+    ini.write_text("[pytest]\nconsider_namespace_packages = true\n", encoding="utf-8")
+    argv = ["--pyargs", "statecert.conformance.suite", "-c", str(ini), "--rootdir", os.getcwd()]
+    argv += ["-p", "no:cacheprovider", "--import-mode=importlib", "--statecert-report", report]
+    for flag, value in (
+        ("--statecert-backend", args.backend),
+        ("--statecert-storage", args.storage),
+        ("--statecert-tier", args.tier),
+        ("--statecert-max-examples", args.max_examples),
+        ("--statecert-seed", args.seed),
+        ("--statecert-xfail", args.xfail),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    for item in args.config or []:
+        argv += ["--statecert-config", item]
+    argv += list(args.pytest_args)
+    if args.verbose:
+        code = pytest.main(argv)
+    else:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            code = pytest.main([*argv, "-p", "no:terminal"], plugins=[_ProgressPlugin(progress)])
+    if (
+        code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED)
+        or not Path(report).is_file()
+    ):
+        console.print(f"[red]certification did not run[/red] (pytest exit {int(code)}); re-run with --verbose")
+        return 2
+    print_summary(json.loads(Path(report).read_text()), report, console)
+    return 0 if code == pytest.ExitCode.OK else 1
+
+
+def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
+    backend = data["backend"]
+    console.print(
+        f"[bold]{backend['name']}[/bold] ({backend['factory']}, version {backend['version']}), "
+        f"spec {data['spec_version']}, seed {data['options']['seed']}"
+    )
+    table = Table(title="requirements")
+    for column in ("chapter", "passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable"):
+        table.add_column(column)
+    for chapter, counts in data["chapters"].items():
+        table.add_row(
+            chapter,
+            *(
+                str(counts.get(c, 0))
+                for c in ("passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable")
+            ),
+        )
+    console.print(table)
+    for rid, info in data["requirements"].items():
+        if info["outcome"] == "failed":
+            console.print(f"[red]VIOLATED {rid}[/red]: {info['text']}")
+            console.print(f"    {', '.join(info['tests'][:3])}: {info['reason']}", markup=False, highlight=False)
+    for entry in data["stale_expected_failures"]:
+        console.print(f"[red]STALE expected failure[/red] (matches no test): {entry}")
+    colour = "green" if data["verdict"] == "certified" else "red"
+    console.print(
+        f"[{colour}]{data['verdict'].upper()}[/{colour}]; report {report}, certificate "
+        f"{Path(report).with_suffix('.md')}"
+    )

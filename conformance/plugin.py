@@ -1,0 +1,279 @@
+"""The statecert pytest plugin (entry point `pytest11: statecert`): runs the conformance suite against a backend.
+
+Inert unless a backend is named (`--statecert-backend`, or `backend` in `[tool.statecert]` of the invoking
+directory's pyproject.toml). Then it loads the backend through the loader, provides the suite's fixtures,
+applies tiers, capabilities and expected failures, prints a header saying what is tested with which options,
+and writes the report.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecert.conformance import capabilities as caps
+from statecert.conformance.expected_failures import load_expected_failures, test_id
+from statecert.conformance.report import Report, TestResult
+from statecert.conformance.settings import CertifySettings, SettingsError, resolve
+from statecert.spec import SPEC_VERSION
+from statecert.spec.requirements import load_requirements
+
+_SESSION = pytest.StashKey["CertificationSession"]()
+
+
+class CertificationSession:
+    """Everything the plugin knows about one certification run."""
+
+    def __init__(self, settings: CertifySettings) -> None:
+        from statecert.reference.loader import load_state_backend
+
+        assert settings.backend is not None
+        self.settings = settings
+        self.job_config = {**settings.backend_config, "state.backend.type": settings.backend}
+        probe = load_state_backend(job_config=self.job_config)
+        self.backend_name = str(getattr(probe, "name", settings.backend))
+        self.factory = f"{type(probe).__module__}:{type(probe).__qualname__}"
+        self.capabilities = caps.with_overrides(
+            caps.declared(probe), settings.capabilities, "[tool.statecert.capabilities]"
+        )
+        self.expected_failures = load_expected_failures(settings.xfail_file) if settings.xfail_file else {}
+        self.matched_expected: set[str] = set()
+        self.results: list[TestResult] = []
+        self.started = time.time()
+
+    def new_backend(self, local_dir: Path) -> Any:
+        from statecert.reference.loader import load_state_backend
+
+        config = {**self.job_config, "state.backend.rocksdb.localdir": str(local_dir)}
+        return load_state_backend(job_config=config)
+
+    def backend_version(self) -> str:
+        top = self.factory.split(".", 1)[0]
+        for dist in packages_distributions().get(top, []):
+            try:
+                return version(dist)
+            except PackageNotFoundError:
+                continue
+        return "unknown (module not in an installed distribution)"
+
+    def header(self) -> dict[str, Any]:
+        return {
+            "statecert_version": version("statecert"),
+            "spec_version": SPEC_VERSION,
+            "date": datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "backend": {
+                "name": self.backend_name,
+                "requested": self.settings.backend,
+                "factory": self.factory,
+                "version": self.backend_version(),
+                "capabilities": caps.as_dict(self.capabilities),
+            },
+            "options": self.settings.options(),
+        }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("statecert", "statecert conformance suite")
+    group.addoption("--statecert-backend", default=None, help="backend name (entry point) or module:attr factory")
+    group.addoption("--statecert-config", action="append", default=None, help="key=value for the backend factory")
+    group.addoption("--statecert-storage", default=None, help="filesystem (default), jobmanager, or an fsspec URL")
+    group.addoption("--statecert-tier", default=None, help="comma-separated tiers: contract, model")
+    group.addoption("--statecert-max-examples", type=int, default=None, help="hypothesis examples per property")
+    group.addoption("--statecert-seed", type=int, default=None, help="hypothesis seed")
+    group.addoption("--statecert-report", default=None, help="write the JSON report here (Markdown beside it)")
+    group.addoption("--statecert-xfail", default=None, help="TOML file of expected failures")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requirement(*ids): spec requirement IDs this test checks")
+    config.addinivalue_line("markers", "capability(name, supported=True): run only when (not) declared")
+    config.addinivalue_line("markers", "tier(name): the tier of a conformance test (default: contract)")
+    cli = {
+        "backend": config.getoption("--statecert-backend"),
+        "backend_config": config.getoption("--statecert-config"),
+        "storage": config.getoption("--statecert-storage"),
+        "tiers": config.getoption("--statecert-tier"),
+        "max_examples": config.getoption("--statecert-max-examples"),
+        "seed": config.getoption("--statecert-seed"),
+        "report": config.getoption("--statecert-report"),
+        "xfail_file": config.getoption("--statecert-xfail"),
+    }
+    try:
+        settings = resolve(cli, Path(config.invocation_params.dir))
+        if settings.backend is None:
+            return
+        session = CertificationSession(settings)
+    except (SettingsError, caps.UnknownCapabilityError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_SESSION] = session
+    from hypothesis import HealthCheck
+    from hypothesis import settings as hypothesis_settings
+
+    hypothesis_settings.register_profile(
+        "statecert-certify",
+        max_examples=settings.max_examples,
+        deadline=None,
+        derandomize=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    hypothesis_settings.load_profile("statecert-certify")
+
+
+def _session(config: pytest.Config) -> CertificationSession | None:
+    return config.stash.get(_SESSION, None)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    session = _session(config)
+    if session is None:
+        return None
+    h = session.header()
+    declared = ", ".join(f"{k}={v}" for k, v in h["backend"]["capabilities"].items())
+    o = h["options"]
+    return [
+        f"statecert {h['statecert_version']} (spec {h['spec_version']}): certifying backend {h['backend']['name']!r} "
+        f"({h['backend']['factory']}, version {h['backend']['version']})",
+        f"capabilities: {declared}",
+        f"options: tiers={','.join(o['tiers'])} storage={o['storage']} max_examples={o['max_examples']} "
+        f"seed={o['seed']} config={o['backend_config'] or '{}'} expected_failures={o['expected_failures']}",
+    ]
+
+
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+
+
+def _in_suite(item: pytest.Item) -> bool:
+    """Whether a collected test belongs to the conformance suite (by file, whatever name it was imported under)."""
+    return Path(str(item.path)).resolve().parent == SUITE_DIR
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    session = _session(config)
+    if session is None:
+        return
+    keep = []
+    for item in items:
+        if not _in_suite(item):
+            keep.append(item)
+            continue
+        tier_marker = item.get_closest_marker("tier")
+        if (tier_marker.args[0] if tier_marker else "contract") not in session.settings.tiers:
+            continue
+        keep.append(item)
+        marker = item.get_closest_marker("capability")
+        if marker is not None:
+            try:
+                supported = caps.supports(session.capabilities, marker.args[0])
+            except caps.UnknownCapabilityError as exc:
+                raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+            wanted = marker.kwargs.get("supported", True)
+            if supported != wanted:
+                state = "declared" if supported else "not declared"
+                item.add_marker(pytest.mark.skip(reason=f"unsupported by design: capability {marker.args[0]} {state}"))
+        tid = test_id(item.path.stem, item.name)
+        reason = session.expected_failures.get(tid)
+        if reason is not None:
+            session.matched_expected.add(tid)
+            item.add_marker(pytest.mark.xfail(reason=f"known bug: {reason}", strict=True))
+    items[:] = keep
+    session.stale = sorted(set(session.expected_failures) - session.matched_expected)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    report: pytest.TestReport = yield
+    session = _session(item.config)
+    if session is None or not _in_suite(item):
+        return report
+    if (
+        report.when == "call"
+        or (report.when == "setup" and not report.passed)
+        or (report.when == "teardown" and report.failed)
+    ):
+        marker = item.get_closest_marker("requirement")
+        capability = item.get_closest_marker("capability")
+        if hasattr(report, "wasxfail"):
+            outcome = "failed" if report.passed else "expected-failure"  # strict xfail that passed is a failure
+        elif report.skipped:
+            outcome = "unsupported" if "unsupported by design" in str(report.longrepr) else "skipped"
+        else:
+            outcome = report.outcome
+        message = ""
+        if report.failed and report.longrepr is not None:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1]
+        elif hasattr(report, "wasxfail"):
+            message = report.wasxfail
+        session.results.append(
+            TestResult(
+                test_id(item.path.stem, item.name),
+                outcome,
+                tuple(marker.args) if marker else (),
+                capability.args[0] if capability else None,
+                message.splitlines()[0] if message else "",
+            )
+        )
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    cert = _session(session.config)
+    if cert is None:
+        return
+    requirements = load_requirements()
+    unknown: dict[str, list[str]] = {}
+    for result in cert.results:
+        for rid in result.requirements:
+            if rid not in requirements:
+                unknown.setdefault(rid, []).append(result.test_id)
+    report = Report(cert.header(), requirements, cert.results, getattr(cert, "stale", []), unknown)
+    path = (
+        Path(cert.settings.report)
+        if cert.settings.report
+        else Path(tempfile.gettempdir()) / f"statecert-{uuid.uuid4().hex}.json"
+    )
+    json_path, md_path = report.write(path)
+    cert.report_paths = (json_path, md_path)  # type: ignore[attr-defined]
+    if report.stale_expected_failures or unknown:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    cert = _session(config)
+    if cert is None:
+        return
+    tr = terminalreporter
+    tr.section("statecert certification")
+    failed: dict[str, list[str]] = {}
+    for r in cert.results:
+        if r.outcome == "failed":
+            for rid in r.requirements or ("(no requirement)",):
+                failed.setdefault(rid, []).append(f"{r.test_id}: {r.message}")
+    for rid, tests in sorted(failed.items()):
+        tr.write_line(f"VIOLATED {rid}")
+        for line in tests:
+            tr.write_line(f"    {line}")
+    for entry in getattr(cert, "stale", []):
+        tr.write_line(f"STALE expected failure (matches no test): {entry}")
+    paths = getattr(cert, "report_paths", None)
+    if paths:
+        tr.write_line(f"report: {paths[0]} (certificate: {paths[1]})")
+
+
+@pytest.fixture
+def statecert_certification(request: pytest.FixtureRequest) -> CertificationSession:
+    """The running certification (backend, settings); skips when no backend was named."""
+    session = _session(request.config)
+    if session is None:
+        pytest.skip("no backend to certify: pass --statecert-backend or set backend in [tool.statecert]")
+    return session

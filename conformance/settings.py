@@ -1,0 +1,118 @@
+"""Certification settings: command-line options over `[tool.statecert]` in the user's `pyproject.toml`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+TIERS = ("contract", "model")
+DEFAULT_TIERS = ("contract", "model")
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message names the file or option and the problem."""
+
+
+@dataclass(frozen=True)
+class CertifySettings:
+    backend: str | None = None
+    backend_config: dict[str, str] = field(default_factory=dict)
+    storage: str = "filesystem"
+    tiers: tuple[str, ...] = DEFAULT_TIERS
+    max_examples: int = 25
+    seed: int = 0
+    report: str | None = None
+    xfail_file: str | None = None
+    capabilities: dict[str, Any] = field(default_factory=dict)
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "storage": self.storage,
+            "tiers": list(self.tiers),
+            "max_examples": self.max_examples,
+            "seed": self.seed,
+            "backend_config": dict(self.backend_config),
+            "expected_failures": self.xfail_file,
+            "capability_overrides": dict(self.capabilities),
+        }
+
+
+def read_pyproject(directory: Path) -> dict[str, Any]:
+    """`[tool.statecert]` of `directory/pyproject.toml`, or {} when there is none."""
+    path = directory / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: invalid TOML: {exc}") from None
+    section = data.get("tool", {}).get("statecert", {})
+    if not isinstance(section, dict):
+        raise SettingsError(f"{path}: [tool.statecert] must be a table")
+    unknown = set(section) - {
+        "backend",
+        "config",
+        "storage",
+        "tiers",
+        "max-examples",
+        "seed",
+        "report",
+        "xfail",
+        "capabilities",
+    }
+    if unknown:
+        raise SettingsError(f"{path}: unknown key(s) in [tool.statecert]: {sorted(unknown)}")
+    return section
+
+
+def parse_tiers(value: Any, where: str) -> tuple[str, ...]:
+    tiers = tuple(t.strip() for t in (value.split(",") if isinstance(value, str) else value) if t.strip())
+    bad = [t for t in tiers if t not in TIERS]
+    if bad or not tiers:
+        raise SettingsError(f"{where}: unknown tier(s) {bad or tiers}; tiers are {list(TIERS)}")
+    return tiers
+
+
+def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
+    """Command-line values (None when not given) over the pyproject section over defaults."""
+    file = read_pyproject(directory)
+    where = f"{directory / 'pyproject.toml'} [tool.statecert]"
+
+    def pick(cli_key: str, file_key: str, default: Any) -> Any:
+        value = cli.get(cli_key)
+        return value if value is not None else file.get(file_key, default)
+
+    config = {str(k): str(v) for k, v in file.get("config", {}).items()}
+    for item in cli.get("backend_config") or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--config: expected key=value, got {item!r}")
+        config[key] = value
+    try:
+        max_examples = int(pick("max_examples", "max-examples", 25))
+        seed = int(pick("seed", "seed", 0))
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{where}: max-examples and seed must be integers ({exc})") from None
+    if max_examples < 1:
+        raise SettingsError(f"max-examples must be at least 1, got {max_examples}")
+    capabilities = file.get("capabilities", {})
+    if not isinstance(capabilities, dict):
+        raise SettingsError(f"{where}: capabilities must be a table")
+    return CertifySettings(
+        backend=pick("backend", "backend", None),
+        backend_config=config,
+        storage=str(pick("storage", "storage", "filesystem")),
+        tiers=parse_tiers(pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), where),
+        max_examples=max_examples,
+        seed=seed,
+        report=pick("report", "report", None),
+        xfail_file=pick("xfail_file", "xfail", None),
+        capabilities=dict(capabilities),
+    )

@@ -1,0 +1,61 @@
+"""Fixtures of the conformance suite: the backend under test, the reference backend, storage and a clock."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from statecert.conformance.plugin import CertificationSession
+from statecert.reference.heap.backend import HashMapStateBackend
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
+from statecert.spec.state import ManualClock
+
+
+@pytest.fixture
+def certification(statecert_certification: CertificationSession) -> CertificationSession:
+    return statecert_certification
+
+
+@pytest.fixture
+def state_backend(certification: CertificationSession, tmp_path: Path) -> Any:
+    """A fresh instance of the backend under test, working in this test's temporary directory."""
+    return certification.new_backend(tmp_path / "local")
+
+
+@pytest.fixture
+def reference_backend() -> Any:
+    """statecert's heap backend, the other side of cross-backend tests."""
+    return HashMapStateBackend()
+
+
+@pytest.fixture
+def checkpoint_dir(certification: CertificationSession, tmp_path: Path) -> Iterator[str]:
+    """A fresh checkpoint directory: local for `filesystem`/`jobmanager`, else under the given fsspec URL."""
+    storage = certification.settings.storage
+    if storage in ("filesystem", "jobmanager"):
+        yield f"file://{tmp_path}/checkpoints"
+        return
+    url = f"{storage.rstrip('/')}/statecert-{uuid.uuid4().hex}"
+    yield url
+    fs, path = fsspec.core.url_to_fs(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+@pytest.fixture
+def storage(certification: CertificationSession, checkpoint_dir: str) -> Any:
+    """The checkpoint storage the run was asked to use (file system storage unless told otherwise)."""
+    if certification.settings.storage == "jobmanager":
+        return JobManagerCheckpointStorage(checkpoint_dir=checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
+    return FileSystemCheckpointStorage(checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_000_000)

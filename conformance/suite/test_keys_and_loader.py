@@ -1,0 +1,44 @@
+"""The backend's key groups follow Flink's arithmetic (KG-1, KG-2), and the loader gives precedence to the
+application's backend object (LD-1, LD-2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statecert.conformance.helpers import keyed_backend
+from statecert.reference.loader import load_state_backend
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.spec.keygroups import assign_to_key_group
+
+KEY_SAMPLES = {
+    "str": (StringSerializer(), ["", "a", "hello", "Grüße", "日本", "🙂", *(f"key-{i}" for i in range(300))]),
+    "long": (LongSerializer(), [0, 1, -1, 2**31, -(2**63), 2**63 - 1, *range(-150, 150)]),
+    "msgpack": (MsgpackSerializer(), [["t", i] for i in range(100)] + [{"a": 1}, None, 3.5]),
+}
+
+
+@pytest.mark.requirement("KG-1", "KG-2", "KB-KEY-1")
+@pytest.mark.parametrize("kind", sorted(KEY_SAMPLES))
+def test_current_key_group_is_flinks(state_backend: Any, kind: str) -> None:
+    serializer, keys = KEY_SAMPLES[kind]
+    with keyed_backend(state_backend, key_serializer=serializer) as backend:
+        for key in keys:
+            if key is None:
+                continue
+            backend.set_current_key(key)
+            expected = assign_to_key_group(serializer.key_hash(key), 128)
+            assert backend.current_key_group == expected, (
+                f"set_current_key({key!r}): expected key group {expected}, got {backend.current_key_group}"
+            )
+
+
+@pytest.mark.requirement("LD-1", "LD-2")
+def test_application_backend_beats_configuration(state_backend: Any) -> None:
+    config = {"state.backend.type": "statecert-no-such-backend"}
+    chosen = load_state_backend(state_backend, job_config=config, cluster_config=config)
+    assert type(chosen) is type(state_backend) and chosen.name == state_backend.name, (
+        f"load_state_backend(application backend {state_backend.name!r}, configured type "
+        f"'statecert-no-such-backend') gave {chosen!r}"
+    )

@@ -1,0 +1,167 @@
+"""Model-based tier: random programs of state operations, key and namespace switches, checkpoints, restores at
+other parallelisms and round trips through the reference backend, checked against a plain-dict model that shares
+no code with the backend under test. A failure prints the shrunk program (the steps of `BackendMachine`)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from statecert.conformance.capabilities import declared, supports
+from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.reference.heap.backend import HashMapStateBackend
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
+from statecert.spec.metadata import CheckpointKind
+from statecert.spec.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
+MAX_PARALLELISM = 16
+KEYS = StringSerializer()
+NAMESPACES = StringSerializer()
+KEY_POOL = [f"k{i}" for i in range(6)]
+NS_POOL = ["n0", "n1"]
+VALUE = ValueStateDescriptor("value", serializer=LongSerializer())
+LIST = ListStateDescriptor("list", element_serializer=LongSerializer())
+MAP = MapStateDescriptor("map", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+INTS = st.integers(-(2**40), 2**40)
+
+
+def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
+    class BackendMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tmp = tempfile.mkdtemp(prefix="statecert-model-")
+            self.backend = new_backend(self.tmp)
+            self.canonical = supports(declared(self.backend), "canonical_savepoints")
+            self.rescaling = supports(declared(self.backend), "rescaling")
+            self.storage = FileSystemCheckpointStorage(f"{self.tmp}/c", savepoint_dir=f"{self.tmp}/sp")
+            self.access = self.storage.create_checkpoint_storage("model")
+            self.parallelism = 1
+            self.subtasks = create_subtasks(self.backend, KEYS, 1, MAX_PARALLELISM)
+            self.checkpoint_id = 0
+            self.key, self.ns = KEY_POOL[0], NS_POOL[0]
+            # the model: (key, namespace) -> value / list / dict
+            self.values: dict[tuple[str, str], int] = {}
+            self.lists: dict[tuple[str, str], list[int]] = {}
+            self.maps: dict[tuple[str, str], dict[str, int]] = {}
+
+        def _backend_for(self, key: str) -> Any:
+            key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
+            backend = self.subtasks[operator_index_for_key_group(MAX_PARALLELISM, self.parallelism, key_group)].keyed
+            backend.set_current_key(key)
+            return backend
+
+        def _state(self, descriptor: Any, key: str | None = None, ns: str | None = None) -> Any:
+            backend = self._backend_for(key or self.key)
+            return backend.get_partitioned_state(ns or self.ns, descriptor, NAMESPACES)
+
+        @rule(key=st.sampled_from(KEY_POOL))
+        def switch_key(self, key: str) -> None:
+            self.key = key
+
+        @rule(ns=st.sampled_from(NS_POOL))
+        def switch_namespace(self, ns: str) -> None:
+            self.ns = ns
+
+        @rule(v=INTS)
+        def value_update(self, v: int) -> None:
+            self._state(VALUE).update(v)
+            self.values[(self.key, self.ns)] = v
+
+        @rule()
+        def value_clear(self) -> None:
+            self._state(VALUE).clear()
+            self.values.pop((self.key, self.ns), None)
+
+        @rule(v=INTS)
+        def list_add(self, v: int) -> None:
+            self._state(LIST).add(v)
+            self.lists.setdefault((self.key, self.ns), []).append(v)
+
+        @rule(vs=st.lists(INTS, max_size=3))
+        def list_update(self, vs: list[int]) -> None:
+            self._state(LIST).update(vs)
+            if vs:
+                self.lists[(self.key, self.ns)] = list(vs)
+            else:
+                self.lists.pop((self.key, self.ns), None)
+
+        @rule(uk=st.sampled_from(["a", "b", "c"]), v=INTS)
+        def map_put(self, uk: str, v: int) -> None:
+            self._state(MAP).put(uk, v)
+            self.maps.setdefault((self.key, self.ns), {})[uk] = v
+
+        @rule(uk=st.sampled_from(["a", "b", "c"]))
+        def map_remove(self, uk: str) -> None:
+            self._state(MAP).remove(uk)
+            entries = self.maps.get((self.key, self.ns), {})
+            entries.pop(uk, None)
+            if not entries:
+                self.maps.pop((self.key, self.ns), None)
+
+        def _snapshot(self, kind: CheckpointKind) -> Any:
+            self.checkpoint_id += 1
+            location = (
+                self.access.initialize_location_for_savepoint(self.checkpoint_id)
+                if kind.is_savepoint
+                else self.access.initialize_location_for_checkpoint(self.checkpoint_id)
+            )
+            pointer = take_snapshot(self.subtasks, location, self.checkpoint_id, MAX_PARALLELISM, kind=kind)
+            for s in self.subtasks:
+                s.keyed.notify_checkpoint_complete(self.checkpoint_id)
+            return self.storage.load_checkpoint(pointer).operator("op")
+
+        def _restore(self, backend: Any, operator: Any, parallelism: int) -> None:
+            for s in self.subtasks:
+                s.dispose()
+            self.parallelism = parallelism
+            self.subtasks = create_subtasks(backend, KEYS, parallelism, MAX_PARALLELISM, restore_from=operator)
+
+        @rule(parallelism=st.integers(1, 4))
+        def checkpoint_and_restore(self, parallelism: int) -> None:
+            operator = self._snapshot(CheckpointKind.CHECKPOINT)
+            self._restore(self.backend, operator, parallelism if self.rescaling else self.parallelism)
+
+        @precondition(lambda self: self.canonical)
+        @rule(parallelism=st.integers(1, 4))
+        def round_trip_through_reference_backend(self, parallelism: int) -> None:
+            operator = self._snapshot(CheckpointKind.SAVEPOINT_CANONICAL)
+            self._restore(HashMapStateBackend(), operator, parallelism)
+            operator = self._snapshot(CheckpointKind.SAVEPOINT_CANONICAL)
+            self._restore(self.backend, operator, parallelism if self.rescaling else 1)
+
+        @invariant()
+        def current_entries_match_the_model(self) -> None:
+            where = (self.key, self.ns)
+            assert self._state(VALUE).value() == self.values.get(where), f"value state at {where}"
+            assert self._state(LIST).get() == self.lists.get(where), f"list state at {where}"
+            assert dict(self._state(MAP).items()) == self.maps.get(where, {}), f"map state at {where}"
+
+        @rule()
+        def every_entry_matches_the_model(self) -> None:
+            for key in KEY_POOL:
+                for ns in NS_POOL:
+                    assert self._state(VALUE, key, ns).value() == self.values.get((key, ns)), (key, ns)
+                    assert self._state(LIST, key, ns).get() == self.lists.get((key, ns)), (key, ns)
+                    assert dict(self._state(MAP, key, ns).items()) == self.maps.get((key, ns), {}), (key, ns)
+
+        def teardown(self) -> None:
+            for s in self.subtasks:
+                s.dispose()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    return BackendMachine
+
+
+@pytest.mark.tier("model")
+@pytest.mark.requirement("KS-3", "KB-RESTORE-1", "KB-RESTORE-2", "SP-1", "KS-LIST-1", "KS-MAP-2", "KS-VALUE-1")
+def test_random_programs_match_the_model(certification: Any) -> None:
+    machine = make_machine(lambda directory: certification.new_backend(directory))
+    run_state_machine_as_test(machine, settings=settings(stateful_step_count=25, deadline=None))

@@ -1,0 +1,109 @@
+"""Savepoints across backends, relocation, reading only owned key groups, bad state files (FMT, SP)."""
+
+from __future__ import annotations
+
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecert.conformance.helpers import KEYS, counts, keyed_backend, savepoint
+from statecert.reference.checkpointing import create_subtasks
+from statecert.reference.rescale import keyed_handles_for_subtask
+from statecert.reference.serializers import LongSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.handles import FileStateHandle
+from statecert.spec.metadata import CheckpointKind
+from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
+
+GOLDEN = Path(str(resources.files("statecert.scenarios").joinpath("golden").joinpath("v1-savepoint")))
+COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
+
+
+@pytest.mark.requirement("FMT-9", "SP-4")
+def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=100
+    )
+    pointer, expected = savepoint(storage, state_backend)
+    original = Path(pointer.removeprefix("file://"))
+    moved = tmp_path / "archive" / "moved-savepoint"
+    shutil.copytree(original, moved)
+    shutil.rmtree(original)
+    metadata = load_checkpoint_metadata(str(moved))
+    files = [h.delegate for st_ in metadata.operators[0].subtask_states.values() for h in st_.managed_keyed_state]
+    assert files and all(isinstance(f, FileStateHandle) and f.path.startswith(f"file://{moved}/") for f in files)
+    assert counts(state_backend, metadata.operators[0], 2) == expected
+
+
+@pytest.mark.requirement("FMT-6")
+def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
+    pointer, expected = savepoint(storage, state_backend, parallelism=1)
+    metadata = load_checkpoint_metadata(pointer)
+    handle = metadata.operators[0].subtask_states[0].managed_keyed_state[0]
+    path = Path(handle.delegate.path.removeprefix("file://"))
+    data = bytearray(path.read_bytes())
+    second_half = handle.offset_of(64)
+    data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
+    path.write_bytes(bytes(data))
+    operator = metadata.operators[0]
+    with keyed_backend(
+        state_backend, parallelism=2, index=0, restore=keyed_handles_for_subtask(operator, 2, 0)
+    ) as first_half:
+        state = first_half.get_or_create_state(COUNT)
+        restored = {}
+        for key in list(first_half.get_keys("count", VOID_NAMESPACE)):
+            first_half.set_current_key(key)
+            restored[key] = state.value()
+        assert restored == {k: v for k, v in expected.items() if first_half.key_group_of(k) < 64}
+    with pytest.raises(CheckpointFormatError, match=str(path.name)):
+        create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
+
+
+@pytest.mark.requirement("FMT-8")
+def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
+    pointer, _ = savepoint(storage, state_backend, parallelism=1)
+    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
+    path = Path(handle.delegate.path.removeprefix("file://"))
+    path.write_bytes(path.read_bytes()[: handle.offset_of(100)])
+    with pytest.raises(CheckpointFormatError, match=rf"{path.name}: truncated"):
+        create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
+
+
+@pytest.mark.requirement("FMT-3", "SP-1")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_golden_version_1_savepoint_restores(state_backend: Any, tmp_path: Path, parallelism: int) -> None:
+    copy = tmp_path / "golden"
+    shutil.copytree(GOLDEN, copy)  # also proves relocation: it was written elsewhere
+    metadata = load_checkpoint_metadata(str(copy))
+    assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL
+    seen: dict[str, Any] = {}
+    offsets: list[int] = []
+    for s in create_subtasks(
+        state_backend,
+        KEYS,
+        parallelism,
+        128,
+        operator_id="counts",
+        restore_from=metadata.operator("counts"),
+    ):
+        count = s.keyed.get_or_create_state(COUNT)
+        lst = s.keyed.get_or_create_state(ListStateDescriptor("seen", element_serializer=LongSerializer()))
+        for key in list(s.keyed.get_keys("count", VOID_NAMESPACE)):
+            s.keyed.set_current_key(key)
+            seen[key] = (count.value(), lst.get())
+        offsets += s.operator.get_list_state(ListStateDescriptor("offsets", element_serializer=LongSerializer())).get()
+        s.dispose()
+    assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}
+    assert sorted(offsets) == [0, 1]
