@@ -13,7 +13,7 @@ import platform
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ class CertificationSession:
         return load_state_backend(job_config=config)
 
     def backend_version(self) -> str:
-        top = self.factory.split(".", 1)[0]
+        top = self.factory.split(":", 1)[0].split(".", 1)[0]
         for dist in packages_distributions().get(top, []):
             try:
                 return version(dist)
@@ -190,7 +190,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     session = _session(item.config)
     if session is None or not _in_suite(item):
