@@ -11,17 +11,17 @@ import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from statecert.reference.format.canonical import CanonicalHeader, write_key_groups
+from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.backend import BackendCapabilities
-from statecert.spec.handles import KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import KeyedStateHandle
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import StateKind
-from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
+from statecert.spec.storage import CheckpointStreamFactory
 
 EntryKey = tuple[bytes, bytes]
 
@@ -132,11 +132,7 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not frozen:
                 return None
-            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-                offsets = write_key_groups(out, header, key_group_range, blocks, cancelled)
-                delegate = out.close_and_get_handle()
-            assert delegate is not None
-            return KeyGroupsStateHandle(key_group_range, offsets, delegate)
+            return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
 
         return self._track(AsyncSnapshotTask(write, self._pending.discard))
 

@@ -20,11 +20,11 @@ import msgpack
 from statecert.reference.format.handle_codec import field
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.spec.errors import CheckpointFormatError, SnapshotCancelledError
-from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle, StreamStateHandle
+from statecert.spec.handles import CANONICAL_FORMAT, FileStateHandle, KeyGroupsStateHandle, StreamStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.state import StateKind
-from statecert.spec.storage import CheckpointStateOutputStream
+from statecert.spec.storage import CheckpointedStateScope, CheckpointStateOutputStream, CheckpointStreamFactory
 
 MAGIC = b"SCKG"
 VERSION = 1
@@ -72,6 +72,22 @@ def write_key_groups(
         block = msgpack.packb(list(blocks(key_group)), use_bin_type=True)
         stream.write(_LEN.pack(len(block)) + block)
     return tuple(offsets)
+
+
+def write_canonical_snapshot(
+    stream_factory: CheckpointStreamFactory,
+    header: CanonicalHeader,
+    key_group_range: KeyGroupRange,
+    blocks: Callable[[int], Iterable[Entry]],
+    cancelled: Callable[[], bool] = lambda: False,
+) -> KeyGroupsStateHandle:
+    """A whole canonical snapshot: one exclusive stream of key groups, returned as its key-groups handle (SP-1)."""
+    with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        offsets = write_key_groups(out, header, key_group_range, blocks, cancelled)
+        delegate = out.close_and_get_handle()
+    if delegate is None:
+        raise ValueError("a canonical snapshot stream cannot be empty")
+    return KeyGroupsStateHandle(key_group_range, offsets, delegate, CANONICAL_FORMAT)
 
 
 class CanonicalReader:

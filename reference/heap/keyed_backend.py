@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from statecert.reference.format.canonical import CanonicalHeader, Entry, write_key_groups
+from statecert.reference.format.canonical import CanonicalHeader, Entry, write_canonical_snapshot
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.heap.state_table import StateTable, to_payload
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
 from statecert.reference.snapshot_task import AsyncSnapshotTask
-from statecert.spec.handles import CANONICAL_FORMAT, KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import KeyedStateHandle
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
-from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
+from statecert.spec.storage import CheckpointStreamFactory
 
 
 class HeapKeyedStateBackend(KeyedStateBackendBase):
@@ -54,10 +54,6 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not captured:
                 return None  # an empty backend snapshots to nothing (KB-SNAP-7)
-            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-                offsets = write_key_groups(out, header, key_group_range, blocks, cancelled)
-                delegate = out.close_and_get_handle()
-            assert delegate is not None
-            return KeyGroupsStateHandle(key_group_range, offsets, delegate, CANONICAL_FORMAT)
+            return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
 
         return self._track(AsyncSnapshotTask(write, self._pending.discard))

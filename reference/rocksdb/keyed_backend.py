@@ -14,7 +14,7 @@ from typing import Any
 import msgpack
 import rocksdict
 
-from statecert.reference.format.canonical import CanonicalHeader, Entry, describe, write_key_groups
+from statecert.reference.format.canonical import CanonicalHeader, Entry, describe, write_canonical_snapshot
 from statecert.reference.format.handle_codec import field
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
@@ -26,11 +26,9 @@ from statecert.reference.rocksdb.settings import RocksDBSettings
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
-    CANONICAL_FORMAT,
     ROCKSDB_NATIVE_FORMAT,
     IncrementalKeyedStateHandle,
     KeyedStateHandle,
-    KeyGroupsStateHandle,
     StreamStateHandle,
 )
 from statecert.spec.keyed_backend import (
@@ -211,15 +209,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                             for _, key, ns, payload in iterate_entries(cf, meta.kind, start, end)
                         ]
 
-                    with factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-                        offsets = write_key_groups(out, header, key_group_range, blocks, cancelled)
-                        delegate = out.close_and_get_handle()
+                    handle = write_canonical_snapshot(factory, header, key_group_range, blocks, cancelled)
                     cfs.clear()  # drop the column family handles before closing the database
                 finally:
                     db.close()
                     del db
-                assert delegate is not None
-                return KeyGroupsStateHandle(key_group_range, offsets, delegate, CANONICAL_FORMAT)
+                return handle
             finally:
                 shutil.rmtree(local, ignore_errors=True)
 
