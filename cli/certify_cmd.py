@@ -59,12 +59,30 @@ class _ProgressPlugin:
 
 def certify(args: argparse.Namespace, console: Console) -> int:
     sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project imports like with `python -m`
-    from statecert.conformance.settings import SettingsError, read_pyproject
+    from statecert.conformance.plugin import CertificationSession
+    from statecert.conformance.settings import SettingsError, read_pyproject, resolve
+    from statecert.spec.errors import StateCertError
 
-    try:
+    cli = {
+        "backend": args.backend,
+        "backend_config": args.config,
+        "storage": args.storage,
+        "tiers": args.tier,
+        "max_examples": args.max_examples,
+        "seed": args.seed,
+        "xfail_file": args.xfail,
+    }
+    try:  # fail fast, in one line, on settings or a backend that cannot be loaded
+        settings = resolve(cli, Path.cwd())
+        if settings.backend is None:
+            raise SettingsError(
+                "no backend to certify: name one (statecert certify NAME) or set backend in "
+                "[tool.statecert] of ./pyproject.toml"
+            )
+        CertificationSession(settings)
         configured = read_pyproject(Path.cwd()).get("report")
-    except SettingsError as exc:
-        console.print(f"statecert: error: {exc}", markup=False, highlight=False)
+    except (SettingsError, StateCertError, ValueError) as exc:
+        Console(stderr=True).print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
     temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
     report = str(args.report or configured or temporary)

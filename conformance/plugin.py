@@ -25,6 +25,7 @@ from statecert.conformance.expected_failures import load_expected_failures, test
 from statecert.conformance.report import Report, TestResult
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
 from statecert.spec import SPEC_VERSION
+from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
 
 _SESSION = pytest.StashKey["CertificationSession"]()
@@ -113,7 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.backend is None:
             return
         session = CertificationSession(settings)
-    except (SettingsError, caps.UnknownCapabilityError) as exc:
+    except (SettingsError, caps.UnknownCapabilityError, StateCertError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION] = session
     from hypothesis import HealthCheck

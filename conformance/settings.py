@@ -109,7 +109,7 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         backend=pick("backend", "backend", None),
         backend_config=config,
         storage=str(pick("storage", "storage", "filesystem")),
-        tiers=parse_tiers(pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), where),
+        tiers=parse_tiers(pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), "--tier" if cli.get("tiers") else where),
         max_examples=max_examples,
         seed=seed,
         report=pick("report", "report", None),

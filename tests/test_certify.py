@@ -179,3 +179,27 @@ def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) 
     assert code == 1, output
     assert "SB-3" in failed_requirements(report)
     assert report["requirements"]["TTL-1"]["outcome"] == "unsupported"
+
+
+@pytest.mark.requirement("ERR-2", "LD-4", "LD-5")
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["nonesuch"], "unknown state backend 'nonesuch'"),
+        (["no_such_module_xyz:factory"], "module 'no_such_module_xyz' cannot be imported"),
+        ([], "no backend to certify"),
+        (["hashmap", "--tier", "bogus"], "--tier: unknown tier(s) ['bogus']"),
+        (["hashmap", "--xfail", "missing.toml"], "missing.toml: expected-failures file not found"),
+    ],
+)
+def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "certify", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
+    assert lines[0].startswith("statecert: error: ") and problem in lines[0], lines[0]
