@@ -1,0 +1,1 @@
+"""The checkpoint coordinator: triggering, acknowledgements, completion, failure counting, retention, recovery."""

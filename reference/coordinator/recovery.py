@@ -1,0 +1,52 @@
+"""Recovering the completed checkpoint store from checkpoint storage alone (COORD-8): a restarted coordinator
+finds every `chk-N` with a complete `_metadata`, ignores (and deletes) incomplete ones, and continues numbering."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import fsspec
+
+from statecert.reference.completed_checkpoint_store import CompletedCheckpointStore
+from statecert.reference.format.paths import join_url
+from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.spec.errors import StateCertError
+from statecert.spec.storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
+
+_CHECKPOINT_DIR = re.compile(rf"^{CHECKPOINT_DIR_PREFIX}(\d+)$")
+
+
+@dataclass
+class RecoveredState:
+    store: CompletedCheckpointStore
+    next_checkpoint_id: int
+    ignored_incomplete: list[str]
+
+
+def recover_from_storage(job_dir: str, retained: int) -> RecoveredState:
+    fs, root = fsspec.core.url_to_fs(job_dir)
+    store = CompletedCheckpointStore(retained)
+    highest = 0
+    complete: list[tuple[int, str]] = []
+    incomplete: list[str] = []
+    if fs.exists(root):
+        for entry in fs.ls(root, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            match = _CHECKPOINT_DIR.match(name)
+            if match is None:
+                continue
+            checkpoint_id = int(match.group(1))
+            highest = max(highest, checkpoint_id)
+            pointer = join_url(job_dir, name)
+            if fs.exists(f"{entry.rstrip('/')}/{METADATA_FILE_NAME}"):
+                complete.append((checkpoint_id, pointer))
+            else:
+                incomplete.append(pointer)
+                fs.rm(entry, recursive=True)
+    for _, pointer in sorted(complete):
+        try:
+            store.add(pointer, load_checkpoint_metadata(pointer))
+        except StateCertError:
+            incomplete.append(pointer)
+    return RecoveredState(store, highest + 1, incomplete)

@@ -1,0 +1,196 @@
+"""The checkpoint coordinator on a manual scheduler (chapter COORD)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex
+from statecert.reference.coordinator.failures import FailureReason
+from statecert.reference.coordinator.recovery import recover_from_storage
+from statecert.reference.coordinator.scheduler import ManualScheduler
+from statecert.reference.coordinator.settings import CheckpointingSettings
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from statecert.spec.keygroups import key_group_range_for_operator
+from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
+
+VERTICES = [JobVertex("source", 1, 128), JobVertex("counter", 2, 128)]
+
+
+class Recorder:
+    """A listener that records what the coordinator told the job."""
+
+    def __init__(self) -> None:
+        self.triggered: list[int] = []
+        self.completed: list[int] = []
+        self.aborted: list[tuple[int, FailureReason]] = []
+        self.failovers: list[str] = []
+
+    def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
+        self.triggered.append(checkpoint_id)
+
+    def notify_complete(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        self.completed.append(checkpoint_id)
+
+    def notify_aborted(self, checkpoint_id: int, reason: FailureReason) -> None:
+        self.aborted.append((checkpoint_id, reason))
+
+    def failover(self, reason: str) -> None:
+        self.failovers.append(reason)
+
+
+def subtask_state(operator_id: str, index: int, parallelism: int) -> OperatorSubtaskState:
+    rng = key_group_range_for_operator(128, parallelism, index)
+    handle = KeyGroupsStateHandle(rng, (0,) * len(rng), ByteStreamStateHandle(f"{operator_id}-{index}", b"x"))
+    return OperatorSubtaskState((handle,))
+
+
+def ack_all(coordinator: CheckpointCoordinator, checkpoint_id: int, skip: int = 0) -> None:
+    tasks = [t for v in VERTICES for t in v.tasks()]
+    for operator_id, index in tasks[skip:]:
+        parallelism = next(v.parallelism for v in VERTICES if v.operator_id == operator_id)
+        coordinator.acknowledge(checkpoint_id, (operator_id, index), subtask_state(operator_id, index, parallelism))
+
+
+def make(tmp_path: Path, **settings: Any) -> tuple[CheckpointCoordinator, ManualScheduler, Recorder, Any]:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"))
+    access = storage.create_checkpoint_storage("job")
+    scheduler, recorder = ManualScheduler(), Recorder()
+    coordinator = CheckpointCoordinator("job", VERTICES, access, CheckpointingSettings(**settings), scheduler, recorder)
+    return coordinator, scheduler, recorder, storage
+
+
+@pytest.mark.requirement("COORD-1", "COORD-2")
+def test_periodic_trigger_respects_max_concurrent(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, interval_ms=100, max_concurrent=2)
+    coordinator.start_periodic()
+    scheduler.advance(99)
+    assert recorder.triggered == []
+    scheduler.advance(1)
+    assert recorder.triggered == [1]
+    scheduler.advance(300)
+    assert recorder.triggered == [1, 2], "a third checkpoint was triggered with two pending"
+    ack_all(coordinator, 1)
+    scheduler.advance(100)
+    assert recorder.triggered == [1, 2, 3]
+
+
+@pytest.mark.requirement("COORD-3")
+def test_min_pause_delays_the_next_trigger(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, interval_ms=100, min_pause_ms=250)
+    coordinator.start_periodic()
+    scheduler.advance(100)
+    ack_all(coordinator, 1)  # completes at t=100
+    scheduler.advance(200)  # periodic attempt at t=200 is declined (pause until 350)
+    assert recorder.triggered == [1]
+    scheduler.advance(50)
+    assert recorder.triggered == [1, 2], "the trigger should fire as soon as the pause has passed (t=350)"
+    assert scheduler.now_ms() == 350
+
+
+@pytest.mark.requirement("COORD-4", "CKP-1")
+def test_completion_needs_every_acknowledgement(tmp_path: Path) -> None:
+    coordinator, _, recorder, storage = make(tmp_path, retained=2)
+    for checkpoint_id in (1, 2, 3):
+        assert coordinator.trigger_checkpoint().checkpoint_id == checkpoint_id
+        ack_all(coordinator, checkpoint_id, skip=1)
+        assert recorder.completed == list(range(1, checkpoint_id)), "completed before the last acknowledgement"
+        ack_all(coordinator, checkpoint_id)
+        assert recorder.completed[-1] == checkpoint_id
+    metadata = storage.load_checkpoint(coordinator.latest_completed().pointer)
+    assert [(op.operator_id, sorted(op.subtask_states)) for op in metadata.operators] == [
+        ("source", [0]),
+        ("counter", [0, 1]),
+    ]
+    assert [c.metadata.checkpoint_id for c in coordinator.store.retained] == [2, 3]
+    assert not (tmp_path / "c" / "job" / "chk-1").exists(), "the subsumed checkpoint's directory should be gone"
+
+
+@pytest.mark.requirement("COORD-5", "COORD-6")
+def test_expired_checkpoints_count_until_failover(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, timeout_ms=50, tolerable_failures=1)
+    coordinator.trigger_checkpoint()
+    ack_all(coordinator, 1, skip=1)
+    scheduler.advance(50)
+    assert recorder.aborted == [(1, FailureReason.EXPIRED)] and recorder.failovers == []
+    assert not (tmp_path / "c" / "job" / "chk-1").exists(), "an aborted checkpoint's files must be deleted"
+    coordinator.trigger_checkpoint()
+    coordinator.decline(2, ("counter", 0), FailureReason.TASK_NOT_READY)  # does not count
+    coordinator.trigger_checkpoint()
+    scheduler.advance(50)
+    assert len(recorder.failovers) == 1 and "expired" in recorder.failovers[0]
+
+
+@pytest.mark.requirement("COORD-6")
+def test_success_resets_the_failure_count(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, timeout_ms=50, tolerable_failures=1)
+    for _ in range(3):
+        coordinator.trigger_checkpoint()
+        scheduler.advance(50)  # expires
+        checkpoint_id = coordinator.trigger_checkpoint().checkpoint_id
+        assert checkpoint_id is not None
+        ack_all(coordinator, checkpoint_id)
+    assert recorder.failovers == []
+
+
+@pytest.mark.requirement("COORD-7")
+def test_savepoints_are_not_limited_subsumed_or_counted(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, timeout_ms=50, retained=1)
+    coordinator.trigger_checkpoint()
+    savepoint = coordinator.trigger_savepoint()
+    assert savepoint == 2, "a savepoint must not be refused because a checkpoint is pending"
+    ack_all(coordinator, savepoint)
+    pointer = coordinator.last_savepoint
+    ack_all(coordinator, 1)
+    third = coordinator.trigger_checkpoint().checkpoint_id
+    assert third is not None
+    ack_all(coordinator, third)
+    assert Path(pointer.removeprefix("file://"), "_metadata").is_file(), "retention must not touch savepoints"
+    failed = coordinator.trigger_savepoint()
+    scheduler.advance(50)
+    assert (failed, FailureReason.EXPIRED) in recorder.aborted and recorder.failovers == []
+
+
+@pytest.mark.requirement("COORD-7")
+def test_stop_with_savepoint_shuts_down(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, interval_ms=10)
+    coordinator.start_periodic()
+    savepoint = coordinator.trigger_savepoint(stop=True)
+    ack_all(coordinator, savepoint)
+    assert coordinator.stopped_with_savepoint is not None
+    scheduler.advance(1000)
+    assert recorder.triggered == [savepoint], "no checkpoint may be triggered after stop-with-savepoint"
+
+
+@pytest.mark.requirement("COORD-9")
+def test_completion_subsumes_older_pending_checkpoints(tmp_path: Path) -> None:
+    coordinator, _, recorder, _ = make(tmp_path, max_concurrent=2)
+    coordinator.trigger_checkpoint()
+    coordinator.trigger_checkpoint()
+    ack_all(coordinator, 2)
+    assert recorder.completed == [2] and recorder.aborted == [(1, FailureReason.SUBSUMED)]
+
+
+@pytest.mark.requirement("COORD-8", "FMT-5")
+def test_crash_before_metadata_write_recovers_the_previous_checkpoint(tmp_path: Path) -> None:
+    coordinator, _, _, storage = make(tmp_path, retained=2)
+    for checkpoint_id in (1, 2):
+        coordinator.trigger_checkpoint()
+        ack_all(coordinator, checkpoint_id)
+
+    def crash(checkpoint_id: int) -> None:
+        raise CoordinatorCrash(f"coordinator died before writing checkpoint {checkpoint_id}")
+
+    coordinator.before_metadata_write = crash
+    coordinator.trigger_checkpoint()
+    with pytest.raises(CoordinatorCrash):
+        ack_all(coordinator, 3)
+    (tmp_path / "c" / "job" / "chk-3").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "c" / "job" / "chk-3" / "state").write_bytes(b"written before the crash")
+    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=2)
+    assert [c.metadata.checkpoint_id for c in recovered.store.retained] == [1, 2]
+    assert recovered.next_checkpoint_id == 4, "checkpoint ids must never be reused"
+    assert recovered.ignored_incomplete and not (tmp_path / "c" / "job" / "chk-3").exists()
