@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_certify(sub)
 
+    from statecert.cli.simulate_cmd import add_parser as add_simulate
+
+    add_simulate(sub)
+
     insp = sub.add_parser("inspect", help="print a checkpoint's or savepoint's metadata")
     insp.add_argument("path", help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)")
     insp.add_argument("--json", action="store_true", help="machine-readable output")
@@ -105,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return _demo(args, console)
+        if args.command == "simulate":
+            from statecert.cli.simulate_cmd import simulate
+
+            return simulate(args, console)
         if args.command == "certify":
             from statecert.cli.certify_cmd import certify
 

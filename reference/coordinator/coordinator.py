@@ -232,6 +232,15 @@ class CheckpointCoordinator:
     def latest_completed(self) -> CompletedCheckpoint | None:
         return self.store.latest
 
+    def halt(self) -> None:
+        """Simulate the coordinator process dying: timers stop, nothing is cleaned up (COORD-8 recovers)."""
+        self._shutdown = True
+        self.stop_periodic()
+        for pending in self.pending.values():
+            if pending.timer is not None:
+                pending.timer.cancel()
+        self.pending.clear()
+
     def shutdown(self) -> None:
         self._shutdown = True
         self.stop_periodic()

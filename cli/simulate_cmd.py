@@ -1,0 +1,56 @@
+"""`statecert simulate FILE`: run the barrier simulator on a job file, with a progress bar; print the checks and
+write the JSON report (and a timeline PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("simulate", help="simulate the barrier protocol with faults on real backends (TOML job file)")
+    p.add_argument("file", help="a simulation job file (TOML)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of every random choice (default 0)")
+    p.add_argument("--report", help="write the JSON report here")
+    p.add_argument("--plot", help="write a timeline PNG here")
+
+
+def simulate(args: argparse.Namespace, console: Console) -> int:
+    from statecert.reference.simulator.job_spec import load_job_spec
+    from statecert.reference.simulator.plot import plot_timeline
+    from statecert.reference.simulator.runtime import Simulation
+
+    spec = load_job_spec(args.file)
+    with tempfile.TemporaryDirectory(prefix="statecert-sim-") as workdir:
+        columns = (TextColumn("simulating"), BarColumn(), TextColumn("{task.completed:.0f} ms"), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            bar = progress.add_task("sim", total=spec.max_time_ms)
+            report = Simulation(spec, args.seed, Path(workdir)).run(lambda now: progress.update(bar, completed=now))
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(text, encoding="utf-8")
+    if args.plot:
+        plot_timeline(report, Path(args.plot))
+    checks, metrics = report["checks"], report["metrics"]
+    console.print(
+        f"{report['mode']}, seed {report['seed']}: {len(report['completed_checkpoints'])} checkpoints "
+        f"completed, {len(report['failovers'])} failover(s), {report['sim_time_ms']} ms simulated, "
+        f"terminated={report['terminated']}"
+    )
+    console.print(
+        f"checkpoint duration p50/p90/p99: {metrics['checkpoint_duration_ms']['p50']}/"
+        f"{metrics['checkpoint_duration_ms']['p90']}/{metrics['checkpoint_duration_ms']['p99']} ms"
+    )
+    colour = "green" if checks["exactly_once"] else "yellow"
+    console.print(
+        f"[{colour}]lost {checks['lost']}, duplicated {checks['duplicated']}, out of order "
+        f"{checks['out_of_order']}[/{colour}]"
+    )
+    return 0 if report["terminated"] else 1

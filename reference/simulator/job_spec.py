@@ -1,0 +1,155 @@
+"""The simulation's job description, read from TOML; an invalid file gets one error naming the file, the key and
+what was expected (until the scenarios issue brings the full scenario format)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.spec.errors import StateCertError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class SimulationSpecError(StateCertError):
+    """An invalid simulation file: the message names the file, the key and what was expected."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # task-crash | coordinator-crash-before-metadata
+    at_ms: float = 0.0
+    task: str = ""
+    checkpoint: int = 0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    sources: int = 2
+    parallelism: int = 2
+    max_parallelism: int = 128
+    backend: str = "hashmap"
+    keys_per_source: int = 10
+    records_per_source: int = 300
+    record_interval_ms: float = 1.0
+    processing_ms: float = 0.2
+    latency_ms: float = 1.0
+    latency_jitter_ms: float = 0.5
+    buffer_records: int = 16
+    bandwidth_bytes_per_ms: float = 100_000.0
+    restart_delay_ms: float = 20.0
+    max_time_ms: float = 600_000.0
+    checkpointing: CheckpointingSettings = field(default_factory=lambda: CheckpointingSettings(interval_ms=100))
+    faults: tuple[Fault, ...] = ()
+
+
+_JOB_KEYS: dict[str, type] = {
+    "sources": int,
+    "parallelism": int,
+    "max_parallelism": int,
+    "backend": str,
+    "keys_per_source": int,
+    "records_per_source": int,
+    "record_interval_ms": float,
+    "processing_ms": float,
+}
+_NETWORK_KEYS: dict[str, type] = {"latency_ms": float, "latency_jitter_ms": float, "buffer_records": int}
+_CHECKPOINT_KEYS: dict[str, type] = {
+    "interval_ms": int,
+    "timeout_ms": int,
+    "max_concurrent": int,
+    "min_pause_ms": int,
+    "tolerable_failures": int,
+    "retained": int,
+    "mode": str,
+}
+_FAULT_KINDS = ("task-crash", "coordinator-crash-before-metadata")
+
+
+def _typed(path: str, key: str, value: Any, kind: type) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise SimulationSpecError(f"{path}: {key}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _section(path: str, data: dict[str, Any], name: str, keys: dict[str, type]) -> dict[str, Any]:
+    section = data.get(name, {})
+    if not isinstance(section, dict):
+        raise SimulationSpecError(f"{path}: [{name}]: expected a table")
+    unknown = sorted(set(section) - set(keys))
+    if unknown:
+        raise SimulationSpecError(f"{path}: [{name}]: unknown key(s) {unknown}; expected some of {sorted(keys)}")
+    return {k: _typed(path, f"{name}.{k}", v, keys[k]) for k, v in section.items()}
+
+
+def load_job_spec(file: str | Path) -> JobSpec:
+    path = str(file)
+    try:
+        data = tomllib.loads(Path(file).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SimulationSpecError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SimulationSpecError(f"{path}: invalid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"job", "network", "storage", "checkpointing", "restart", "faults", "limits"})
+    if unknown:
+        raise SimulationSpecError(f"{path}: unknown section(s) {unknown}")
+    job = _section(path, data, "job", _JOB_KEYS)
+    network = _section(path, data, "network", _NETWORK_KEYS)
+    storage = _section(path, data, "storage", {"bandwidth_bytes_per_ms": float})
+    restart = _section(path, data, "restart", {"delay_ms": float})
+    limits = _section(path, data, "limits", {"max_time_ms": float})
+    checkpointing = _section(path, data, "checkpointing", _CHECKPOINT_KEYS)
+    try:
+        mode = CheckpointingMode(checkpointing.pop("mode", "exactly-once"))
+    except ValueError:
+        raise SimulationSpecError(
+            f"{path}: checkpointing.mode: expected one of {[m.value for m in CheckpointingMode]}"
+        ) from None
+    faults = []
+    for i, raw in enumerate(data.get("faults", [])):
+        where = f"faults[{i}]"
+        if not isinstance(raw, dict) or raw.get("kind") not in _FAULT_KINDS:
+            raise SimulationSpecError(f"{path}: {where}.kind: expected one of {list(_FAULT_KINDS)}")
+        extra = sorted(set(raw) - {"kind", "at_ms", "task", "checkpoint"})
+        if extra:
+            raise SimulationSpecError(f"{path}: {where}: unknown key(s) {extra}")
+        faults.append(
+            Fault(
+                raw["kind"],
+                _typed(path, f"{where}.at_ms", raw.get("at_ms", 0.0), float),
+                _typed(path, f"{where}.task", raw.get("task", ""), str),
+                _typed(path, f"{where}.checkpoint", raw.get("checkpoint", 0), int),
+            )
+        )
+    try:
+        spec = JobSpec(
+            **job,
+            **network,
+            **storage,
+            restart_delay_ms=restart.get("delay_ms", 20.0),
+            max_time_ms=limits.get("max_time_ms", 600_000.0),
+            checkpointing=CheckpointingSettings(mode=mode, **checkpointing),
+            faults=tuple(faults),
+        )
+    except ValueError as exc:
+        raise SimulationSpecError(f"{path}: [checkpointing]: {exc}") from None
+    if not 1 <= spec.parallelism <= spec.max_parallelism or spec.sources < 1:
+        raise SimulationSpecError(f"{path}: job: need 1 <= parallelism <= max_parallelism and sources >= 1")
+    for fault in spec.faults:
+        if fault.kind == "task-crash" and not _valid_task(fault.task, spec):
+            raise SimulationSpecError(f"{path}: faults: task {fault.task!r}: expected source-<i> or counter-<i>")
+    return spec
+
+
+def _valid_task(name: str, spec: JobSpec) -> bool:
+    kind, _, index = name.partition("-")
+    limit = {"source": spec.sources, "counter": spec.parallelism}.get(kind)
+    return limit is not None and index.isdigit() and int(index) < limit
