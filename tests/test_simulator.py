@@ -128,3 +128,114 @@ def test_invalid_simulation_file(tmp_path: Path, content: str, problem: str) -> 
 def test_fault_dataclass_defaults_are_harmless() -> None:
     assert Fault("task-crash").at_ms == 0.0
     assert json.dumps(dataclasses.asdict(Fault("task-crash")))
+
+
+def spec_with(**changes: Any) -> JobSpec:
+    base = load_job_spec(JOBS / "crash-aligned.toml")
+    checkpointing = changes.pop("checkpointing", {})
+    return dataclasses.replace(base, checkpointing=dataclasses.replace(base.checkpointing, **checkpointing), **changes)
+
+
+@pytest.mark.requirement("SIM-7", "COORD-6")
+def test_storage_outage_fails_checkpoints_until_failover(tmp_path: Path) -> None:
+    spec = spec_with(
+        faults=(Fault("storage-outage", at_ms=100, duration_ms=150),), checkpointing={"tolerable_failures": 1}
+    )
+    report = run(spec, 1, tmp_path)
+    reasons = [e.get("reason") for e in report["timeline"] if e["event"] == "abort"]
+    assert "io-error" in reasons and "io-error" in report["failovers"][0]["reason"], report["failovers"]
+    assert report["terminated"] and report["checks"]["exactly_once"]
+
+
+@pytest.mark.requirement("SIM-7")
+def test_worker_loss_network_spike_and_slow_storage(tmp_path: Path) -> None:
+    spec = spec_with(
+        faults=(
+            Fault("worker-loss", at_ms=150, tasks=("counter-0", "source-1")),
+            Fault("network-spike", at_ms=60, duration_ms=200, extra_ms=30.0),
+            Fault("storage-slowdown", at_ms=0, duration_ms=400, factor=50.0),
+        ),
+        backend="rocksdb",
+        incremental=True,
+        checkpointing={"retained": 2},
+    )
+    report = run(spec, 2, tmp_path)
+    assert "worker with counter-0, source-1 lost" in report["failovers"][0]["reason"]
+    assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
+    assert report["checks"]["violations"] == [] and report["checks"]["leaked_shared_files"] == 0
+
+
+@pytest.mark.requirement("SIM-7")
+def test_restart_attempts_exhausted_fail_the_job(tmp_path: Path) -> None:
+    spec = spec_with(
+        restart_attempts=1,
+        faults=(Fault("task-crash", at_ms=80, task="counter-0"), Fault("task-crash", at_ms=200, task="source-0")),
+    )
+    report = run(spec, 1, tmp_path)
+    assert report["job_failed"] and not report["terminated"] and len(report["failovers"]) == 2
+
+
+@pytest.mark.requirement("SIM-8")
+def test_alignment_timeout_switches_to_unaligned_and_stays_exactly_once(tmp_path: Path) -> None:
+    spec = spec_with(
+        latency_ms=5.0, latency_jitter_ms=20.0, processing_ms=1.0, checkpointing={"alignment_timeout_ms": 1}
+    )
+    report = run(spec, 3, tmp_path)
+    assert report["metrics"]["switched_to_unaligned"] > 0
+    assert report["checks"]["exactly_once"] and report["checks"]["violations"] == [], report["checks"]
+
+
+@pytest.mark.requirement("SIM-9", "COORD-2")
+@pytest.mark.parametrize("mode", list(CheckpointingMode))
+def test_invariants_hold_in_every_mode(tmp_path: Path, mode: CheckpointingMode) -> None:
+    report = run(with_mode(spec_with(checkpointing={"max_concurrent": 1}), mode), 4, tmp_path)
+    checks = report["checks"]
+    assert checks["concurrency_bound_held"] and checks["max_pending_checkpoints"] <= 1
+    assert checks["checkpoints_past_timeout"] == [] and checks["violations"] == [], checks
+
+
+@pytest.mark.requirement("SIM-9")
+def test_consistent_cut_checker_flags_at_least_once_cuts(tmp_path: Path) -> None:
+    """The cut checker can fail: at-least-once snapshots include records after the barrier."""
+    flagged = []
+    for seed in range(1, 6):
+        sim = Simulation(
+            with_mode(
+                spec_with(faults=(), latency_jitter_ms=5.0, checkpointing={"retained": 20}),
+                CheckpointingMode.AT_LEAST_ONCE,
+            ),
+            seed,
+            tmp_path / f"alo-{seed}",
+        )
+        sim.run()
+        sim.spec = with_mode(sim.spec, CheckpointingMode.EXACTLY_ONCE)  # judge the cuts as exactly-once would
+        sim.violations.clear()
+        sim._check_cuts()
+        flagged.append(any("not a consistent cut" in v for v in sim.violations))
+    assert any(flagged), "at-least-once cuts were never flagged"
+
+
+@pytest.mark.requirement("SIM-10")
+def test_trend_aligned_duration_grows_with_backpressure_unaligned_stays_flat(tmp_path: Path) -> None:
+    def p50(mode: CheckpointingMode, processing_ms: float) -> float:
+        spec = with_mode(spec_with(faults=(), processing_ms=processing_ms, buffer_records=64), mode)
+        return float(run(spec, 1, tmp_path)["metrics"]["checkpoint_duration_ms"]["p50"])
+
+    aligned = p50(CheckpointingMode.EXACTLY_ONCE, 2.0) / p50(CheckpointingMode.EXACTLY_ONCE, 0.1)
+    unaligned = p50(CheckpointingMode.UNALIGNED, 2.0) / p50(CheckpointingMode.UNALIGNED, 0.1)
+    assert aligned > 3 * unaligned, f"aligned grew {aligned:.1f}x, unaligned {unaligned:.1f}x under backpressure"
+
+
+@pytest.mark.requirement("SIM-10")
+def test_trend_asynchronous_snapshots_cost_less_throughput_than_synchronous(tmp_path: Path) -> None:
+    def throughput(synchronous: bool, interval: int) -> float:
+        spec = spec_with(
+            faults=(),
+            synchronous_snapshots=synchronous,
+            bandwidth_bytes_per_ms=20.0,
+            checkpointing={"interval_ms": interval},
+        )
+        return float(run(spec, 1, tmp_path)["metrics"]["throughput_records_per_s"])
+
+    assert throughput(False, 20) > throughput(True, 20), "stop-the-world snapshots should cost throughput"
+    assert throughput(True, 20) < throughput(True, 80), "with synchronous snapshots, a shorter interval costs more"

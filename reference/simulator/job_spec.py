@@ -23,10 +23,17 @@ class SimulationSpecError(StateCertError):
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # task-crash | coordinator-crash-before-metadata
+    """task-crash (task, at_ms), worker-loss (tasks, at_ms), coordinator-crash-before-metadata (checkpoint),
+    storage-outage and storage-slowdown (at_ms, duration_ms, factor), network-spike (at_ms, duration_ms, extra_ms)."""
+
+    kind: str
     at_ms: float = 0.0
     task: str = ""
     checkpoint: int = 0
+    tasks: tuple[str, ...] = ()
+    duration_ms: float = 0.0
+    factor: float = 1.0
+    extra_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class JobSpec:
     parallelism: int = 2
     max_parallelism: int = 128
     backend: str = "hashmap"
+    incremental: bool = False
     keys_per_source: int = 10
     records_per_source: int = 300
     record_interval_ms: float = 1.0
@@ -44,6 +52,8 @@ class JobSpec:
     buffer_records: int = 16
     bandwidth_bytes_per_ms: float = 100_000.0
     restart_delay_ms: float = 20.0
+    restart_attempts: int = 1_000_000
+    synchronous_snapshots: bool = False
     max_time_ms: float = 600_000.0
     checkpointing: CheckpointingSettings = field(default_factory=lambda: CheckpointingSettings(interval_ms=100))
     faults: tuple[Fault, ...] = ()
@@ -58,6 +68,7 @@ _JOB_KEYS: dict[str, type] = {
     "records_per_source": int,
     "record_interval_ms": float,
     "processing_ms": float,
+    "incremental": bool,
 }
 _NETWORK_KEYS: dict[str, type] = {"latency_ms": float, "latency_jitter_ms": float, "buffer_records": int}
 _CHECKPOINT_KEYS: dict[str, type] = {
@@ -68,14 +79,33 @@ _CHECKPOINT_KEYS: dict[str, type] = {
     "tolerable_failures": int,
     "retained": int,
     "mode": str,
+    "alignment_timeout_ms": int,
+    "synchronous_snapshots": bool,
 }
-_FAULT_KINDS = ("task-crash", "coordinator-crash-before-metadata")
+_FAULT_KINDS = (
+    "task-crash",
+    "worker-loss",
+    "coordinator-crash-before-metadata",
+    "storage-outage",
+    "storage-slowdown",
+    "network-spike",
+)
+_FAULT_KEYS: dict[str, type] = {
+    "kind": str,
+    "at_ms": float,
+    "task": str,
+    "checkpoint": int,
+    "tasks": list,
+    "duration_ms": float,
+    "factor": float,
+    "extra_ms": float,
+}
 
 
 def _typed(path: str, key: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise SimulationSpecError(f"{path}: {key}: expected {kind.__name__}, got {value!r}")
     return value
 
@@ -104,7 +134,7 @@ def load_job_spec(file: str | Path) -> JobSpec:
     job = _section(path, data, "job", _JOB_KEYS)
     network = _section(path, data, "network", _NETWORK_KEYS)
     storage = _section(path, data, "storage", {"bandwidth_bytes_per_ms": float})
-    restart = _section(path, data, "restart", {"delay_ms": float})
+    restart = _section(path, data, "restart", {"delay_ms": float, "attempts": int})
     limits = _section(path, data, "limits", {"max_time_ms": float})
     checkpointing = _section(path, data, "checkpointing", _CHECKPOINT_KEYS)
     try:
@@ -114,27 +144,28 @@ def load_job_spec(file: str | Path) -> JobSpec:
             f"{path}: checkpointing.mode: expected one of {[m.value for m in CheckpointingMode]}"
         ) from None
     faults = []
-    for i, raw in enumerate(data.get("faults", [])):
+    raw_faults = data.get("faults", [])
+    if not isinstance(raw_faults, list):
+        raise SimulationSpecError(f"{path}: faults: expected an array of tables ([[faults]])")
+    for i, raw in enumerate(raw_faults):
         where = f"faults[{i}]"
         if not isinstance(raw, dict) or raw.get("kind") not in _FAULT_KINDS:
             raise SimulationSpecError(f"{path}: {where}.kind: expected one of {list(_FAULT_KINDS)}")
-        extra = sorted(set(raw) - {"kind", "at_ms", "task", "checkpoint"})
+        extra = sorted(set(raw) - set(_FAULT_KEYS))
         if extra:
             raise SimulationSpecError(f"{path}: {where}: unknown key(s) {extra}")
-        faults.append(
-            Fault(
-                raw["kind"],
-                _typed(path, f"{where}.at_ms", raw.get("at_ms", 0.0), float),
-                _typed(path, f"{where}.task", raw.get("task", ""), str),
-                _typed(path, f"{where}.checkpoint", raw.get("checkpoint", 0), int),
-            )
-        )
+        values = {k: _typed(path, f"{where}.{k}", v, _FAULT_KEYS[k]) for k, v in raw.items()}
+        values["tasks"] = tuple(values.get("tasks", ()))
+        faults.append(Fault(**values))
+    synchronous = checkpointing.pop("synchronous_snapshots", False)
     try:
         spec = JobSpec(
             **job,
             **network,
             **storage,
             restart_delay_ms=restart.get("delay_ms", 20.0),
+            restart_attempts=restart.get("attempts", 1_000_000),
+            synchronous_snapshots=synchronous,
             max_time_ms=limits.get("max_time_ms", 600_000.0),
             checkpointing=CheckpointingSettings(mode=mode, **checkpointing),
             faults=tuple(faults),
@@ -144,8 +175,9 @@ def load_job_spec(file: str | Path) -> JobSpec:
     if not 1 <= spec.parallelism <= spec.max_parallelism or spec.sources < 1:
         raise SimulationSpecError(f"{path}: job: need 1 <= parallelism <= max_parallelism and sources >= 1")
     for fault in spec.faults:
-        if fault.kind == "task-crash" and not _valid_task(fault.task, spec):
-            raise SimulationSpecError(f"{path}: faults: task {fault.task!r}: expected source-<i> or counter-<i>")
+        for task in (fault.task,) if fault.kind == "task-crash" else fault.tasks:
+            if not _valid_task(task, spec):
+                raise SimulationSpecError(f"{path}: faults: task {task!r}: expected source-<i> or counter-<i>")
     return spec
 
 

@@ -12,22 +12,29 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
+import fsspec
+import msgpack
 import simpy
 
 from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex, TaskId
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
+from statecert.reference.coordinator.settings import CheckpointingMode
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import StringSerializer
+from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.simulator.checkers import check_outputs
 from statecert.reference.simulator.job_spec import JobSpec
 from statecert.reference.simulator.network import Channel
 from statecert.reference.simulator.scheduler import SimpyScheduler
-from statecert.reference.simulator.tasks import CounterTask, Record, SourceTask
+from statecert.reference.simulator.tasks import CHANNEL_STATE, COUNT, OFFSET, CounterTask, Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.keyed_backend import KeyedBackendParameters, SnapshotType
 from statecert.spec.keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
+from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.state import VOID_NAMESPACE
 
 
 class Simulation:
@@ -43,7 +50,11 @@ class Simulation:
         self.storage = FileSystemCheckpointStorage(str(workdir / "checkpoints"), savepoint_dir=str(workdir / "sp"))
         self.access = self.storage.create_checkpoint_storage("sim")
         self.backend = load_state_backend(
-            job_config={"state.backend.type": spec.backend, "state.backend.rocksdb.localdir": str(workdir / "local")}
+            job_config={
+                "state.backend.type": spec.backend,
+                "state.backend.rocksdb.localdir": str(workdir / "local"),
+                "state.backend.incremental": str(spec.incremental).lower(),
+            }
         )
         self.vertices = [
             JobVertex("source", spec.sources, spec.max_parallelism),
@@ -65,6 +76,17 @@ class Simulation:
         self.finished: dict[int, set[int]] = {}
         self.failovers: list[dict[str, Any]] = []
         self.done = self.env.event()
+        self.failed = False
+        # fault state
+        self.storage_down = False
+        self.bandwidth_factor = 1.0
+        self.extra_latency = 0.0
+        self.switched_to_unaligned = 0
+        # independent bookkeeping for the checkers
+        self.latest_completed_seen: int | None = None
+        self.max_pending = 0
+        self.ended_at: dict[int, float] = {}
+        self.violations: list[str] = []
 
     # -- wiring ------------------------------------------------------------------------------------------------------
     def _coordinator(self, store: Any, next_id: int) -> CheckpointCoordinator:
@@ -86,6 +108,13 @@ class Simulation:
     def owner(self, key: str) -> int:
         key_group = assign_to_key_group(self.keys.key_hash(key), self.spec.max_parallelism)
         return operator_index_for_key_group(self.spec.max_parallelism, self.spec.parallelism, key_group)
+
+    def unaligned_barriers(self, options: Any) -> bool:
+        """Unaligned checkpoints send barriers as priority events; savepoints are always aligned."""
+        return (
+            self.spec.checkpointing.mode is CheckpointingMode.UNALIGNED
+            and options.snapshot_type is SnapshotType.CHECKPOINT
+        )
 
     def location(self, checkpoint_id: int) -> Any:
         pending = self.coordinator.pending.get(checkpoint_id)
@@ -138,19 +167,26 @@ class Simulation:
     # -- coordinator listener ------------------------------------------------------------------------------------------
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
         self.triggered_at[checkpoint_id] = self.env.now
+        pending = [p for p in self.coordinator.pending.values() if not p.is_savepoint]
+        self.max_pending = max(self.max_pending, len(pending))
         self.timeline.append({"t": self.env.now, "event": "trigger", "checkpoint": checkpoint_id})
         for source in self.sources:
             source.request_barrier(checkpoint_id, options)
 
     def notify_complete(self, checkpoint_id: int, kind: CheckpointKind) -> None:
         self.durations.append(self.env.now - self.triggered_at.get(checkpoint_id, self.env.now))
+        self.ended_at[checkpoint_id] = self.env.now
+        self.latest_completed_seen = checkpoint_id
+        self._check_shared_files()
         self.timeline.append({"t": self.env.now, "event": "complete", "checkpoint": checkpoint_id})
         for counter in self.counters:
             self.committed.extend(counter.commit(checkpoint_id))
-        if len(self.finished.get(checkpoint_id, ())) == self.spec.sources and not self.done.triggered:
-            self.done.succeed()
+        drained = all(not c.open_txn and not c.txns and not c.progress for c in self.counters)
+        if len(self.finished.get(checkpoint_id, ())) == self.spec.sources and drained and not self.done.triggered:
+            self.done.succeed()  # everything emitted was processed and committed
 
     def notify_aborted(self, checkpoint_id: int, reason: FailureReason) -> None:
+        self.ended_at[checkpoint_id] = self.env.now
         self.timeline.append({"t": self.env.now, "event": "abort", "checkpoint": checkpoint_id, "reason": reason.value})
 
     def failover(self, reason: str) -> None:
@@ -159,12 +195,19 @@ class Simulation:
     # -- acknowledgements after the asynchronous part's simulated duration -------------------------------------------
     def ack_later(
         self, attempt: int, checkpoint_id: int, task: TaskId, state: OperatorSubtaskState, finished: bool = False
-    ) -> None:
+    ) -> float:
+        """Acknowledge once the asynchronous part has written `state` at the storage's bandwidth. Returns how long
+        the task itself is blocked: that time with synchronous snapshots, else nothing."""
         if finished:
             self.finished.setdefault(checkpoint_id, set()).add(task[1])
         self.state_bytes[checkpoint_id] = self.state_bytes.get(checkpoint_id, 0) + state.state_size
-        delay = state.state_size / self.spec.bandwidth_bytes_per_ms
+        delay = state.state_size / (self.spec.bandwidth_bytes_per_ms * self.bandwidth_factor)
         self.env.process(self._ack(attempt, checkpoint_id, task, state, delay))
+        return delay if self.spec.synchronous_snapshots else 0.0
+
+    def decline(self, checkpoint_id: int, task: TaskId) -> None:
+        """A task could not write its snapshot (storage outage): an I/O failure that counts (COORD-6)."""
+        self.coordinator.decline(checkpoint_id, task, FailureReason.IO_ERROR)
 
     def _ack(
         self, attempt: int, checkpoint_id: int, task: TaskId, state: OperatorSubtaskState, delay: float
@@ -188,6 +231,11 @@ class Simulation:
 
     def _failover(self, reason: str) -> None:
         latest = self.coordinator.latest_completed()
+        restored_from = latest.metadata.checkpoint_id if latest else None
+        if restored_from != self.latest_completed_seen:
+            self.violations.append(
+                f"recovered from checkpoint {restored_from}, the latest completed is {self.latest_completed_seen}"
+            )
         self.failovers.append(
             {
                 "at_ms": round(self.env.now, 3),
@@ -202,21 +250,69 @@ class Simulation:
         for task in self._tasks():
             task.dispose()
         self.sources, self.counters = [], []
+        if len(self.failovers) > self.spec.restart_attempts:
+            self.failed = True
+            self.timeline.append({"t": self.env.now, "event": "job-failed"})
+            if not self.done.triggered:
+                self.done.succeed()
+            return
         self.env.process(self._restart())
 
     def _restart(self) -> Generator[Any, Any, None]:
         yield self.env.timeout(self.spec.restart_delay_ms)
         self._start_tasks()
 
-    def _task_crash(self, at_ms: float, task: str) -> Generator[Any, Any, None]:
+    def _task_crash(self, at_ms: float, what: str) -> Generator[Any, Any, None]:
         yield self.env.timeout(at_ms)
-        self._failover(f"task {task} crashed at {at_ms} ms")
+        self._failover(f"{what} at {at_ms} ms")
+
+    def _window(self, fault: Any, start: Callable[[], None], end: Callable[[], None]) -> Generator[Any, Any, None]:
+        yield self.env.timeout(fault.at_ms)
+        self.timeline.append({"t": self.env.now, "event": fault.kind})
+        start()
+        yield self.env.timeout(fault.duration_ms)
+        end()
+
+    def _schedule_faults(self) -> None:
+        for fault in self.spec.faults:
+            if fault.kind == "task-crash":
+                self.env.process(self._task_crash(fault.at_ms, f"task {fault.task} crashed"))
+            elif fault.kind == "worker-loss":
+                self.env.process(self._task_crash(fault.at_ms, f"worker with {', '.join(fault.tasks)} lost"))
+            elif fault.kind == "storage-outage":
+                self.env.process(
+                    self._window(
+                        fault, lambda: setattr(self, "storage_down", True), lambda: setattr(self, "storage_down", False)
+                    )
+                )
+            elif fault.kind == "storage-slowdown":
+                self.env.process(
+                    self._window(
+                        fault,
+                        lambda f=fault: setattr(self, "bandwidth_factor", 1 / f.factor),
+                        lambda: setattr(self, "bandwidth_factor", 1.0),
+                    )
+                )
+            elif fault.kind == "network-spike":
+                self.env.process(
+                    self._window(
+                        fault,
+                        lambda f=fault: setattr(self, "extra_latency", f.extra_ms),
+                        lambda: setattr(self, "extra_latency", 0.0),
+                    )
+                )
+
+    def _check_shared_files(self) -> None:
+        """Every shared file a retained checkpoint references exists (CKP-2)."""
+        for completed in self.coordinator.store.retained:
+            for path in shared_files(completed.metadata):
+                fs, local = fsspec.core.url_to_fs(path)
+                if not fs.exists(local):
+                    self.violations.append(f"checkpoint {completed.metadata.checkpoint_id} references deleted {path}")
 
     # -- running -------------------------------------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] = lambda now: None) -> dict[str, Any]:
-        for fault in self.spec.faults:
-            if fault.kind == "task-crash":
-                self.env.process(self._task_crash(fault.at_ms, fault.task))
+        self._schedule_faults()
         self._start_tasks()
         self.env.process(self._ticker(progress))
         self.env.run(until=self.env.any_of([self.done, self.env.timeout(self.spec.max_time_ms)]))
@@ -225,6 +321,59 @@ class Simulation:
             task.dispose()
         self.coordinator.halt()
         return self.report()
+
+    def _check_cuts(self) -> None:
+        """Consistent cut: in each retained checkpoint, per key the counted records plus those persisted as channel
+        state are exactly the key's records before its source's offset in that checkpoint (exactly-once modes)."""
+        if self.spec.checkpointing.mode is CheckpointingMode.AT_LEAST_ONCE:
+            return
+        for completed in self.coordinator.store.retained:
+            metadata = completed.metadata
+            offsets = {}
+            for s, state in metadata.operator("source").subtask_states.items():
+                with self.backend.create_operator_state_backend(
+                    OperatorBackendParameters("check", "source", state.managed_operator_state)
+                ) as backend:
+                    offsets[s] = (backend.get_list_state(OFFSET).get() or [0])[0]
+            counted: dict[str, int] = {}
+            counter = metadata.operator("counter")
+            for p in range(counter.parallelism):
+                state = counter.subtask_states[p]
+                params = KeyedBackendParameters(
+                    "check",
+                    "counter",
+                    self.keys,
+                    counter.max_parallelism,
+                    key_group_range_for_operator(counter.max_parallelism, counter.parallelism, p),
+                    keyed_handles_for_subtask(counter, counter.parallelism, p),
+                )
+                with self.backend.create_keyed_state_backend(params) as keyed:
+                    count = keyed.get_or_create_state(COUNT)
+                    for key in list(keyed.get_keys("count", VOID_NAMESPACE)):
+                        keyed.set_current_key(key)
+                        counted[key] = count.value()
+                with self.backend.create_operator_state_backend(
+                    OperatorBackendParameters("check", "counter", state.managed_operator_state)
+                ) as backend:
+                    for raw in backend.get_list_state(CHANNEL_STATE).get():
+                        key = msgpack.unpackb(raw)[0]
+                        counted[key] = counted.get(key, 0) + 1
+            expected: dict[str, int] = {}
+            for s, records in enumerate(self.inputs):
+                for record in records[: offsets.get(s, 0)]:
+                    expected[record.key] = expected.get(record.key, 0) + 1
+            if counted != expected:
+                wrong = sorted(k for k in set(counted) | set(expected) if counted.get(k) != expected.get(k))
+                self.violations.append(
+                    f"checkpoint {metadata.checkpoint_id} is not a consistent cut for keys {wrong[:5]}"
+                )
+
+    def _leaked_shared_files(self) -> int:
+        """Shared files no retained checkpoint references (CKP-2: none may leak)."""
+        referenced = set().union(*(shared_files(c.metadata) for c in self.coordinator.store.retained))
+        fs, shared = fsspec.core.url_to_fs(self.access.shared_dir)
+        present = {fs.unstrip_protocol(p) for p in fs.find(shared)} if fs.exists(shared) else set()
+        return len(present - referenced)
 
     def _ticker(self, progress: Callable[[float], None]) -> Generator[Any, Any, None]:
         while True:
@@ -237,6 +386,14 @@ class Simulation:
             for r in records:
                 expected.setdefault(r.key, []).append(r.offset)
         checks = check_outputs(expected, self.committed)
+        self._check_cuts()
+        timeout = self.spec.checkpointing.timeout_ms
+        late = [
+            c
+            for c, t in self.triggered_at.items()
+            if self.ended_at.get(c, self.env.now) - t > timeout + 1e-6 and self.env.now - t > timeout
+        ]
+        leaked = self._leaked_shared_files()
         completed = sorted(e["checkpoint"] for e in self.timeline if e["event"] == "complete")
         sim_seconds = max(self.env.now, 1e-9) / 1000
         return {
@@ -246,16 +403,25 @@ class Simulation:
             "sources": self.spec.sources,
             "parallelism": self.spec.parallelism,
             "records": sum(len(r) for r in self.inputs),
-            "terminated": self.done.triggered,
+            "terminated": self.done.triggered and not self.failed,
+            "job_failed": self.failed,
             "sim_time_ms": round(self.env.now, 3),
             "completed_checkpoints": completed,
             "failovers": self.failovers,
-            "checks": checks.to_dict(),
+            "checks": {
+                **checks.to_dict(),
+                "max_pending_checkpoints": self.max_pending,
+                "concurrency_bound_held": self.max_pending <= self.spec.checkpointing.max_concurrent,
+                "checkpoints_past_timeout": late,
+                "leaked_shared_files": leaked,
+                "violations": self.violations,
+            },
             "metrics": {
                 "checkpoint_duration_ms": percentiles(self.durations),
                 "alignment_ms": percentiles(self.alignment_ms),
                 "checkpointed_bytes": [self.state_bytes.get(c, 0) for c in completed],
                 "persisted_in_flight_bytes": self.in_flight_bytes,
+                "switched_to_unaligned": self.switched_to_unaligned,
                 "records_processed": self.processed,
                 "throughput_records_per_s": round(self.processed / sim_seconds, 3),
             },

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -43,10 +43,19 @@ class Record:
 class Barrier:
     checkpoint_id: int
     options: CheckpointOptions
+    records_before: int = 0  # records the sender had sent on this channel before the barrier
 
 
-def handle_size(state: OperatorSubtaskState) -> int:
-    return state.state_size
+@dataclass
+class CheckpointProgress:
+    """One checkpoint at one counter: which barriers arrived (with how many records preceded each), whether it
+    runs unaligned, and the overtaken records recorded as channel state."""
+
+    options: CheckpointOptions
+    first_at: float
+    arrivals: dict[int, int] = field(default_factory=dict)
+    unaligned: bool = False
+    recorded: list[Record] = field(default_factory=list)
 
 
 class SourceTask:
@@ -60,6 +69,7 @@ class SourceTask:
         self.outputs: list[Channel] = []
         self.barriers: deque[tuple[int, CheckpointOptions]] = deque()
         self.wake = sim.env.event()
+        self.epoch = 0  # the last barrier this source emitted: records carry it, so in-flight data is known
 
     @property
     def alive(self) -> bool:
@@ -84,11 +94,21 @@ class SourceTask:
                 self.sim.ack_later(
                     self.attempt, checkpoint_id, ("source", self.index), state, finished=self.offset == len(records)
                 )
+                self.epoch = checkpoint_id
+                priority = self.sim.unaligned_barriers(options)
                 for channel in self.outputs:
-                    yield from channel.send(Barrier(checkpoint_id, options))
+                    yield from channel.send(Barrier(checkpoint_id, options, channel.data_sent), priority)
             elif self.offset < len(records):
                 record = records[self.offset]
-                yield from self.outputs[self.sim.owner(record.key)].send(record)
+                channel = self.outputs[self.sim.owner(record.key)]
+                credit = channel.credits.get(1)
+                self.wake = self.sim.env.event()
+                yield credit | self.wake  # while waiting for an output buffer, a checkpoint trigger is still served
+                if not credit.triggered:
+                    credit.cancel()
+                    continue
+                channel.data_sent += 1
+                channel.transmit((record, self.epoch))
                 self.offset += 1
                 yield self.sim.env.timeout(self.sim.spec.record_interval_ms)
             else:
@@ -118,16 +138,15 @@ class CounterTask:
         self.channel_state = self.operator.get_list_state(CHANNEL_STATE)
         self.replay = [Record(*msgpack.unpackb(r)) for r in self.channel_state.get()]
         self.channel_state.update([])
-        self.inbox = simpy.Store(sim.env)
+        self.inbox = simpy.PriorityStore(sim.env)
         self.inputs: list[Channel] = []
         self.open_txn: list[tuple[str, int, int]] = []
         self.txns: dict[int, list[tuple[str, int, int]]] = {}
         self.blocked: set[int] = set()
-        self.buffered: deque[tuple[int, Any]] = deque()
-        self.ready: deque[tuple[int, Any]] = deque()
-        self.arrivals: dict[int, set[int]] = {}
-        self.first_barrier_at: dict[int, float] = {}
-        self.recording: dict[int, list[Record]] = {}
+        self.buffered: deque[tuple[int, Any, bool]] = deque()
+        self.ready: deque[tuple[int, Any, bool]] = deque()
+        self.received: dict[int, int] = {}  # data records processed per channel (this attempt)
+        self.progress: dict[int, CheckpointProgress] = {}
         self.keyed_handles: dict[int, Any] = {}
 
     @property
@@ -139,22 +158,32 @@ class CounterTask:
             yield from self._process(record)
         while self.alive:
             if self.ready:
-                channel, item = self.ready.popleft()
+                channel, item, credit = self.ready.popleft()
             else:
-                channel, item = yield self.inbox.get()
+                entry = yield self.inbox.get()
                 if not self.alive:
                     return
-            if channel in self.blocked:
-                self.buffered.append((channel, item))  # its credit stays taken: backpressure on that channel
+                if self.ready:  # released by an alignment timeout while we waited: those are older
+                    self.ready.append(entry.item)
+                    continue
+                channel, item, credit = entry.item
+            if channel in self.blocked and credit:
+                self.buffered.append((channel, item, credit))  # its credit stays taken: backpressure
                 continue
             if isinstance(item, Barrier):
-                self._on_barrier(channel, item)
+                blocked = self._on_barrier(channel, item)
             else:
-                for checkpoint_id, recorded in self.recording.items():
-                    if channel not in self.arrivals[checkpoint_id]:
-                        recorded.append(item)  # overtaken by barrier checkpoint_id: in-flight data
-                yield from self._process(item)
-            self.inputs[channel].release()
+                record, epoch = item
+                self.received[channel] = self.received.get(channel, 0) + 1
+                for n, progress in self.progress.items():
+                    if progress.unaligned and epoch < n:
+                        progress.recorded.append(record)  # sent before barrier n, which overtook it
+                yield from self._process(record)
+                blocked = sum(self._finish_if_complete(n) for n in list(self.progress))
+            if credit:
+                self.inputs[channel].release()
+            if blocked:
+                yield self.sim.env.timeout(blocked)  # a synchronous snapshot stops the task while it writes
 
     def _process(self, record: Record) -> Generator[Any, Any, None]:
         self.keyed.set_current_key(record.key)
@@ -164,55 +193,99 @@ class CounterTask:
         self.sim.processed += 1
         yield self.sim.env.timeout(self.sim.spec.processing_ms)
 
-    def _on_barrier(self, channel: int, barrier: Barrier) -> None:
+    def _on_barrier(self, channel: int, barrier: Barrier) -> float:
+        """Returns how long the task stays blocked (synchronous snapshots only)."""
         n = barrier.checkpoint_id
-        arrivals = self.arrivals.setdefault(n, set())
-        if not arrivals:
-            self.first_barrier_at[n] = self.sim.env.now
-        arrivals.add(channel)
-        complete = len(arrivals) == len(self.inputs)
-        mode = self.sim.spec.checkpointing.mode
-        aligned = mode is CheckpointingMode.EXACTLY_ONCE or barrier.options.snapshot_type is not SnapshotType.CHECKPOINT
-        if aligned:
-            if not complete:
-                self.blocked.add(channel)
-                return
-            self.blocked.clear()
-            self.ready.extend(self.buffered)
-            self.buffered.clear()
-            self._snapshot_keyed(n, barrier.options)
-            self._finish(n, barrier.options)
-        elif mode is CheckpointingMode.UNALIGNED:
-            if len(arrivals) == 1:
-                self._snapshot_keyed(n, barrier.options)
-                self.recording[n] = []
-            if complete:
-                self._finish(n, barrier.options)
-        elif complete:  # at-least-once: whatever arrived after early barriers is in the snapshot
-            self._snapshot_keyed(n, barrier.options)
-            self._finish(n, barrier.options)
+        progress = self.progress.get(n)
+        if progress is None:
+            progress = self.progress[n] = CheckpointProgress(barrier.options, self.sim.env.now)
+        progress.arrivals[channel] = barrier.records_before
+        all_arrived = len(progress.arrivals) == len(self.inputs)
+        settings = self.sim.spec.checkpointing
+        savepoint = barrier.options.snapshot_type is not SnapshotType.CHECKPOINT
+        if progress.unaligned:
+            return self._finish_if_complete(n)
+        if settings.mode is CheckpointingMode.UNALIGNED and not savepoint:
+            self._go_unaligned(n)  # snapshot at the first barrier, record what it overtook
+            return self._finish_if_complete(n)
+        if settings.mode is CheckpointingMode.AT_LEAST_ONCE and not savepoint:
+            return self._snapshot_and_finish(n) if all_arrived else 0.0  # later records are in the snapshot
+        if not all_arrived:  # aligned: block the channels that delivered the barrier
+            if len(progress.arrivals) == 1 and settings.alignment_timeout_ms is not None and not savepoint:
+                self.sim.env.process(self._alignment_timeout(n, settings.alignment_timeout_ms))
+            self.blocked.add(channel)
+            return 0.0
+        self._unblock()
+        return self._snapshot_and_finish(n)
 
-    def _snapshot_keyed(self, n: int, options: CheckpointOptions) -> None:
+    def _go_unaligned(self, n: int) -> None:
+        self.progress[n].unaligned = True
+        self._snapshot_keyed(n)
+
+    def _unblock(self) -> None:
+        self.blocked.clear()
+        self.ready.extend(self.buffered)
+        self.buffered.clear()
+
+    def _alignment_timeout(self, n: int, timeout: float) -> Generator[Any, Any, None]:
+        """Aligned for `timeout` ms, then unaligned: snapshot now, persist what the barrier still overtakes."""
+        yield self.sim.env.timeout(timeout)
+        progress = self.progress.get(n)
+        if not self.alive or progress is None or progress.unaligned:
+            return
+        self.sim.switched_to_unaligned += 1
+        self._go_unaligned(n)
+        self._unblock()  # blocked items came after barrier n on their channels: not in-flight data of n
+
+    def _queued(self) -> list[tuple[int, Record, int]]:
+        """Data records that arrived but were not processed yet: (channel, record, epoch)."""
+        entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]  # delivery order
+        return [(c, item[0], item[1]) for c, item, _ in entries if not isinstance(item, Barrier)]
+
+    def _finish_if_complete(self, n: int) -> float:
+        """An unaligned checkpoint completes at this task once every barrier and every record sent before one
+        have arrived: what the barrier overtook (queued here or still on the wire) is channel state, persisted
+        without waiting for it to be processed."""
+        progress = self.progress[n]
+        if not progress.unaligned or len(progress.arrivals) < len(self.inputs):
+            return 0.0
+        arrived = dict(self.received)
+        for channel, _, _ in self._queued():
+            arrived[channel] = arrived.get(channel, 0) + 1
+        if any(arrived.get(c, 0) < before for c, before in progress.arrivals.items()):
+            return 0.0
+        progress.recorded.extend(record for _, record, epoch in self._queued() if epoch < n)
+        return self._finish(n)
+
+    def _snapshot_and_finish(self, n: int) -> float:
+        self._snapshot_keyed(n)
+        return self._finish(n)
+
+    def _snapshot_keyed(self, n: int) -> None:
         self.txns[n] = self.open_txn
         self.open_txn = []
         location = self.sim.location(n)
-        if location is not None:
+        if location is not None and not self.sim.storage_down:
+            options = self.progress[n].options
             self.keyed_handles[n] = self.keyed.snapshot(n, int(self.sim.env.now), location, options).run()
 
-    def _finish(self, n: int, options: CheckpointOptions) -> None:
-        recorded = self.recording.pop(n, [])
-        self.sim.alignment_ms.append(self.sim.env.now - self.first_barrier_at.pop(n))
-        del self.arrivals[n]
+    def _finish(self, n: int) -> float:
+        progress = self.progress.pop(n)
+        self.sim.alignment_ms.append(self.sim.env.now - progress.first_at)
         location = self.sim.location(n)
-        if location is None or n not in self.keyed_handles:
-            return
+        if location is None:
+            return 0.0
+        if n not in self.keyed_handles or self.sim.storage_down:
+            self.sim.decline(n, ("counter", self.index))
+            return 0.0
+        recorded = progress.recorded
         self.channel_state.update([msgpack.packb([r.key, r.source, r.offset]) for r in recorded])
         self.sim.in_flight_bytes += sum(len(r.key) + 16 for r in recorded)
-        operator = self.operator.snapshot(n, int(self.sim.env.now), location, options).run()
+        operator = self.operator.snapshot(n, int(self.sim.env.now), location, progress.options).run()
         self.channel_state.update([])
         keyed = self.keyed_handles.pop(n)
         state = OperatorSubtaskState((keyed,) if keyed else (), (operator,) if operator else ())
-        self.sim.ack_later(self.attempt, n, ("counter", self.index), state)
+        return self.sim.ack_later(self.attempt, n, ("counter", self.index), state)
 
     def commit(self, checkpoint_id: int) -> list[tuple[str, int, int]]:
         committed = []
