@@ -266,12 +266,13 @@ class Simulation:
         yield self.env.timeout(at_ms)
         self._failover(f"{what} at {at_ms} ms")
 
-    def _window(self, fault: Any, start: Callable[[], None], end: Callable[[], None]) -> Generator[Any, Any, None]:
+    def _window(self, fault: Any, attribute: str, during: Any, after: Any) -> Generator[Any, Any, None]:
+        """Hold `attribute` at `during` from `at_ms` for `duration_ms`, then set it to `after`."""
         yield self.env.timeout(fault.at_ms)
         self.timeline.append({"t": self.env.now, "event": fault.kind})
-        start()
+        setattr(self, attribute, during)
         yield self.env.timeout(fault.duration_ms)
-        end()
+        setattr(self, attribute, after)
 
     def _schedule_faults(self) -> None:
         for fault in self.spec.faults:
@@ -280,27 +281,11 @@ class Simulation:
             elif fault.kind == "worker-loss":
                 self.env.process(self._task_crash(fault.at_ms, f"worker with {', '.join(fault.tasks)} lost"))
             elif fault.kind == "storage-outage":
-                self.env.process(
-                    self._window(
-                        fault, lambda: setattr(self, "storage_down", True), lambda: setattr(self, "storage_down", False)
-                    )
-                )
+                self.env.process(self._window(fault, "storage_down", True, False))
             elif fault.kind == "storage-slowdown":
-                self.env.process(
-                    self._window(
-                        fault,
-                        lambda f=fault: setattr(self, "bandwidth_factor", 1 / f.factor),
-                        lambda: setattr(self, "bandwidth_factor", 1.0),
-                    )
-                )
+                self.env.process(self._window(fault, "bandwidth_factor", 1 / fault.factor, 1.0))
             elif fault.kind == "network-spike":
-                self.env.process(
-                    self._window(
-                        fault,
-                        lambda f=fault: setattr(self, "extra_latency", f.extra_ms),
-                        lambda: setattr(self, "extra_latency", 0.0),
-                    )
-                )
+                self.env.process(self._window(fault, "extra_latency", fault.extra_ms, 0.0))
 
     def _check_shared_files(self) -> None:
         """Every shared file a retained checkpoint references exists (CKP-2)."""
