@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from statecert.reference.coordinator.settings import CheckpointingMode
-from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpecError, load_job_spec
+from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpecError, load_job_spec, to_toml
 from statecert.reference.simulator.runtime import Simulation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,3 +241,59 @@ def test_trend_asynchronous_snapshots_cost_less_throughput_than_synchronous(tmp_
 
     assert throughput(False, 20) > throughput(True, 20), "stop-the-world snapshots should cost throughput"
     assert throughput(True, 20) < throughput(True, 80), "with synchronous snapshots, a shorter interval costs more"
+
+
+TASKS = ["source-0", "source-1", "counter-0", "counter-1", "counter-2"]
+FAULTS = st.one_of(
+    st.builds(Fault, st.just("task-crash"), at_ms=st.integers(5, 400).map(float), task=st.sampled_from(TASKS)),
+    st.builds(
+        Fault,
+        st.just("worker-loss"),
+        at_ms=st.integers(5, 400).map(float),
+        tasks=st.lists(st.sampled_from(TASKS), min_size=1, max_size=3, unique=True).map(tuple),
+    ),
+    st.builds(Fault, st.just("coordinator-crash-before-metadata"), checkpoint=st.integers(1, 6)),
+    st.builds(
+        Fault,
+        st.just("storage-outage"),
+        at_ms=st.integers(5, 400).map(float),
+        duration_ms=st.integers(5, 120).map(float),
+    ),
+    st.builds(
+        Fault,
+        st.just("network-spike"),
+        at_ms=st.integers(5, 400).map(float),
+        duration_ms=st.integers(5, 120).map(float),
+        extra_ms=st.integers(1, 30).map(float),
+    ),
+)
+
+
+@pytest.mark.requirement("SIM-11", "SIM-2", "SIM-9")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    faults=st.lists(FAULTS, max_size=3),
+    seed=st.integers(0, 10_000),
+    mode=st.sampled_from([CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED]),
+)
+def test_explored_fault_schedules_keep_exactly_once(
+    tmp_path_factory: Any, faults: list[Fault], seed: int, mode: CheckpointingMode
+) -> None:
+    spec = with_mode(spec_with(faults=tuple(faults), checkpointing={"tolerable_failures": 1}), mode)
+    note(f"replay: save as job.toml and run `statecert simulate job.toml --seed {seed}`\n{to_toml(spec)}")
+    report = Simulation(spec, seed, tmp_path_factory.mktemp("explore")).run()
+    checks = report["checks"]
+    assert report["terminated"], "the job did not finish"
+    assert checks["exactly_once"] and checks["violations"] == [], checks
+
+
+@pytest.mark.requirement("SIM-11")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(faults=st.lists(FAULTS, max_size=4), mode=st.sampled_from(list(CheckpointingMode)))
+def test_replay_file_reads_back_the_same_job(
+    tmp_path_factory: Any, faults: list[Fault], mode: CheckpointingMode
+) -> None:
+    spec = with_mode(spec_with(faults=tuple(faults)), mode)
+    path = tmp_path_factory.mktemp("replay") / "job.toml"
+    path.write_text(to_toml(spec))
+    assert load_job_spec(path) == spec

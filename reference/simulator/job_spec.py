@@ -3,6 +3,7 @@ what was expected (until the scenarios issue brings the full scenario format).""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,3 +186,45 @@ def _valid_task(name: str, spec: JobSpec) -> bool:
     kind, _, index = name.partition("-")
     limit = {"source": spec.sources, "counter": spec.parallelism}.get(kind)
     return limit is not None and index.isdigit() and int(index) < limit
+
+
+def to_toml(spec: JobSpec) -> str:
+    """A job file that `load_job_spec` reads back as `spec`: how a failing fault schedule is printed for replay."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)  # a TOML basic string for the plain names used here
+        if isinstance(v, tuple | list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    c = spec.checkpointing
+    lines = ["[job]"]
+    lines += [f"{k} = {value(getattr(spec, k))}" for k in _JOB_KEYS]
+    lines += ["", "[network]"] + [f"{k} = {value(getattr(spec, k))}" for k in _NETWORK_KEYS]
+    lines += ["", "[storage]", f"bandwidth_bytes_per_ms = {value(spec.bandwidth_bytes_per_ms)}"]
+    lines += ["", "[restart]", f"delay_ms = {value(spec.restart_delay_ms)}", f"attempts = {spec.restart_attempts}"]
+    lines += ["", "[limits]", f"max_time_ms = {value(spec.max_time_ms)}"]
+    lines += [
+        "",
+        "[checkpointing]",
+        f'mode = "{c.mode.value}"',
+        f"synchronous_snapshots = {value(spec.synchronous_snapshots)}",
+    ]
+    lines += [
+        f"{k} = {getattr(c, k)}"
+        for k in ("interval_ms", "timeout_ms", "max_concurrent", "min_pause_ms", "tolerable_failures", "retained")
+    ]
+    if c.alignment_timeout_ms is not None:
+        lines.append(f"alignment_timeout_ms = {c.alignment_timeout_ms}")
+    defaults = Fault("task-crash")
+    for fault in spec.faults:
+        lines += ["", "[[faults]]", f'kind = "{fault.kind}"']
+        lines += [
+            f"{k} = {value(getattr(fault, k))}"
+            for k in _FAULT_KEYS
+            if k != "kind" and getattr(fault, k) != getattr(defaults, k)
+        ]
+    return "\n".join(lines) + "\n"

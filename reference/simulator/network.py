@@ -34,6 +34,7 @@ class Channel:
         self._floor = 0.0
         self.sequence = 0
         self.data_sent = 0  # records (not events) the sender has put on this channel
+        self.delivered = 0  # messages of any kind delivered, for the events-per-second figure
 
     def send(self, payload: Any, priority: bool = False) -> Generator[Any, Any, None]:
         """FIFO: wait for a credit, then transmit. A priority event (an unaligned barrier) needs no credit and
@@ -58,6 +59,7 @@ class Channel:
     def _deliver(self, delay: float, payload: Any, priority: int) -> Generator[Any, Any, None]:
         yield self.env.timeout(delay)
         self.sequence += 1
+        self.delivered += 1
         yield self.inbox.put(
             simpy.PriorityItem(
                 (priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1)

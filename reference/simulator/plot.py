@@ -21,7 +21,7 @@ def plot_timeline(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (events, durations) = plt.subplots(2, 1, figsize=(11, 5), sharex=True, height_ratios=[1, 2])
+    fig, (events, tasks, durations) = plt.subplots(3, 1, figsize=(11, 7), sharex=True, height_ratios=[1, 2, 2])
     rows = list(STYLE)
     for row, kind in enumerate(rows):
         times = [e["t"] for e in report["timeline"] if e["event"] == kind]
@@ -33,6 +33,21 @@ def plot_timeline(report: dict[str, Any], path: Path) -> None:
         f"{len(report['completed_checkpoints'])} completed, {len(report['failovers'])} failover(s), "
         f"exactly-once={report['checks']['exactly_once']}"
     )
+    names = sorted({span["task"] for span in report["task_spans"]})
+    for span in report["task_spans"]:
+        colour = "tab:purple" if span["kind"] == "unaligned" else "tab:cyan"
+        tasks.barh(
+            names.index(span["task"]),
+            max(span["end"] - span["start"], 0.5),
+            left=span["start"],
+            color=colour,
+            alpha=0.7,
+        )
+    tasks.set_yticks(range(len(names)), names)
+    tasks.set_ylabel("barrier alignment\n(purple: unaligned)")
+    for e in report["timeline"]:
+        if e["event"] in ("failover", "coordinator-crash"):
+            tasks.axvline(e["t"], color=STYLE[e["event"]][0], alpha=0.6)
     starts = {e["checkpoint"]: e["t"] for e in report["timeline"] if e["event"] == "trigger"}
     done = [
         (e["t"], e["t"] - starts[e["checkpoint"]])

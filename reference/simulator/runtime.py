@@ -30,6 +30,7 @@ from statecert.reference.simulator.network import Channel
 from statecert.reference.simulator.scheduler import SimpyScheduler
 from statecert.reference.simulator.tasks import CHANNEL_STATE, COUNT, OFFSET, CounterTask, Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.handles import IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import KeyedBackendParameters, SnapshotType
 from statecert.spec.keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
@@ -70,9 +71,14 @@ class Simulation:
         self.triggered_at: dict[int, float] = {}
         self.durations: list[float] = []
         self.alignment_ms: list[float] = []
+        self.start_delays: list[float] = []
+        self.spans: list[dict[str, Any]] = []  # per task: alignment (or unaligned) span of each checkpoint
         self.state_bytes: dict[int, int] = {}
         self.in_flight_bytes = 0
         self.processed = 0
+        self.messages = 0
+        self.uploaded_bytes: dict[int, int] = {}
+        self._uploaded_files: set[str] = set()
         self.finished: dict[int, set[int]] = {}
         self.failovers: list[dict[str, Any]] = []
         self.done = self.env.event()
@@ -201,9 +207,26 @@ class Simulation:
         if finished:
             self.finished.setdefault(checkpoint_id, set()).add(task[1])
         self.state_bytes[checkpoint_id] = self.state_bytes.get(checkpoint_id, 0) + state.state_size
+        self.uploaded_bytes[checkpoint_id] = self.uploaded_bytes.get(checkpoint_id, 0) + self._new_bytes(state)
         delay = state.state_size / (self.spec.bandwidth_bytes_per_ms * self.bandwidth_factor)
         self.env.process(self._ack(attempt, checkpoint_id, task, state, delay))
         return delay if self.spec.synchronous_snapshots else 0.0
+
+    def _new_bytes(self, state: OperatorSubtaskState) -> int:
+        """Bytes this acknowledgement wrote: shared files already uploaded by earlier checkpoints are referenced."""
+        total = 0
+        for handle in state.managed_keyed_state:
+            if isinstance(handle, IncrementalKeyedStateHandle):
+                for shared in handle.shared_state.values():
+                    path = getattr(shared, "path", None)
+                    if path is None or path not in self._uploaded_files:
+                        total += shared.size
+                        if path is not None:
+                            self._uploaded_files.add(path)
+                total += sum(h.size for h in handle.private_state.values()) + handle.meta_state.size
+            else:
+                total += handle.size
+        return total + sum(h.size for h in state.managed_operator_state)
 
     def decline(self, checkpoint_id: int, task: TaskId) -> None:
         """A task could not write its snapshot (storage outage): an I/O failure that counts (COORD-6)."""
@@ -249,6 +272,7 @@ class Simulation:
         self.coordinator.abort_all(FailureReason.TASK_FAILED)
         for task in self._tasks():
             task.dispose()
+        self.messages += sum(c.delivered for counter in self.counters for c in counter.inputs)
         self.sources, self.counters = [], []
         if len(self.failovers) > self.spec.restart_attempts:
             self.failed = True
@@ -353,6 +377,15 @@ class Simulation:
                     f"checkpoint {metadata.checkpoint_id} is not a consistent cut for keys {wrong[:5]}"
                 )
 
+    def _recovery_times(self) -> list[float]:
+        """Per failover: time until the first checkpoint completed after it (the job is back to steady state)."""
+        times = []
+        for failover in self.failovers:
+            after = [e["t"] for e in self.timeline if e["event"] == "complete" and e["t"] > failover["at_ms"]]
+            if after:
+                times.append(round(after[0] - failover["at_ms"], 3))
+        return times
+
     def _leaked_shared_files(self) -> int:
         """Shared files no retained checkpoint references (CKP-2: none may leak)."""
         referenced = set().union(*(shared_files(c.metadata) for c in self.coordinator.store.retained))
@@ -404,12 +437,17 @@ class Simulation:
             "metrics": {
                 "checkpoint_duration_ms": percentiles(self.durations),
                 "alignment_ms": percentiles(self.alignment_ms),
+                "start_delay_ms": percentiles(self.start_delays),
+                "recovery_ms": self._recovery_times(),
                 "checkpointed_bytes": [self.state_bytes.get(c, 0) for c in completed],
+                "uploaded_bytes": [self.uploaded_bytes.get(c, 0) for c in completed],
                 "persisted_in_flight_bytes": self.in_flight_bytes,
                 "switched_to_unaligned": self.switched_to_unaligned,
                 "records_processed": self.processed,
+                "messages_delivered": self.messages + sum(c.delivered for k in self.counters for c in k.inputs),
                 "throughput_records_per_s": round(self.processed / sim_seconds, 3),
             },
+            "task_spans": self.spans,
             "timeline": [{k: round(v, 3) if isinstance(v, float) else v for k, v in e.items()} for e in self.timeline],
         }
 

@@ -199,6 +199,7 @@ class CounterTask:
         progress = self.progress.get(n)
         if progress is None:
             progress = self.progress[n] = CheckpointProgress(barrier.options, self.sim.env.now)
+            self.sim.start_delays.append(self.sim.env.now - self.sim.triggered_at.get(n, self.sim.env.now))
         progress.arrivals[channel] = barrier.records_before
         all_arrived = len(progress.arrivals) == len(self.inputs)
         settings = self.sim.spec.checkpointing
@@ -272,6 +273,15 @@ class CounterTask:
     def _finish(self, n: int) -> float:
         progress = self.progress.pop(n)
         self.sim.alignment_ms.append(self.sim.env.now - progress.first_at)
+        self.sim.spans.append(
+            {
+                "task": self.name,
+                "kind": "unaligned" if progress.unaligned else "aligning",
+                "start": round(progress.first_at, 3),
+                "end": round(self.sim.env.now, 3),
+                "checkpoint": n,
+            }
+        )
         location = self.sim.location(n)
         if location is None:
             return 0.0

@@ -1,0 +1,144 @@
+"""The barrier simulator: speed and the trends it reproduces, measured in one run (issue: coordinator and
+simulator). Prints figures and ratios; nothing is asserted.
+
+1. Simulated events (channel messages and processed records) per wall-clock second.
+2. Scale: 64 sources x 64 keyed counters (4,096 channels in the keyed shuffle), 20 checkpoints, real heap backend.
+3. Trends: aligned vs unaligned checkpoint duration under backpressure; asynchronous vs synchronous (stop-the-
+   world) snapshots and their throughput cost against the checkpoint interval; incremental vs full checkpoint size.
+
+Usage: python benchmarks/bench_simulator.py [--skip-scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.simulator.job_spec import JobSpec
+from statecert.reference.simulator.runtime import Simulation
+
+
+def simulate(spec: JobSpec, seed: int = 1) -> tuple[dict[str, Any], float]:
+    with tempfile.TemporaryDirectory() as workdir:
+        start = time.perf_counter()
+        report = Simulation(spec, seed, Path(workdir)).run()
+        return report, time.perf_counter() - start
+
+
+def events(report: dict[str, Any]) -> int:
+    return int(report["metrics"]["messages_delivered"] + report["metrics"]["records_processed"])
+
+
+def scale() -> None:
+    spec = JobSpec(
+        sources=64,
+        parallelism=64,
+        keys_per_source=20,
+        records_per_source=60,
+        record_interval_ms=2.0,
+        processing_ms=0.05,
+        buffer_records=8,
+        checkpointing=CheckpointingSettings(interval_ms=6, timeout_ms=60_000),
+    )
+    report, wall = simulate(spec)
+    print(
+        f"scale: {spec.sources} sources x {spec.parallelism} counters = {spec.sources * spec.parallelism} channels, "
+        f"{len(report['completed_checkpoints'])} checkpoints completed in {report['sim_time_ms']:.0f} simulated ms, "
+        f"{wall:.1f} s wall, {events(report) / wall:,.0f} events/s, exactly-once={report['checks']['exactly_once']}"
+    )
+
+
+def trends() -> None:
+    base = JobSpec(
+        sources=2,
+        parallelism=3,
+        keys_per_source=8,
+        records_per_source=300,
+        buffer_records=64,
+        checkpointing=CheckpointingSettings(interval_ms=60),
+    )
+
+    def p50(mode: CheckpointingMode, processing_ms: float) -> float:
+        spec = dataclasses.replace(
+            base, processing_ms=processing_ms, checkpointing=dataclasses.replace(base.checkpointing, mode=mode)
+        )
+        return float(simulate(spec)[0]["metrics"]["checkpoint_duration_ms"]["p50"])
+
+    print("\ncheckpoint duration p50 (ms) as backpressure grows (processing time per record)")
+    print(f"{'processing ms':>14}{'aligned':>10}{'unaligned':>11}{'aligned/unaligned':>19}")
+    for processing in (0.1, 0.5, 1.0, 2.0):
+        a, u = p50(CheckpointingMode.EXACTLY_ONCE, processing), p50(CheckpointingMode.UNALIGNED, processing)
+        print(f"{processing:>14}{a:>10.2f}{u:>11.2f}{a / u:>19.1f}")
+
+    stateful = JobSpec(
+        sources=2,
+        parallelism=2,
+        keys_per_source=400,
+        records_per_source=600,
+        buffer_records=4,
+        bandwidth_bytes_per_ms=50.0,
+        checkpointing=CheckpointingSettings(interval_ms=60),
+    )
+    print("\nthroughput (records/s simulated) of asynchronous vs synchronous snapshots, by checkpoint interval")
+    print(f"{'interval ms':>12}{'async':>10}{'sync':>10}{'sync/async':>12}")
+    for interval in (10, 20, 40, 80):
+        rates = []
+        for synchronous in (False, True):
+            spec = dataclasses.replace(
+                stateful,
+                synchronous_snapshots=synchronous,
+                checkpointing=dataclasses.replace(stateful.checkpointing, interval_ms=interval),
+            )
+            rates.append(float(simulate(spec)[0]["metrics"]["throughput_records_per_s"]))
+        print(f"{interval:>12}{rates[0]:>10.0f}{rates[1]:>10.0f}{rates[1] / rates[0]:>12.2f}")
+
+    sizes = []
+    for incremental in (False, True):
+        spec = dataclasses.replace(
+            base,
+            backend="rocksdb",
+            incremental=incremental,
+            keys_per_source=5000,
+            records_per_source=8000,
+            record_interval_ms=0.2,
+            processing_ms=0.02,
+            checkpointing=dataclasses.replace(base.checkpointing, interval_ms=200),
+        )
+        sizes.append(simulate(spec)[0]["metrics"]["uploaded_bytes"])
+    print("\nbytes written per checkpoint, RocksDB (incremental: only SST files not uploaded before)")
+    print(f"  full:        {sizes[0][:8]}")
+    print(f"  incremental: {sizes[1][:8]}")
+    later = slice(2, None)
+    print(
+        f"  incremental/full after the first two checkpoints: {sum(sizes[1][later]) / max(1, sum(sizes[0][later])):.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skip-scale", action="store_true")
+    args = parser.parse_args()
+    spec = JobSpec(
+        sources=4,
+        parallelism=4,
+        records_per_source=2000,
+        keys_per_source=50,
+        checkpointing=CheckpointingSettings(interval_ms=50),
+    )
+    report, wall = simulate(spec)
+    print(
+        f"speed: {events(report):,} simulated events in {wall:.2f} s wall = {events(report) / wall:,.0f} events/s "
+        f"({len(report['completed_checkpoints'])} checkpoints)"
+    )
+    if not args.skip_scale:
+        scale()
+    trends()
+
+
+if __name__ == "__main__":
+    main()
