@@ -279,7 +279,9 @@ FAULTS = st.one_of(
 def test_explored_fault_schedules_keep_exactly_once(
     tmp_path_factory: Any, faults: list[Fault], seed: int, mode: CheckpointingMode
 ) -> None:
-    spec = with_mode(spec_with(faults=tuple(faults), checkpointing={"tolerable_failures": 1}), mode)
+    spec = with_mode(
+        spec_with(faults=tuple(faults), max_time_ms=5_000.0, checkpointing={"tolerable_failures": 1}), mode
+    )
     note(f"replay: save as job.toml and run `statecert simulate job.toml --seed {seed}`\n{to_toml(spec)}")
     report = Simulation(spec, seed, tmp_path_factory.mktemp("explore")).run()
     checks = report["checks"]
@@ -297,3 +299,18 @@ def test_replay_file_reads_back_the_same_job(
     path = tmp_path_factory.mktemp("replay") / "job.toml"
     path.write_text(to_toml(spec))
     assert load_job_spec(path) == spec
+
+
+@pytest.mark.requirement("SIM-7")
+def test_failover_during_the_restart_delay_restarts_once(tmp_path: Path) -> None:
+    """Regression (found by the fault exploration): a second failure before the restart made two task sets."""
+    spec = spec_with(
+        faults=(
+            Fault("worker-loss", at_ms=14.0, tasks=("source-0",)),
+            Fault("task-crash", at_ms=20.0, task="source-0"),
+        ),
+        max_time_ms=5_000.0,
+    )
+    report = run(spec, 0, tmp_path)
+    assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
+    assert report["checks"]["max_pending_checkpoints"] <= 1

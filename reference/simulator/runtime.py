@@ -280,11 +280,12 @@ class Simulation:
             if not self.done.triggered:
                 self.done.succeed()
             return
-        self.env.process(self._restart())
+        self.env.process(self._restart(self.attempt))
 
-    def _restart(self) -> Generator[Any, Any, None]:
+    def _restart(self, attempt: int) -> Generator[Any, Any, None]:
         yield self.env.timeout(self.spec.restart_delay_ms)
-        self._start_tasks()
+        if attempt == self.attempt:  # a failover during the restart delay supersedes this restart
+            self._start_tasks()
 
     def _task_crash(self, at_ms: float, what: str) -> Generator[Any, Any, None]:
         yield self.env.timeout(at_ms)
