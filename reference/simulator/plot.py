@@ -21,7 +21,9 @@ def plot_timeline(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (events, tasks, durations) = plt.subplots(3, 1, figsize=(11, 7), sharex=True, height_ratios=[1, 2, 2])
+    fig, (events, tasks, records, durations) = plt.subplots(
+        4, 1, figsize=(11, 9), sharex=True, height_ratios=[1, 2, 2, 2]
+    )
     rows = list(STYLE)
     for row, kind in enumerate(rows):
         times = [e["t"] for e in report["timeline"] if e["event"] == kind]
@@ -34,17 +36,24 @@ def plot_timeline(report: dict[str, Any], path: Path) -> None:
         f"exactly-once={report['checks']['exactly_once']}"
     )
     names = sorted({span["task"] for span in report["task_spans"]})
+    span_colours = {"aligning": "tab:cyan", "unaligned": "tab:purple", "snapshot": "tab:olive"}
     for span in report["task_spans"]:
-        colour = "tab:purple" if span["kind"] == "unaligned" else "tab:cyan"
+        offset = 0.2 if span["kind"] == "snapshot" else -0.2
         tasks.barh(
-            names.index(span["task"]),
+            names.index(span["task"]) + offset,
             max(span["end"] - span["start"], 0.5),
             left=span["start"],
-            color=colour,
-            alpha=0.7,
+            height=0.35,
+            color=span_colours[span["kind"]],
+            alpha=0.8,
         )
+    for task, buckets in report.get("records_per_10ms", {}).items():
+        records.step([int(t) for t in buckets], list(buckets.values()), where="post", label=task, linewidth=1)
+    records.set_ylabel("records / 10 ms")
+    if report.get("records_per_10ms"):
+        records.legend(fontsize=7, ncol=4, loc="upper right")
     tasks.set_yticks(range(len(names)), names)
-    tasks.set_ylabel("barrier alignment\n(purple: unaligned)")
+    tasks.set_ylabel("alignment (cyan), unaligned\n(purple), snapshot (olive)")
     for e in report["timeline"]:
         if e["event"] in ("failover", "coordinator-crash"):
             tasks.axvline(e["t"], color=STYLE[e["event"]][0], alpha=0.6)

@@ -72,7 +72,8 @@ class Simulation:
         self.durations: list[float] = []
         self.alignment_ms: list[float] = []
         self.start_delays: list[float] = []
-        self.spans: list[dict[str, Any]] = []  # per task: alignment (or unaligned) span of each checkpoint
+        self.spans: list[dict[str, Any]] = []  # per task: alignment (or unaligned) and snapshot spans
+        self.records_per_bucket: dict[str, dict[int, int]] = {}
         self.state_bytes: dict[int, int] = {}
         self.in_flight_bytes = 0
         self.processed = 0
@@ -209,6 +210,15 @@ class Simulation:
         self.state_bytes[checkpoint_id] = self.state_bytes.get(checkpoint_id, 0) + state.state_size
         self.uploaded_bytes[checkpoint_id] = self.uploaded_bytes.get(checkpoint_id, 0) + self._new_bytes(state)
         delay = state.state_size / (self.spec.bandwidth_bytes_per_ms * self.bandwidth_factor)
+        self.spans.append(
+            {
+                "task": f"{task[0]}-{task[1]}",
+                "kind": "snapshot",
+                "start": round(self.env.now, 3),
+                "end": round(self.env.now + delay, 3),
+                "checkpoint": checkpoint_id,
+            }
+        )
         self.env.process(self._ack(attempt, checkpoint_id, task, state, delay))
         return delay if self.spec.synchronous_snapshots else 0.0
 
@@ -449,6 +459,7 @@ class Simulation:
                 "throughput_records_per_s": round(self.processed / sim_seconds, 3),
             },
             "task_spans": self.spans,
+            "records_per_10ms": {task: dict(sorted(b.items())) for task, b in sorted(self.records_per_bucket.items())},
             "timeline": [{k: round(v, 3) if isinstance(v, float) else v for k, v in e.items()} for e in self.timeline],
         }
 

@@ -191,6 +191,9 @@ class CounterTask:
         self.count.update(count)
         self.open_txn.append((record.key, record.offset, count))
         self.sim.processed += 1
+        bucket = int(self.sim.env.now // 10) * 10  # records per task per 10 ms, for the timeline
+        per_task = self.sim.records_per_bucket.setdefault(self.name, {})
+        per_task[bucket] = per_task.get(bucket, 0) + 1
         yield self.sim.env.timeout(self.sim.spec.processing_ms)
 
     def _on_barrier(self, channel: int, barrier: Barrier) -> float:
