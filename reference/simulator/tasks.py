@@ -253,12 +253,13 @@ class CounterTask:
         progress = self.progress[n]
         if not progress.unaligned or len(progress.arrivals) < len(self.inputs):
             return 0.0
+        queued = self._queued()
         arrived = dict(self.received)
-        for channel, _, _ in self._queued():
+        for channel, _, _ in queued:
             arrived[channel] = arrived.get(channel, 0) + 1
         if any(arrived.get(c, 0) < before for c, before in progress.arrivals.items()):
             return 0.0
-        progress.recorded.extend(record for _, record, epoch in self._queued() if epoch < n)
+        progress.recorded.extend(record for _, record, epoch in queued if epoch < n)
         return self._finish(n)
 
     def _snapshot_and_finish(self, n: int) -> float:
