@@ -42,15 +42,33 @@ def _factory(keyed: type[HeapKeyedStateBackend] | None = None, operator: type[An
     return lambda config: backend_class()
 
 
+def _with_table(table_class: type[StateTable]) -> type[HeapKeyedStateBackend]:
+    """A heap keyed backend whose states live in `table_class` instead of StateTable."""
+
+    class Keyed(HeapKeyedStateBackend):
+        def _create_store(self, meta: Any) -> StateTable:
+            return table_class(meta, self.key_group_range)
+
+    return Keyed
+
+
+def _with_state(base: type[Any], broken: type[Any]) -> type[HeapKeyedStateBackend]:
+    """A heap keyed backend whose `base` states (e.g. ListStateImpl) behave as `broken`."""
+
+    class Keyed(HeapKeyedStateBackend):
+        def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+            state = super()._create_state(descriptor, store, ns, serializers)
+            if isinstance(state, base):
+                state.__class__ = broken
+            return state
+
+    return Keyed
+
+
 # 1. The snapshot's synchronous part shares the live dicts: later writes leak into the snapshot.
 class _SharingTable(StateTable):
     def capture(self) -> list[Any]:
         return list(self._maps)
-
-
-class _SharedSnapshot(HeapKeyedStateBackend):
-    def _create_store(self, meta: Any) -> StateTable:
-        return _SharingTable(meta, self.key_group_range)
 
 
 # 2. Restore keeps stale entries: every instance of a range reuses the tables the previous one left.
@@ -101,11 +119,6 @@ class _TombstoneTable(StateTable):
             super().append_list(key_group, key, elements)
 
 
-class _ClearNotSnapshotted(HeapKeyedStateBackend):
-    def _create_store(self, meta: Any) -> StateTable:
-        return _TombstoneTable(meta, self.key_group_range)
-
-
 # 5. Map iteration skips the last entry.
 class _SkippingTable(StateTable):
     def map_items(self, key_group: int, key: Any) -> list[tuple[bytes, bytes]]:
@@ -113,24 +126,11 @@ class _SkippingTable(StateTable):
         return items[:-1] if len(items) > 1 else items
 
 
-class _MapSkips(HeapKeyedStateBackend):
-    def _create_store(self, meta: Any) -> StateTable:
-        return _SkippingTable(meta, self.key_group_range)
-
-
 # 6. List state accepts None (no check before serializing).
 class _NullList(ListStateImpl):
     def add(self, value: Any) -> None:
         key, key_group = self._entry_key()
         self.store.append_list(key_group, key, [self._ttl.wrap(self._ser.serialize(value))])
-
-
-class _ListAcceptsNull(HeapKeyedStateBackend):
-    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
-        state = super()._create_state(descriptor, store, ns, serializers)
-        if isinstance(state, ListStateImpl):
-            state.__class__ = _NullList
-        return state
 
 
 # 7. The default value is returned by reference.
@@ -144,14 +144,6 @@ class _SharedDefault(ValueStateImpl):
                 )
             return self._default_object
         return self._ser.deserialize(payload)
-
-
-class _DefaultByReference(HeapKeyedStateBackend):
-    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
-        state = super()._create_state(descriptor, store, ns, serializers)
-        if isinstance(state, ValueStateImpl):
-            state.__class__ = _SharedDefault
-        return state
 
 
 # 8. The loader ignores application precedence: configure() loads whatever the configuration names.
@@ -250,14 +242,6 @@ class _NullReduce(ReducingStateImpl):
         super().add(value)
 
 
-class _ReducingAcceptsNull(HeapKeyedStateBackend):
-    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
-        state = super()._create_state(descriptor, store, ns, serializers)
-        if isinstance(state, ReducingStateImpl):
-            state.__class__ = _NullReduce
-        return state
-
-
 # 18. Removing the last user key of a map leaves an empty entry behind.
 class _EmptyMapTable(StateTable):
     def map_remove(self, key_group: int, key: Any, user_key: bytes) -> None:
@@ -265,18 +249,13 @@ class _EmptyMapTable(StateTable):
         data.pop(user_key, None)
 
 
-class _MapLeavesEntry(HeapKeyedStateBackend):
-    def _create_store(self, meta: Any) -> StateTable:
-        return _EmptyMapTable(meta, self.key_group_range)
-
-
-shared_snapshot = _factory(_SharedSnapshot)
+shared_snapshot = _factory(_with_table(_SharingTable))
 stale_restore = _factory(_StaleRestore)
 off_by_one_rescale = _factory(_OffByOne)
-clear_not_snapshotted = _factory(_ClearNotSnapshotted)
-map_iteration_skips = _factory(_MapSkips)
-list_accepts_null = _factory(_ListAcceptsNull)
-default_by_reference = _factory(_DefaultByReference)
+clear_not_snapshotted = _factory(_with_table(_TombstoneTable))
+map_iteration_skips = _factory(_with_table(_SkippingTable))
+list_accepts_null = _factory(_with_state(ListStateImpl, _NullList))
+default_by_reference = _factory(_with_state(ValueStateImpl, _SharedDefault))
 loader_ignores_application = lambda config: _IgnoresApplication()  # noqa: E731
 salted_key_groups = _factory(_SaltedHash)
 merge_keeps_sources = _factory(_MergeKeeps)
@@ -286,8 +265,8 @@ close_keeps_snapshots = _factory(_CloseKeepsSnapshots)
 empty_snapshot_is_something = _factory(_EmptyIsSomething)
 ignores_foreign_handles = _factory(_IgnoresForeign)
 no_serializer_check = _factory(_NoSerializerCheck)
-reducing_accepts_null = _factory(_ReducingAcceptsNull)
-map_remove_leaves_entry = _factory(_MapLeavesEntry)
+reducing_accepts_null = _factory(_with_state(ReducingStateImpl, _NullReduce))
+map_remove_leaves_entry = _factory(_with_table(_EmptyMapTable))
 
 CAUGHT_BY = {
     "shared_snapshot": "KB-SNAP-3",
