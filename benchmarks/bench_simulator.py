@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -35,22 +36,26 @@ def events(report: dict[str, Any]) -> int:
 
 
 def scale() -> None:
-    spec = JobSpec(
-        sources=64,
-        parallelism=64,
-        keys_per_source=20,
-        records_per_source=60,
-        record_interval_ms=2.0,
-        processing_ms=0.05,
-        buffer_records=8,
-        checkpointing=CheckpointingSettings(interval_ms=6, timeout_ms=60_000),
-    )
-    report, wall = simulate(spec)
-    print(
-        f"scale: {spec.sources} sources x {spec.parallelism} counters = {spec.sources * spec.parallelism} channels, "
-        f"{len(report['completed_checkpoints'])} checkpoints completed in {report['sim_time_ms']:.0f} simulated ms, "
-        f"{wall:.1f} s wall, {events(report) / wall:,.0f} events/s, exactly-once={report['checks']['exactly_once']}"
-    )
+    """A 3-stage job (sources, routers, counters) at parallelism 64: two shuffles of 64 x 64 = 4,096 channels."""
+    for mode in (CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED):
+        spec = JobSpec(
+            sources=64,
+            stages=3,
+            parallelism=64,
+            keys_per_source=20,
+            records_per_source=60,
+            record_interval_ms=2.0,
+            processing_ms=0.05,
+            buffer_records=8,
+            checkpointing=CheckpointingSettings(interval_ms=6, timeout_ms=60_000, mode=mode),
+        )
+        report, wall = simulate(spec)
+        print(
+            f"scale ({mode.value}): 3 stages at parallelism {spec.parallelism}, {spec.sources * spec.parallelism} "
+            f"channels per shuffle, {len(report['completed_checkpoints'])} checkpoints completed in "
+            f"{report['sim_time_ms']:.0f} simulated ms, {wall:.1f} s wall, {events(report) / wall:,.0f} events/s, "
+            f"exactly-once={report['checks']['exactly_once']}"
+        )
 
 
 def trends() -> None:
@@ -103,16 +108,21 @@ def trends() -> None:
             base,
             backend="rocksdb",
             incremental=incremental,
+            parallelism=2,
             keys_per_source=5000,
             records_per_source=8000,
             record_interval_ms=0.2,
             processing_ms=0.02,
+            file_state_size_threshold=1024,
             checkpointing=dataclasses.replace(base.checkpointing, interval_ms=200),
         )
         sizes.append(simulate(spec)[0]["metrics"]["uploaded_bytes"])
     print("\nbytes written per checkpoint, RocksDB (incremental: only SST files not uploaded before)")
-    print(f"  full:        {sizes[0][:8]}")
-    print(f"  incremental: {sizes[1][:8]}")
+    print(f"  full:        {sizes[0][:12]}")
+    print(f"  incremental: {sizes[1][:12]}")
+    half = len(sizes[0]) // 2
+    growth = [statistics.median(s[half:]) / s[0] for s in sizes]
+    print(f"  growth, median of the second half against the first: full {growth[0]:.2f}x, incremental {growth[1]:.2f}x")
     later = slice(2, None)
     print(
         f"  incremental/full after the first two checkpoints: {sum(sizes[1][later]) / max(1, sum(sizes[0][later])):.2f}"

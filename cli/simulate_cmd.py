@@ -48,6 +48,9 @@ def simulate(args: argparse.Namespace, console: Console) -> int:
         f"checkpoint duration p50/p90/p99: {metrics['checkpoint_duration_ms']['p50']}/"
         f"{metrics['checkpoint_duration_ms']['p90']}/{metrics['checkpoint_duration_ms']['p99']} ms"
     )
+    if report["savepoints"]:
+        stopped = ", the last one stopped the job" if report["stopped_with_savepoint"] else ""
+        console.print(f"savepoints: {[s['id'] for s in report['savepoints']]}{stopped}")
     colour = "green" if checks["exactly_once"] else "yellow"
     console.print(
         f"[{colour}]lost {checks['lost']}, duplicated {checks['duplicated']}, out of order "

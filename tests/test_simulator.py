@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
 from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpecError, load_job_spec, to_toml
 from statecert.reference.simulator.runtime import Simulation
+from statecert.spec.errors import UnsupportedSnapshotError
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "scenarios" / "simulator"
@@ -314,3 +316,114 @@ def test_failover_during_the_restart_delay_restarts_once(tmp_path: Path) -> None
     report = run(spec, 0, tmp_path)
     assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
     assert report["checks"]["max_pending_checkpoints"] <= 1
+
+
+THREE_STAGES = {"stages": 3, "processing_ms": 0.3, "sink_ms": 2.0, "buffer_records": 4}
+
+
+@pytest.mark.requirement("SIM-2", "SIM-5", "SIM-9", "SIM-13")
+@pytest.mark.parametrize("mode", [CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_three_stage_job_is_exactly_once_after_a_router_crash(
+    tmp_path: Path, mode: CheckpointingMode, seed: int
+) -> None:
+    """Two keyed shuffles; a slow sink backs up the second, so unaligned barriers overtake records that routers
+    already processed and still wait to send: those must be persisted as output channel state."""
+    crash = Fault("task-crash", at_ms=200.0, task="router-1")
+    report = run(with_mode(spec_with(faults=(crash,), **THREE_STAGES), mode), seed, tmp_path)
+    checks = report["checks"]
+    assert report["terminated"] and report["failovers"], report["failovers"]
+    assert checks["exactly_once"] and checks["violations"] == [], f"{mode.value}/seed {seed}: {checks}"
+    if mode is CheckpointingMode.UNALIGNED:
+        assert report["metrics"]["persisted_output_records"] > 0, "no record was ever persisted as output state"
+
+
+@pytest.mark.requirement("SIM-3")
+def test_three_stage_job_at_least_once_with_a_failure_reports_duplicates(tmp_path: Path) -> None:
+    crash = Fault("task-crash", at_ms=200.0, task="router-1")
+    spec = with_mode(spec_with(faults=(crash,), **THREE_STAGES), CheckpointingMode.AT_LEAST_ONCE)
+    assert run(spec, 1, tmp_path)["checks"]["duplicated"] > 0
+
+
+@pytest.mark.requirement("SIM-13")
+def test_three_stage_job_at_parallelism_64_completes_20_checkpoints(tmp_path: Path) -> None:
+    """The scale the issue names: 64 x 64 = 4,096 channels in each of the two shuffles."""
+    spec = dataclasses.replace(
+        JobSpec(
+            sources=64,
+            stages=3,
+            parallelism=64,
+            keys_per_source=20,
+            records_per_source=60,
+            record_interval_ms=2.0,
+            processing_ms=0.05,
+            buffer_records=8,
+        ),
+        checkpointing=CheckpointingSettings(interval_ms=6, timeout_ms=60_000, mode=CheckpointingMode.UNALIGNED),
+    )
+    report = run(spec, 1, tmp_path)
+    assert len(report["completed_checkpoints"]) >= 20, report["completed_checkpoints"]
+    assert report["checks"]["exactly_once"] and report["checks"]["violations"] == [], report["checks"]
+
+
+@pytest.mark.requirement("SIM-10")
+def test_trend_incremental_upload_stays_flat_while_full_checkpoints_grow(tmp_path: Path) -> None:
+    """A growing state: full checkpoints grow with it, incremental ones upload only new SST files (and the
+    per-checkpoint private files), so their size stays near the change rate."""
+
+    def uploads(incremental: bool) -> list[int]:
+        spec = spec_with(
+            faults=(),
+            backend="rocksdb",
+            incremental=incremental,
+            parallelism=2,
+            keys_per_source=2000,
+            records_per_source=6000,
+            record_interval_ms=0.2,
+            processing_ms=0.02,
+            file_state_size_threshold=1024,
+            checkpointing={"interval_ms": 200},
+        )
+        return list(run(spec, 1, tmp_path)["metrics"]["uploaded_bytes"])
+
+    def growth(sizes: list[int]) -> float:
+        return statistics.median(sizes[len(sizes) // 2 :]) / sizes[0]
+
+    full, incremental = uploads(False), uploads(True)
+    assert growth(full) > 1.5 * growth(incremental), f"full {full} vs incremental {incremental}"
+    assert sum(incremental[2:]) < sum(full[2:]), f"full {full} vs incremental {incremental}"
+
+
+@pytest.mark.requirement("SIM-12", "COORD-7")
+@pytest.mark.parametrize("backend,other", [("hashmap", "rocksdb"), ("rocksdb", "hashmap")])
+def test_stop_with_savepoint_then_resume_rescaled_on_the_other_backend(
+    tmp_path: Path, backend: str, other: str
+) -> None:
+    """Stop-with-savepoint ends the input at the savepoint, commits what preceded it; a job started from the
+    canonical savepoint with another parallelism and backend goes on exactly once."""
+    stop = Fault("stop-with-savepoint", at_ms=150.0)
+    first = Simulation(spec_with(faults=(stop,), backend=backend), 1, tmp_path / "first")
+    report = first.run()
+    assert report["stopped_with_savepoint"] and report["checks"]["exactly_once"], report["checks"]
+    assert report["checks"]["violations"] == [], report["checks"]
+    assert first.end_offsets and sum(first.end_offsets.values()) < 600, first.end_offsets
+    second = Simulation(
+        spec_with(faults=(), backend=other, parallelism=5),
+        1,
+        tmp_path / "second",
+        restore_from=first.stopped_with_savepoint,
+    )
+    resumed = second.run()
+    assert resumed["restored"] and resumed["terminated"], resumed
+    assert resumed["checks"]["exactly_once"] and resumed["checks"]["violations"] == [], resumed["checks"]
+    committed = first.committed + second.committed
+    assert len(committed) == 600 and len(set(committed)) == 600, "the two runs together commit every record once"
+
+
+@pytest.mark.requirement("SIM-12", "SP-3")
+def test_native_savepoint_into_the_other_backend_fails_with_the_documented_error(tmp_path: Path) -> None:
+    stop = Fault("stop-with-savepoint", at_ms=150.0, native=True)
+    first = Simulation(spec_with(faults=(stop,), backend="rocksdb"), 1, tmp_path / "first")
+    assert first.run()["stopped_with_savepoint"]
+    with pytest.raises(UnsupportedSnapshotError):
+        Simulation(spec_with(faults=(), backend="hashmap"), 1, tmp_path / "second", first.stopped_with_savepoint).run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,13 +27,17 @@ class CheckResult:
         return {**asdict(self), "exactly_once": self.exactly_once}
 
 
-def check_outputs(expected: dict[str, list[int]], committed: Sequence[Output]) -> CheckResult:
-    """`expected`: per key the source offsets in order; `committed`: the sink's committed output in commit order."""
+def check_outputs(
+    expected: dict[str, list[int]], committed: Sequence[Output], initial_counts: Mapping[str, int] | None = None
+) -> CheckResult:
+    """`expected`: per key the source offsets in order; `committed`: the sink's committed output in commit order;
+    `initial_counts`: per key the count a restored job starts from (records counted before its restore point)."""
     seen: dict[str, list[int]] = defaultdict(list)
+    initial = initial_counts or {}
     wrong_counts = 0
     for key, offset, count in committed:
         seen[key].append(offset)
-        if count != len(seen[key]):
+        if count != initial.get(key, 0) + len(seen[key]):
             wrong_counts += 1
     lost = duplicated = out_of_order = 0
     for key, offsets in expected.items():

@@ -25,7 +25,8 @@ class SimulationSpecError(StateCertError):
 @dataclass(frozen=True)
 class Fault:
     """task-crash (task, at_ms), worker-loss (tasks, at_ms), coordinator-crash-before-metadata (checkpoint),
-    storage-outage and storage-slowdown (at_ms, duration_ms, factor), network-spike (at_ms, duration_ms, extra_ms)."""
+    storage-outage and storage-slowdown (at_ms, duration_ms, factor), network-spike (at_ms, duration_ms, extra_ms);
+    and the operations savepoint and stop-with-savepoint (at_ms, native)."""
 
     kind: str
     at_ms: float = 0.0
@@ -35,23 +36,28 @@ class Fault:
     duration_ms: float = 0.0
     factor: float = 1.0
     extra_ms: float = 0.0
+    native: bool = False
 
 
 @dataclass(frozen=True)
 class JobSpec:
     sources: int = 2
+    stages: int = 2  # 2: sources -> counters; 3: sources -> routers -> counters (two keyed shuffles)
     parallelism: int = 2
     max_parallelism: int = 128
     backend: str = "hashmap"
     incremental: bool = False
     keys_per_source: int = 10
+    key_skew: float = 1.0  # 1 draws keys uniformly; above 1 a few keys get most records (index = n * u**skew)
     records_per_source: int = 300
     record_interval_ms: float = 1.0
     processing_ms: float = 0.2
+    sink_ms: float = 0.0  # extra time per record at the counters (a slow sink): backpressure on the last shuffle
     latency_ms: float = 1.0
     latency_jitter_ms: float = 0.5
     buffer_records: int = 16
     bandwidth_bytes_per_ms: float = 100_000.0
+    file_state_size_threshold: int | None = None  # state below it is inline in _metadata (Flink's default 20 KB)
     restart_delay_ms: float = 20.0
     restart_attempts: int = 1_000_000
     synchronous_snapshots: bool = False
@@ -62,13 +68,16 @@ class JobSpec:
 
 _JOB_KEYS: dict[str, type] = {
     "sources": int,
+    "stages": int,
     "parallelism": int,
     "max_parallelism": int,
     "backend": str,
     "keys_per_source": int,
+    "key_skew": float,
     "records_per_source": int,
     "record_interval_ms": float,
     "processing_ms": float,
+    "sink_ms": float,
     "incremental": bool,
 }
 _NETWORK_KEYS: dict[str, type] = {"latency_ms": float, "latency_jitter_ms": float, "buffer_records": int}
@@ -90,6 +99,8 @@ _FAULT_KINDS = (
     "storage-outage",
     "storage-slowdown",
     "network-spike",
+    "savepoint",
+    "stop-with-savepoint",
 )
 _FAULT_KEYS: dict[str, type] = {
     "kind": str,
@@ -100,6 +111,7 @@ _FAULT_KEYS: dict[str, type] = {
     "duration_ms": float,
     "factor": float,
     "extra_ms": float,
+    "native": bool,
 }
 
 
@@ -134,7 +146,7 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: unknown section(s) {unknown}")
     job = _section(path, data, "job", _JOB_KEYS)
     network = _section(path, data, "network", _NETWORK_KEYS)
-    storage = _section(path, data, "storage", {"bandwidth_bytes_per_ms": float})
+    storage = _section(path, data, "storage", {"bandwidth_bytes_per_ms": float, "file_state_size_threshold": int})
     restart = _section(path, data, "restart", {"delay_ms": float, "attempts": int})
     limits = _section(path, data, "limits", {"max_time_ms": float})
     checkpointing = _section(path, data, "checkpointing", _CHECKPOINT_KEYS)
@@ -175,16 +187,24 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: [checkpointing]: {exc}") from None
     if not 1 <= spec.parallelism <= spec.max_parallelism or spec.sources < 1:
         raise SimulationSpecError(f"{path}: job: need 1 <= parallelism <= max_parallelism and sources >= 1")
+    if spec.stages not in (2, 3):
+        raise SimulationSpecError(f"{path}: job.stages: expected 2 or 3, got {spec.stages}")
+    if spec.key_skew < 1.0:
+        raise SimulationSpecError(f"{path}: job.key_skew: expected a number >= 1, got {spec.key_skew}")
     for fault in spec.faults:
         for task in (fault.task,) if fault.kind == "task-crash" else fault.tasks:
             if not _valid_task(task, spec):
-                raise SimulationSpecError(f"{path}: faults: task {task!r}: expected source-<i> or counter-<i>")
+                raise SimulationSpecError(
+                    f"{path}: faults: task {task!r}: expected source-<i>, counter-<i> or (3 stages) router-<i>"
+                )
     return spec
 
 
 def _valid_task(name: str, spec: JobSpec) -> bool:
     kind, _, index = name.partition("-")
-    limit = {"source": spec.sources, "counter": spec.parallelism}.get(kind)
+    limit = {"source": spec.sources, "counter": spec.parallelism, "router": spec.parallelism * (spec.stages == 3)}.get(
+        kind
+    )
     return limit is not None and index.isdigit() and int(index) < limit
 
 
@@ -205,6 +225,8 @@ def to_toml(spec: JobSpec) -> str:
     lines += [f"{k} = {value(getattr(spec, k))}" for k in _JOB_KEYS]
     lines += ["", "[network]"] + [f"{k} = {value(getattr(spec, k))}" for k in _NETWORK_KEYS]
     lines += ["", "[storage]", f"bandwidth_bytes_per_ms = {value(spec.bandwidth_bytes_per_ms)}"]
+    if spec.file_state_size_threshold is not None:
+        lines.append(f"file_state_size_threshold = {spec.file_state_size_threshold}")
     lines += ["", "[restart]", f"delay_ms = {value(spec.restart_delay_ms)}", f"attempts = {spec.restart_attempts}"]
     lines += ["", "[limits]", f"max_time_ms = {value(spec.max_time_ms)}"]
     lines += [

@@ -21,6 +21,7 @@ class Channel:
         jitter_ms: float,
         rng: random.Random,
         extra_latency: Callable[[], float] = lambda: 0.0,
+        on_priority: Callable[[], None] = lambda: None,
     ) -> None:
         self.env = env
         self.inbox = inbox  # a PriorityStore shared by all channels into one task: (channel, payload, took credit)
@@ -30,6 +31,7 @@ class Channel:
         self.jitter = jitter_ms
         self.rng = rng
         self.extra_latency = extra_latency  # network delay spikes
+        self.on_priority = on_priority  # tells a receiver blocked on its own output that a priority event arrived
         self._last_delivery = 0.0
         self._floor = 0.0
         self.sequence = 0
@@ -40,12 +42,16 @@ class Channel:
         """FIFO: wait for a credit, then transmit. A priority event (an unaligned barrier) needs no credit and
         overtakes everything queued on the way and at the receiver."""
         if priority:
-            latency = self._latency()
-            self.env.process(self._deliver(latency, payload, 0))
-            self._floor = max(self._floor, self.env.now + latency + 1e-6)  # later data never passes the barrier
+            self.send_priority(payload)
             return
         yield self.credits.get(1)  # blocks when the receiver's buffer for this channel is full
         self.transmit(payload)
+
+    def send_priority(self, payload: Any) -> None:
+        """A priority event needs no credit and overtakes everything queued on the way and at the receiver."""
+        latency = self._latency()
+        self.env.process(self._deliver(latency, payload, 0))
+        self._floor = max(self._floor, self.env.now + latency + 1e-6)  # later data never passes the barrier
 
     def transmit(self, payload: Any) -> None:
         """Send an item whose credit the sender already holds."""
@@ -65,6 +71,8 @@ class Channel:
                 (priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1)
             )
         )
+        if priority == 0:
+            self.on_priority()
 
     def release(self) -> None:
         """The receiver processed an item from this channel: one credit back."""

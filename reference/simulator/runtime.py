@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-import msgpack
 import simpy
 
 from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex, TaskId
@@ -25,30 +24,39 @@ from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import StringSerializer
 from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.simulator.checkers import check_outputs
-from statecert.reference.simulator.job_spec import JobSpec
+from statecert.reference.simulator.cuts import cut_violations, source_offsets
+from statecert.reference.simulator.inputs import generate_inputs
+from statecert.reference.simulator.job_spec import Fault, JobSpec
+from statecert.reference.simulator.keyed_tasks import CounterTask, KeyedTask, RouterTask
 from statecert.reference.simulator.network import Channel
 from statecert.reference.simulator.scheduler import SimpyScheduler
-from statecert.reference.simulator.tasks import CHANNEL_STATE, COUNT, OFFSET, CounterTask, Record, SourceTask
+from statecert.reference.simulator.tasks import Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.handles import IncrementalKeyedStateHandle
-from statecert.spec.keyed_backend import KeyedBackendParameters, SnapshotType
+from statecert.spec.keyed_backend import SnapshotType
 from statecert.spec.keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
-from statecert.spec.operator_backend import OperatorBackendParameters
-from statecert.spec.state import VOID_NAMESPACE
 
 
 class Simulation:
-    def __init__(self, spec: JobSpec, seed: int, workdir: Path) -> None:
+    def __init__(self, spec: JobSpec, seed: int, workdir: Path, restore_from: str | None = None) -> None:
+        """`restore_from`: a savepoint or retained checkpoint (directory or `_metadata`) the job starts from, as
+        Flink's `-s`; its operators may have another parallelism (rescaling by key groups) or backend."""
         self.spec, self.seed = spec, seed
         self.env = simpy.Environment()
         self.rng = random.Random(seed)
         self.keys = StringSerializer()
-        self.inputs = [
-            [Record(f"s{s}-k{self.rng.randrange(spec.keys_per_source)}", s, o) for o in range(spec.records_per_source)]
-            for s in range(spec.sources)
-        ]
-        self.storage = FileSystemCheckpointStorage(str(workdir / "checkpoints"), savepoint_dir=str(workdir / "sp"))
+        self.inputs = generate_inputs(
+            self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
+        )
+        self.initial = load_checkpoint_metadata(restore_from) if restore_from else None
+        self.restored_from = restore_from
+        self.storage = FileSystemCheckpointStorage(
+            str(workdir / "checkpoints"),
+            savepoint_dir=str(workdir / "sp"),
+            file_state_size_threshold=spec.file_state_size_threshold,
+        )
         self.access = self.storage.create_checkpoint_storage("sim")
         self.backend = load_state_backend(
             job_config={
@@ -57,15 +65,24 @@ class Simulation:
                 "state.backend.incremental": str(spec.incremental).lower(),
             }
         )
+        self.start_offsets = source_offsets(self.initial, self.backend) if self.initial else {}
+        self.keyed_stages = ("router", "counter") if spec.stages == 3 else ("counter",)
         self.vertices = [
             JobVertex("source", spec.sources, spec.max_parallelism),
-            JobVertex("counter", spec.parallelism, spec.max_parallelism),
+            *(JobVertex(stage, spec.parallelism, spec.max_parallelism) for stage in self.keyed_stages),
         ]
         self.scheduler = SimpyScheduler(self.env)
         self.coordinator = self._coordinator(None, 1)
         self.attempt = 0
         self.sources: list[SourceTask] = []
+        self.routers: list[RouterTask] = []
         self.counters: list[CounterTask] = []
+        self.in_flight = 0  # records sent and not yet taken by a live task
+        self.stop_savepoint: int | None = None  # the pending stop-with-savepoint
+        self.stopped_with_savepoint: str | None = None
+        self.savepoints: list[dict[str, Any]] = []
+        self.savepoint_pointers: list[str] = []  # not in the report: they are host paths
+        self.end_offsets: dict[int, int] = {}  # per source, where a stop-with-savepoint ended the input
         self.committed: list[tuple[str, int, int]] = []
         self.timeline: list[dict[str, Any]] = []
         self.triggered_at: dict[int, float] = {}
@@ -76,7 +93,9 @@ class Simulation:
         self.records_per_bucket: dict[str, dict[int, int]] = {}
         self.state_bytes: dict[int, int] = {}
         self.in_flight_bytes = 0
+        self.persisted_output_records = 0
         self.processed = 0
+        self.last_processed_at = 0.0
         self.messages = 0
         self.uploaded_bytes: dict[int, int] = {}
         self._uploaded_files: set[str] = set()
@@ -112,6 +131,10 @@ class Simulation:
 
         return hook
 
+    def counter_key(self, record: Record) -> str:
+        """The counters' key: in a 3-stage job another key than the routers', so the second shuffle is its own."""
+        return record.key if self.spec.stages == 2 else f"{record.key}/2"
+
     def owner(self, key: str) -> int:
         key_group = assign_to_key_group(self.keys.key_hash(key), self.spec.max_parallelism)
         return operator_index_for_key_group(self.spec.max_parallelism, self.spec.parallelism, key_group)
@@ -129,47 +152,61 @@ class Simulation:
 
     def _start_tasks(self) -> None:
         latest = self.coordinator.latest_completed()
-        operators = {op.operator_id: op for op in latest.metadata.operators} if latest else {}
-        source_op, counter_op = operators.get("source"), operators.get("counter")
+        restore = latest.metadata if latest else self.initial
+        operators = {op.operator_id: op for op in restore.operators} if restore else {}
+        source_op = operators.get("source")
 
         def operator_handles(op: Any, i: int) -> tuple[Any, ...]:
             return op.subtask_states[i].managed_operator_state if op and i in op.subtask_states else ()
 
+        def keyed_stage(kind: type[KeyedTask], stage: str) -> list[Any]:
+            op, p = operators.get(stage), self.spec.parallelism
+            return [
+                kind(
+                    self,
+                    i,
+                    self.attempt,
+                    keyed_handles_for_subtask(op, p, i) if op else (),
+                    operator_handles(op, i),
+                    key_group_range_for_operator(self.spec.max_parallelism, p, i),
+                )
+                for i in range(p)
+            ]
+
+        self.in_flight = 0
         self.sources = [
             SourceTask(self, s, self.attempt, operator_handles(source_op, s)) for s in range(self.spec.sources)
         ]
-        self.counters = [
-            CounterTask(
-                self,
-                p,
-                self.attempt,
-                keyed_handles_for_subtask(counter_op, self.spec.parallelism, p) if counter_op else (),
-                operator_handles(counter_op, p),
-                key_group_range_for_operator(self.spec.max_parallelism, self.spec.parallelism, p),
-            )
-            for p in range(self.spec.parallelism)
-        ]
-        for counter in self.counters:
-            counter.inputs = [
-                Channel(
-                    self.env,
-                    counter.inbox,
-                    s,
-                    self.spec.buffer_records,
-                    self.spec.latency_ms,
-                    self.spec.latency_jitter_ms,
-                    self.rng,
-                )
-                for s in range(self.spec.sources)
-            ]
-        for source in self.sources:
-            source.outputs = [counter.inputs[source.index] for counter in self.counters]
+        self.routers = keyed_stage(RouterTask, "router") if self.spec.stages == 3 else []
+        self.counters = keyed_stage(CounterTask, "counter")
+        senders: list[Any] = self.sources
+        for stage in ([self.routers] if self.routers else []) + [self.counters]:
+            for task in stage:
+                task.inputs = [
+                    Channel(
+                        self.env,
+                        task.inbox,
+                        s,
+                        self.spec.buffer_records,
+                        self.spec.latency_ms,
+                        self.spec.latency_jitter_ms,
+                        self.rng,
+                        on_priority=task.notify_priority,
+                    )
+                    for s in range(len(senders))
+                ]
+            for sender in senders:
+                sender.outputs = [task.inputs[sender.index] for task in stage]
+            senders = stage
         for task in self._tasks():
             self.env.process(task.run())
         self.coordinator.start_periodic()
 
-    def _tasks(self) -> list[SourceTask | CounterTask]:
-        return [*self.sources, *self.counters]
+    def _tasks(self) -> list[Any]:
+        return [*self.sources, *self.routers, *self.counters]
+
+    def _delivered(self) -> int:
+        return sum(c.delivered for task in [*self.routers, *self.counters] for c in task.inputs)
 
     # -- coordinator listener ------------------------------------------------------------------------------------------
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
@@ -180,19 +217,45 @@ class Simulation:
         for source in self.sources:
             source.request_barrier(checkpoint_id, options)
 
+    def _savepoint(self, fault: Fault) -> Generator[Any, Any, None]:
+        yield self.env.timeout(fault.at_ms)
+        if self.failed or self.done.triggered:
+            return
+        stop = fault.kind == "stop-with-savepoint"
+        checkpoint_id = self.coordinator.trigger_savepoint(stop=stop, native=fault.native)
+        if stop:
+            self.stop_savepoint = checkpoint_id
+
     def notify_complete(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        if kind.is_savepoint:
+            self.savepoints.append({"id": checkpoint_id, "kind": kind.value, "at_ms": round(self.env.now, 3)})
+            self.savepoint_pointers.append(str(self.coordinator.last_savepoint))
         self.durations.append(self.env.now - self.triggered_at.get(checkpoint_id, self.env.now))
         self.ended_at[checkpoint_id] = self.env.now
         self.latest_completed_seen = checkpoint_id
         self._check_shared_files()
         self.timeline.append({"t": self.env.now, "event": "complete", "checkpoint": checkpoint_id})
+        for task in [*self.routers, *self.counters]:
+            task.keyed.notify_checkpoint_complete(checkpoint_id)  # the next incremental checkpoint's base
         for counter in self.counters:
             self.committed.extend(counter.commit(checkpoint_id))
-        drained = all(not c.open_txn and not c.txns and not c.progress for c in self.counters)
+        if checkpoint_id == self.stop_savepoint:  # stopped: what came after the savepoint is discarded
+            self.stopped_with_savepoint = self.coordinator.last_savepoint
+            if not self.done.triggered:
+                self.done.succeed()
+            return
+        drained = self.in_flight == 0 and all(task.idle for task in [*self.routers, *self.counters])
         if len(self.finished.get(checkpoint_id, ())) == self.spec.sources and drained and not self.done.triggered:
             self.done.succeed()  # everything emitted was processed and committed
 
     def notify_aborted(self, checkpoint_id: int, reason: FailureReason) -> None:
+        if checkpoint_id == self.stop_savepoint:  # a failed stop-with-savepoint: the job goes on
+            self.stop_savepoint = None
+            self.end_offsets.clear()
+            for source in self.sources:
+                source.resume()
+        for task in [*self.routers, *self.counters]:
+            task.keyed.notify_checkpoint_aborted(checkpoint_id)
         self.ended_at[checkpoint_id] = self.env.now
         self.timeline.append({"t": self.env.now, "event": "abort", "checkpoint": checkpoint_id, "reason": reason.value})
 
@@ -282,8 +345,8 @@ class Simulation:
         self.coordinator.abort_all(FailureReason.TASK_FAILED)
         for task in self._tasks():
             task.dispose()
-        self.messages += sum(c.delivered for counter in self.counters for c in counter.inputs)
-        self.sources, self.counters = [], []
+        self.messages += self._delivered()
+        self.sources, self.routers, self.counters = [], [], []
         if len(self.failovers) > self.spec.restart_attempts:
             self.failed = True
             self.timeline.append({"t": self.env.now, "event": "job-failed"})
@@ -321,6 +384,8 @@ class Simulation:
                 self.env.process(self._window(fault, "bandwidth_factor", 1 / fault.factor, 1.0))
             elif fault.kind == "network-spike":
                 self.env.process(self._window(fault, "extra_latency", fault.extra_ms, 0.0))
+            elif fault.kind in ("savepoint", "stop-with-savepoint"):
+                self.env.process(self._savepoint(fault))
 
     def _check_shared_files(self) -> None:
         """Every shared file a retained checkpoint references exists (CKP-2)."""
@@ -343,50 +408,19 @@ class Simulation:
         return self.report()
 
     def _check_cuts(self) -> None:
-        """Consistent cut: in each retained checkpoint, per key the counted records plus those persisted as channel
-        state are exactly the key's records before its source's offset in that checkpoint (exactly-once modes)."""
-        if self.spec.checkpointing.mode is CheckpointingMode.AT_LEAST_ONCE:
-            return
-        for completed in self.coordinator.store.retained:
-            metadata = completed.metadata
-            offsets = {}
-            for s, state in metadata.operator("source").subtask_states.items():
-                with self.backend.create_operator_state_backend(
-                    OperatorBackendParameters("check", "source", state.managed_operator_state)
-                ) as backend:
-                    offsets[s] = (backend.get_list_state(OFFSET).get() or [0])[0]
-            counted: dict[str, int] = {}
-            counter = metadata.operator("counter")
-            for p in range(counter.parallelism):
-                state = counter.subtask_states[p]
-                params = KeyedBackendParameters(
-                    "check",
-                    "counter",
-                    self.keys,
-                    counter.max_parallelism,
-                    key_group_range_for_operator(counter.max_parallelism, counter.parallelism, p),
-                    keyed_handles_for_subtask(counter, counter.parallelism, p),
-                )
-                with self.backend.create_keyed_state_backend(params) as keyed:
-                    count = keyed.get_or_create_state(COUNT)
-                    for key in list(keyed.get_keys("count", VOID_NAMESPACE)):
-                        keyed.set_current_key(key)
-                        counted[key] = count.value()
-                with self.backend.create_operator_state_backend(
-                    OperatorBackendParameters("check", "counter", state.managed_operator_state)
-                ) as backend:
-                    for raw in backend.get_list_state(CHANNEL_STATE).get():
-                        key = msgpack.unpackb(raw)[0]
-                        counted[key] = counted.get(key, 0) + 1
-            expected: dict[str, int] = {}
-            for s, records in enumerate(self.inputs):
-                for record in records[: offsets.get(s, 0)]:
-                    expected[record.key] = expected.get(record.key, 0) + 1
-            if counted != expected:
-                wrong = sorted(k for k in set(counted) | set(expected) if counted.get(k) != expected.get(k))
-                self.violations.append(
-                    f"checkpoint {metadata.checkpoint_id} is not a consistent cut for keys {wrong[:5]}"
-                )
+        """Every retained checkpoint and every savepoint is a consistent cut (savepoints are always aligned;
+        at-least-once checkpoints are not cuts)."""
+        snapshots = []
+        if self.spec.checkpointing.mode is not CheckpointingMode.AT_LEAST_ONCE:
+            snapshots = [c.metadata for c in self.coordinator.store.retained]
+        snapshots += [load_checkpoint_metadata(p) for p in self.savepoint_pointers]
+        for metadata in snapshots:
+            self.violations += cut_violations(
+                metadata, self.backend, self.keys, self.inputs, self.keyed_stages, self._original_key
+            )
+
+    def _original_key(self, stage: str, key: str) -> str:
+        return key.removesuffix("/2") if stage == "counter" and self.spec.stages == 3 else key
 
     def _recovery_times(self) -> list[float]:
         """Per failover: time until the first checkpoint completed after it (the job is back to steady state)."""
@@ -411,10 +445,14 @@ class Simulation:
 
     def report(self) -> dict[str, Any]:
         expected: dict[str, list[int]] = {}
-        for records in self.inputs:
-            for r in records:
+        initial_counts: dict[str, int] = {}
+        for s, records in enumerate(self.inputs):
+            start = self.start_offsets.get(s, 0)
+            for r in records[:start]:
+                initial_counts[r.key] = initial_counts.get(r.key, 0) + 1
+            for r in records[start : self.end_offsets.get(s, len(records))]:
                 expected.setdefault(r.key, []).append(r.offset)
-        checks = check_outputs(expected, self.committed)
+        checks = check_outputs(expected, self.committed, initial_counts)
         self._check_cuts()
         timeout = self.spec.checkpointing.timeout_ms
         late = [
@@ -424,7 +462,7 @@ class Simulation:
         ]
         leaked = self._leaked_shared_files()
         completed = sorted(e["checkpoint"] for e in self.timeline if e["event"] == "complete")
-        sim_seconds = max(self.env.now, 1e-9) / 1000
+        sim_seconds = max(self.last_processed_at, 1e-9) / 1000  # not the wait for the final commit
         return {
             "seed": self.seed,
             "mode": self.spec.checkpointing.mode.value,
@@ -436,6 +474,9 @@ class Simulation:
             "job_failed": self.failed,
             "sim_time_ms": round(self.env.now, 3),
             "completed_checkpoints": completed,
+            "savepoints": self.savepoints,
+            "stopped_with_savepoint": self.stopped_with_savepoint is not None,
+            "restored": self.initial is not None,
             "failovers": self.failovers,
             "checks": {
                 **checks.to_dict(),
@@ -453,9 +494,10 @@ class Simulation:
                 "checkpointed_bytes": [self.state_bytes.get(c, 0) for c in completed],
                 "uploaded_bytes": [self.uploaded_bytes.get(c, 0) for c in completed],
                 "persisted_in_flight_bytes": self.in_flight_bytes,
+                "persisted_output_records": self.persisted_output_records,
                 "switched_to_unaligned": self.switched_to_unaligned,
                 "records_processed": self.processed,
-                "messages_delivered": self.messages + sum(c.delivered for k in self.counters for c in k.inputs),
+                "messages_delivered": self.messages + self._delivered(),
                 "throughput_records_per_s": round(self.processed / sim_seconds, 3),
             },
             "task_spans": self.spans,

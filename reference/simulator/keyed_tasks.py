@@ -1,0 +1,406 @@
+"""The simulated keyed tasks on real backends: routers (the middle stage of a 3-stage job, counting per key and
+forwarding each record through a second keyed shuffle) and counters (counting per key, with an exactly-once sink
+that stages output per checkpoint and commits it when the checkpoint completes, like Flink's two-phase-commit sinks).
+
+Both handle barriers by the checkpointing mode: aligned (block the channels that delivered the barrier), unaligned
+(snapshot on the first barrier and forward it as a priority event; records it overtook are persisted as input
+channel state, a processed record still waiting for an output buffer as output channel state) or at-least-once
+(no blocking)."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import simpy
+
+from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.simulator.tasks import (
+    CHANNEL_STATE,
+    COUNT,
+    OUTPUT_STATE,
+    Barrier,
+    CheckpointProgress,
+    Record,
+)
+from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
+from statecert.spec.metadata import OperatorSubtaskState
+from statecert.spec.operator_backend import OperatorBackendParameters
+
+if TYPE_CHECKING:
+    from statecert.reference.simulator.network import Channel
+    from statecert.reference.simulator.runtime import Simulation
+
+
+def pack(record: Record) -> bytes:
+    return bytes(msgpack.packb([record.key, record.source, record.offset]))
+
+
+def unpack(raw: bytes) -> Record:
+    return Record(*msgpack.unpackb(raw))
+
+
+class KeyedTask:
+    """A keyed stage's subtask: counts per key in keyed state and handles barriers; subclasses say what happens to
+    a record after it is counted."""
+
+    operator_id = "keyed"
+    extra_ms = 0.0  # processing time on top of the job's per-record cost
+
+    def __init__(
+        self,
+        sim: Simulation,
+        index: int,
+        attempt: int,
+        keyed: tuple[Any, ...],
+        operator: tuple[Any, ...],
+        key_group_range: Any,
+    ) -> None:
+        self.sim, self.index, self.attempt = sim, index, attempt
+        self.name = f"{self.operator_id}-{index}"
+        params = KeyedBackendParameters(
+            "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed
+        )
+        self.keyed = sim.backend.create_keyed_state_backend(params)
+        self.count = self.keyed.get_or_create_state(COUNT)
+        self.operator = sim.backend.create_operator_state_backend(
+            OperatorBackendParameters("sim", self.operator_id, operator)
+        )
+        self.channel_state = self.operator.get_list_state(CHANNEL_STATE)
+        self.replay = [unpack(r) for r in self.channel_state.get()]
+        self.channel_state.update([])
+        self.inbox = simpy.PriorityStore(sim.env)
+        self.inputs: list[Channel] = []
+        self.blocked: set[int] = set()
+        self.buffered: deque[tuple[int, Any, bool]] = deque()
+        self.ready: deque[tuple[int, Any, bool]] = deque()
+        self.received: dict[int, int] = {}  # data records processed per channel (this attempt)
+        self.progress: dict[int, CheckpointProgress] = {}
+        self.keyed_handles: dict[int, Any] = {}
+        self.options: dict[int, CheckpointOptions] = {}
+        self.to_forward: list[int] = []  # aligned barriers snapshotted here, to send downstream
+        self.replaying = True
+
+    @property
+    def alive(self) -> bool:
+        return self.sim.attempt == self.attempt
+
+    @property
+    def idle(self) -> bool:
+        """Nothing restored, pending or staged: what the end of the job waits for."""
+        return not self.replaying and not self.progress
+
+    def key_of(self, record: Record) -> str:
+        return record.key
+
+    def notify_priority(self) -> None:
+        """A priority event (an unaligned barrier) reached the inbox; only a task blocked on output cares."""
+
+    # -- what subclasses add -------------------------------------------------------------------------------------------
+    def restore_output(self) -> Generator[Any, Any, None]:
+        """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
+        yield from ()
+
+    def stage(self, record: Record, count: int) -> None:
+        """What the record produces, held until it is emitted (or committed)."""
+
+    def emit(self) -> Generator[Any, Any, None]:
+        """Send on what `stage` held; may wait for an output buffer."""
+        yield from ()
+
+    def on_snapshot(self, n: int) -> None:
+        """The keyed state is being snapshotted for checkpoint n."""
+
+    def forward(self, n: int, options: CheckpointOptions, priority: bool) -> Generator[Any, Any, None]:
+        """Send barrier n downstream (a priority barrier needs no credit and is sent at once)."""
+        yield from ()
+
+    def output_state(self, n: int) -> list[bytes]:
+        return []
+
+    # -- the task loop -------------------------------------------------------------------------------------------------
+    def run(self) -> Generator[Any, Any, None]:
+        yield from self.restore_output()
+        for record in self.replay:  # input channel state restored from an unaligned checkpoint comes next
+            yield from self._process(record)
+        self.replaying = False
+        while self.alive:
+            if self.ready:
+                channel, item, credit = self.ready.popleft()
+            else:
+                entry = yield self.inbox.get()
+                if not self.alive:
+                    return
+                if self.ready:  # released by an alignment timeout while we waited: those are older
+                    self.ready.append(entry.item)
+                    continue
+                channel, item, credit = entry.item
+            yield from self._handle(channel, item, credit)
+
+    def _handle(self, channel: int, item: Any, credit: bool) -> Generator[Any, Any, None]:
+        if channel in self.blocked and credit:
+            self.buffered.append((channel, item, credit))  # its credit stays taken: backpressure
+            return
+        if isinstance(item, Barrier):
+            blocked = self._on_barrier(channel, item)
+        else:
+            record, epoch = item
+            self.received[channel] = self.received.get(channel, 0) + 1
+            self.sim.in_flight -= 1
+            for n, progress in self.progress.items():
+                if progress.unaligned and epoch < n:
+                    progress.recorded.append(record)  # sent before barrier n, which overtook it
+            yield from self._process(record)
+            blocked = sum(self._finish_if_complete(n) for n in list(self.progress))
+        if credit:
+            self.inputs[channel].release()
+        yield from self._forward_pending()
+        if blocked:
+            yield self.sim.env.timeout(blocked)  # a synchronous snapshot stops the task while it writes
+
+    def _process(self, record: Record) -> Generator[Any, Any, None]:
+        """The count and what follows from it (staged output, the record to send on) change together when the
+        record is taken, so a snapshot from a timer never sees one without the other; then processing time passes."""
+        self.keyed.set_current_key(self.key_of(record))
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        self.stage(record, count)
+        self.sim.processed += 1
+        bucket = int(self.sim.env.now // 10) * 10  # records per task per 10 ms, for the timeline
+        per_task = self.sim.records_per_bucket.setdefault(self.name, {})
+        per_task[bucket] = per_task.get(bucket, 0) + 1
+        yield self.sim.env.timeout(self.sim.spec.processing_ms + self.extra_ms)
+        self.sim.last_processed_at = self.sim.env.now
+        if self.alive:  # else failed over while processing: this attempt's backends are gone
+            yield from self.emit()
+
+    # -- barriers ------------------------------------------------------------------------------------------------------
+    def _on_barrier(self, channel: int, barrier: Barrier) -> float:
+        """Returns how long the task stays blocked (synchronous snapshots only)."""
+        n = barrier.checkpoint_id
+        progress = self.progress.get(n)
+        if progress is None:
+            progress = self.progress[n] = CheckpointProgress(barrier.options, self.sim.env.now)
+            self.sim.start_delays.append(self.sim.env.now - self.sim.triggered_at.get(n, self.sim.env.now))
+        progress.arrivals[channel] = barrier.records_before
+        all_arrived = len(progress.arrivals) == len(self.inputs)
+        settings = self.sim.spec.checkpointing
+        savepoint = barrier.options.snapshot_type is not SnapshotType.CHECKPOINT
+        if progress.unaligned:
+            return self._finish_if_complete(n)
+        if settings.mode is CheckpointingMode.UNALIGNED and not savepoint:
+            self._go_unaligned(n)  # snapshot at the first barrier, record what it overtook
+            return self._finish_if_complete(n)
+        if settings.mode is CheckpointingMode.AT_LEAST_ONCE and not savepoint:
+            return self._snapshot_and_finish(n) if all_arrived else 0.0  # later records are in the snapshot
+        if not all_arrived:  # aligned: block the channels that delivered the barrier
+            if len(progress.arrivals) == 1 and settings.alignment_timeout_ms is not None and not savepoint:
+                self.sim.env.process(self._alignment_timeout(n, settings.alignment_timeout_ms))
+            self.blocked.add(channel)
+            return 0.0
+        self._unblock()
+        return self._snapshot_and_finish(n)
+
+    def _go_unaligned(self, n: int) -> None:
+        progress = self.progress[n]
+        progress.unaligned = True
+        self._snapshot_keyed(n)
+        for _ in self.forward(n, progress.options, priority=True):
+            raise AssertionError("a priority barrier is sent without waiting")
+
+    def _unblock(self) -> None:
+        self.blocked.clear()
+        self.ready.extend(self.buffered)
+        self.buffered.clear()
+
+    def _alignment_timeout(self, n: int, timeout: float) -> Generator[Any, Any, None]:
+        """Aligned for `timeout` ms, then unaligned: snapshot now, persist what the barrier still overtakes."""
+        yield self.sim.env.timeout(timeout)
+        progress = self.progress.get(n)
+        if not self.alive or progress is None or progress.unaligned:
+            return
+        self.sim.switched_to_unaligned += 1
+        self._go_unaligned(n)
+        self._unblock()  # blocked items came after barrier n on their channels: not in-flight data of n
+
+    def _queued(self) -> list[tuple[int, Record, int]]:
+        """Data records that arrived but were not processed yet: (channel, record, epoch)."""
+        entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]  # delivery order
+        return [(c, item[0], item[1]) for c, item, _ in entries if not isinstance(item, Barrier)]
+
+    def _finish_if_complete(self, n: int) -> float:
+        """An unaligned checkpoint completes at this task once every barrier and every record sent before one
+        have arrived: what the barrier overtook (queued here or still on the wire) is channel state, persisted
+        without waiting for it to be processed."""
+        progress = self.progress[n]
+        if not progress.unaligned or len(progress.arrivals) < len(self.inputs):
+            return 0.0
+        queued = self._queued()
+        arrived = dict(self.received)
+        for channel, _, _ in queued:
+            arrived[channel] = arrived.get(channel, 0) + 1
+        if any(arrived.get(c, 0) < before for c, before in progress.arrivals.items()):
+            return 0.0
+        progress.recorded.extend(record for _, record, epoch in queued if epoch < n)
+        return self._finish(n)
+
+    def _snapshot_and_finish(self, n: int) -> float:
+        self._snapshot_keyed(n)
+        self.to_forward.append(n)
+        return self._finish(n)
+
+    def _forward_pending(self) -> Generator[Any, Any, None]:
+        """Aligned and at-least-once barriers go downstream after the snapshot, behind the data sent before."""
+        while self.to_forward:
+            n = self.to_forward.pop(0)
+            yield from self.forward(n, self.options[n], priority=False)
+
+    def _snapshot_keyed(self, n: int) -> None:
+        self.on_snapshot(n)
+        options = self.progress[n].options
+        self.options[n] = options
+        location = self.sim.location(n)
+        if location is not None and not self.sim.storage_down:
+            self.keyed_handles[n] = self.keyed.snapshot(n, int(self.sim.env.now), location, options).run()
+
+    def _finish(self, n: int) -> float:
+        progress = self.progress.pop(n)
+        self.sim.alignment_ms.append(self.sim.env.now - progress.first_at)
+        self.sim.spans.append(
+            {
+                "task": self.name,
+                "kind": "unaligned" if progress.unaligned else "aligning",
+                "start": round(progress.first_at, 3),
+                "end": round(self.sim.env.now, 3),
+                "checkpoint": n,
+            }
+        )
+        location = self.sim.location(n)
+        if location is None:
+            return 0.0
+        if n not in self.keyed_handles or self.sim.storage_down:
+            self.sim.decline(n, (self.operator_id, self.index))
+            return 0.0
+        recorded = progress.recorded
+        self.channel_state.update([pack(r) for r in recorded])
+        output = self.operator.get_list_state(OUTPUT_STATE)
+        output.update([pack(r) for r in progress.output])
+        self.sim.in_flight_bytes += sum(len(r.key) + 16 for r in [*recorded, *progress.output])
+        self.sim.persisted_output_records += len(progress.output)
+        operator = self.operator.snapshot(n, int(self.sim.env.now), location, progress.options).run()
+        self.channel_state.update([])
+        output.update([])
+        keyed = self.keyed_handles.pop(n)
+        state = OperatorSubtaskState((keyed,) if keyed else (), (operator,) if operator else ())
+        return self.sim.ack_later(self.attempt, n, (self.operator_id, self.index), state)
+
+    def dispose(self) -> None:
+        self.keyed.dispose()
+        self.operator.dispose()
+
+
+class CounterTask(KeyedTask):
+    """The last stage: counts per key and stages (key, offset, count) in the open transaction of its sink."""
+
+    operator_id = "counter"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.extra_ms = self.sim.spec.sink_ms
+        self.open_txn: list[tuple[str, int, int]] = []
+        self.txns: dict[int, list[tuple[str, int, int]]] = {}
+
+    @property
+    def idle(self) -> bool:
+        return super().idle and not self.open_txn and not self.txns
+
+    def key_of(self, record: Record) -> str:
+        return self.sim.counter_key(record)
+
+    def stage(self, record: Record, count: int) -> None:
+        self.open_txn.append((record.key, record.offset, count))
+
+    def on_snapshot(self, n: int) -> None:
+        self.txns[n] = self.open_txn
+        self.open_txn = []
+
+    def commit(self, checkpoint_id: int) -> list[tuple[str, int, int]]:
+        committed = []
+        for n in sorted(t for t in self.txns if t <= checkpoint_id):
+            committed.extend(self.txns.pop(n))
+        return committed
+
+
+class RouterTask(KeyedTask):
+    """The middle stage of a 3-stage job: counts per key, then sends the record through a second keyed shuffle.
+    Waiting for an output buffer, it still takes unaligned barriers, which overtake the waiting record: that
+    record then becomes output channel state."""
+
+    operator_id = "router"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.outputs: list[Channel] = []
+        self.epoch = 0  # the last barrier forwarded: records carry it, so downstream knows what was in flight
+        self.waiting: Record | None = None
+        self.priority_wake = self.sim.env.event()
+        self.restored_output = [unpack(r) for r in self.operator.get_list_state(OUTPUT_STATE).get()]
+        self.operator.get_list_state(OUTPUT_STATE).update([])
+
+    @property
+    def idle(self) -> bool:
+        return super().idle and self.waiting is None and not self.restored_output
+
+    def notify_priority(self) -> None:
+        if not self.priority_wake.triggered:
+            self.priority_wake.succeed()
+
+    def restore_output(self) -> Generator[Any, Any, None]:
+        while self.restored_output:
+            self.waiting = self.restored_output.pop(0)
+            yield from self.emit()
+
+    def stage(self, record: Record, count: int) -> None:
+        self.waiting = record
+
+    def emit(self) -> Generator[Any, Any, None]:
+        record = self.waiting
+        if record is None:
+            return
+        channel = self.outputs[self.sim.owner(self.sim.counter_key(record))]
+        while self.alive:
+            credit = channel.credits.get(1)
+            self.priority_wake = self.sim.env.event()
+            yield credit | self.priority_wake
+            if credit.triggered:
+                break
+            credit.cancel()
+            self._take_priority_barriers()
+        else:
+            return
+        self.waiting = None
+        channel.data_sent += 1
+        channel.transmit((record, self.epoch))
+        self.sim.in_flight += 1
+
+    def _take_priority_barriers(self) -> None:
+        """Unaligned barriers that reached the inbox while this task waits for an output buffer (they sort first)."""
+        while self.inbox.items and self.inbox.items[0].priority[0] == 0:
+            channel, barrier, _ = heapq.heappop(self.inbox.items).item
+            self._on_barrier(channel, barrier)
+
+    def forward(self, n: int, options: CheckpointOptions, priority: bool) -> Generator[Any, Any, None]:
+        if priority:
+            progress = self.progress.get(n)
+            if progress is not None and self.waiting is not None:
+                progress.output.append(self.waiting)  # processed before the barrier, not yet sent
+            for channel in self.outputs:
+                channel.send_priority(Barrier(n, options, channel.data_sent))
+            self.epoch = n
+            return
+        for channel in self.outputs:
+            yield from channel.send(Barrier(n, options, channel.data_sent))
+        self.epoch = n
