@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
         help="checkpoint storage: filesystem (default, a temporary directory), jobmanager, "
         "or an fsspec URL such as memory://certify",
     )
-    p.add_argument("--tier", help="comma-separated tiers to run: contract, model (default: both)")
+    p.add_argument("--tier", help="comma-separated tiers: contract, model, scenarios (default: contract,model)")
     p.add_argument("--max-examples", type=int, help="hypothesis examples per property (default 25)")
     p.add_argument("--seed", type=int, help="hypothesis seed (default 0)")
     p.add_argument("--report", help="write the JSON report here, and a Markdown certificate beside it")

@@ -1,4 +1,4 @@
-"""Entry point of the `statecert` command: `demo` (the main job), `certify` and `inspect`."""
+"""Entry point of the `statecert` command: `demo` (the main job), `certify`, `simulate`, `scenario` and `inspect`."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     from statecert.cli.simulate_cmd import add_parser as add_simulate
 
     add_simulate(sub)
+
+    from statecert.cli.scenario_cmd import add_parser as add_scenario
+
+    add_scenario(sub)
 
     insp = sub.add_parser("inspect", help="print a checkpoint's or savepoint's metadata")
     insp.add_argument("path", help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)")
@@ -113,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from statecert.cli.simulate_cmd import simulate
 
             return simulate(args, console)
+        if args.command == "scenario":
+            from statecert.cli.scenario_cmd import scenario
+
+            return scenario(args, console)
         if args.command == "certify":
             from statecert.cli.certify_cmd import certify
 

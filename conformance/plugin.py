@@ -88,7 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--statecert-backend", default=None, help="backend name (entry point) or module:attr factory")
     group.addoption("--statecert-config", action="append", default=None, help="key=value for the backend factory")
     group.addoption("--statecert-storage", default=None, help="filesystem (default), jobmanager, or an fsspec URL")
-    group.addoption("--statecert-tier", default=None, help="comma-separated tiers: contract, model")
+    group.addoption("--statecert-tier", default=None, help="comma-separated tiers: contract, model, scenarios")
     group.addoption("--statecert-max-examples", type=int, default=None, help="hypothesis examples per property")
     group.addoption("--statecert-seed", type=int, default=None, help="hypothesis seed")
     group.addoption("--statecert-report", default=None, help="write the JSON report here (Markdown beside it)")

@@ -12,8 +12,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-TIERS = ("contract", "model")
-DEFAULT_TIERS = ("contract", "model")
+TIERS = ("contract", "model", "scenarios")
+DEFAULT_TIERS = ("contract", "model", "scenarios")
 
 
 class SettingsError(ValueError):

@@ -1,1 +1,2 @@
-"""Declarative failure, recovery, savepoint and format-migration scenarios (not built yet: its own issue)."""
+"""Declarative failure, recovery, savepoint and format-migration scenarios (TOML, `README.md`), their loader, the
+library in `library/`, golden savepoints in `golden/`, and two runners: the simulator and PySpark (`spark/`)."""

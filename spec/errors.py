@@ -79,3 +79,7 @@ class IllegalStateError(RuntimeError, StateCertError):
 
 class UnsupportedFeatureError(StateCertError):
     """A backend was asked for something it declares unsupported in its capabilities (SB-3)."""
+
+
+class ScenarioError(StateCertError):
+    """An invalid scenario file: the message names the file, the key and what was expected (SCN-1)."""

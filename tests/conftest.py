@@ -42,3 +42,13 @@ def faulty_fs() -> Iterator[Any]:
     fs.clear_faults()
     yield fs
     fs.clear_faults()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the whole test session (local[2] with task retries, UI off)."""
+    from statecert.scenarios.spark.session import spark_session
+
+    session = spark_session()
+    yield session
+    session.stop()

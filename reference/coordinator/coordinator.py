@@ -99,6 +99,7 @@ class CheckpointCoordinator:
         self._periodic: Cancellable | None = None
         self._shutdown = False
         self.stopped_with_savepoint: str | None = None
+        self.last_savepoint: str | None = None
 
     # -- triggering --------------------------------------------------------------------------------------------------
     def start_periodic(self) -> None:

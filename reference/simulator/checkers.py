@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-Output = tuple[str, int, int]  # key, source offset, count after the record
+Output = tuple[str, int, int]  # key, source offset, the key's running total after the record
 
 
 @dataclass(frozen=True)
@@ -28,16 +28,21 @@ class CheckResult:
 
 
 def check_outputs(
-    expected: dict[str, list[int]], committed: Sequence[Output], initial_counts: Mapping[str, int] | None = None
+    expected: dict[str, list[int]],
+    committed: Sequence[Output],
+    initial_totals: Mapping[str, int] | None = None,
+    weight: Callable[[int], int] = lambda offset: 1,
 ) -> CheckResult:
-    """`expected`: per key the source offsets in order; `committed`: the sink's committed output in commit order;
-    `initial_counts`: per key the count a restored job starts from (records counted before its restore point)."""
+    """`expected`: per key the source offsets in order; `committed`: the sink's committed output in commit order,
+    each with the key's running total; `initial_totals`: per key the total a restored job starts from;
+    `weight`: what the record at an offset adds to the total (1 when counting)."""
     seen: dict[str, list[int]] = defaultdict(list)
-    initial = initial_counts or {}
+    totals = dict(initial_totals or {})
     wrong_counts = 0
-    for key, offset, count in committed:
+    for key, offset, total in committed:
         seen[key].append(offset)
-        if count != initial.get(key, 0) + len(seen[key]):
+        totals[key] = totals.get(key, 0) + weight(offset)
+        if total != totals[key]:
             wrong_counts += 1
     lost = duplicated = out_of_order = 0
     for key, offsets in expected.items():

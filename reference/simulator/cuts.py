@@ -5,12 +5,13 @@ the output channel state upstream, are exactly the key's records before its sour
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.simulator.keyed_tasks import unpack
-from statecert.reference.simulator.tasks import CHANNEL_STATE, COUNT, OFFSET, OUTPUT_STATE, Record
+from statecert.reference.simulator.tasks import CHANNEL_STATE, OFFSET, OUTPUT_STATE, Record
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.metadata import CheckpointMetadata
@@ -37,12 +38,20 @@ def cut_violations(
     inputs: Sequence[Sequence[Record]],
     stages: Sequence[str],
     original_key: Callable[[str, str], str],
+    aggregate: KeyedAggregate,
 ) -> list[str]:
     """The stages whose state in `metadata` is not a consistent cut, each named with up to five wrong keys."""
     offsets = source_offsets(metadata, backend)
+
+    def weights(records: Iterable[Record]) -> Counter[str]:
+        totals: Counter[str] = Counter()
+        for r in records:
+            totals[aggregate.key(r.key, r.source)] += aggregate.weight(r.offset)
+        return totals
+
     expected: Counter[str] = Counter()
     for s, records in enumerate(inputs):
-        expected.update(record.key for record in records[: offsets.get(s, 0)])
+        expected += weights(records[: offsets.get(s, 0)])
     upstream: Counter[str] = Counter()  # channel state at earlier stages: records not yet counted downstream
     problems = []
     for stage in stages:
@@ -60,14 +69,14 @@ def cut_violations(
                 keyed_handles_for_subtask(op, op.parallelism, p),
             )
             with backend.create_keyed_state_backend(params) as keyed:
-                count = keyed.get_or_create_state(COUNT)
-                for key in list(keyed.get_keys("count", VOID_NAMESPACE)):
+                state = keyed.get_or_create_state(aggregate.descriptor)
+                for key in list(keyed.get_keys(aggregate.descriptor.name, VOID_NAMESPACE)):
                     keyed.set_current_key(key)
-                    counted[original_key(stage, key)] += count.value()
+                    counted[original_key(stage, key)] += aggregate.total(state.value())
             handles = op.subtask_states[p].managed_operator_state
             with backend.create_operator_state_backend(OperatorBackendParameters("check", stage, handles)) as ops:
-                input_state.update(unpack(raw).key for raw in ops.get_list_state(CHANNEL_STATE).get())
-                output_state.update(unpack(raw).key for raw in ops.get_list_state(OUTPUT_STATE).get())
+                input_state += weights(unpack(raw) for raw in ops.get_list_state(CHANNEL_STATE).get())
+                output_state += weights(unpack(raw) for raw in ops.get_list_state(OUTPUT_STATE).get())
         upstream += input_state
         seen = counted + upstream
         if seen != expected:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.spec.errors import StateCertError
 
 if sys.version_info >= (3, 11):
@@ -26,7 +27,9 @@ class SimulationSpecError(StateCertError):
 class Fault:
     """task-crash (task, at_ms), worker-loss (tasks, at_ms), coordinator-crash-before-metadata (checkpoint),
     storage-outage and storage-slowdown (at_ms, duration_ms, factor), network-spike (at_ms, duration_ms, extra_ms);
-    and the operations savepoint and stop-with-savepoint (at_ms, native)."""
+    and the operations savepoint and stop-with-savepoint (at_ms, native) and cancel (at_ms). A task crash with a
+    phase (snapshot, upload) fires in that phase of the task's first snapshot after at_ms; a coordinator crash
+    with checkpoint 0 fires before the first checkpoint `_metadata` written after at_ms."""
 
     kind: str
     at_ms: float = 0.0
@@ -37,12 +40,16 @@ class Fault:
     factor: float = 1.0
     extra_ms: float = 0.0
     native: bool = False
+    phase: str = ""  # task-crash: "" at at_ms; snapshot or upload: in that phase of its first snapshot after at_ms
 
 
 @dataclass(frozen=True)
 class JobSpec:
     sources: int = 2
     stages: int = 2  # 2: sources -> counters; 3: sources -> routers -> counters (two keyed shuffles)
+    operator: str = "count"  # the keyed aggregate: count | sum
+    key_selector: str = "key"  # key | split (one key per source split)
+    serializer_version: int = 1  # the aggregate's value schema (2 adds a field)
     parallelism: int = 2
     max_parallelism: int = 128
     backend: str = "hashmap"
@@ -69,6 +76,9 @@ class JobSpec:
 _JOB_KEYS: dict[str, type] = {
     "sources": int,
     "stages": int,
+    "operator": str,
+    "key_selector": str,
+    "serializer_version": int,
     "parallelism": int,
     "max_parallelism": int,
     "backend": str,
@@ -101,6 +111,7 @@ _FAULT_KINDS = (
     "network-spike",
     "savepoint",
     "stop-with-savepoint",
+    "cancel",
 )
 _FAULT_KEYS: dict[str, type] = {
     "kind": str,
@@ -112,6 +123,7 @@ _FAULT_KEYS: dict[str, type] = {
     "factor": float,
     "extra_ms": float,
     "native": bool,
+    "phase": str,
 }
 
 
@@ -169,6 +181,8 @@ def load_job_spec(file: str | Path) -> JobSpec:
             raise SimulationSpecError(f"{path}: {where}: unknown key(s) {extra}")
         values = {k: _typed(path, f"{where}.{k}", v, _FAULT_KEYS[k]) for k, v in raw.items()}
         values["tasks"] = tuple(values.get("tasks", ()))
+        if values.get("phase", "") not in ("", "snapshot", "upload"):
+            raise SimulationSpecError(f"{path}: {where}.phase: expected snapshot or upload")
         faults.append(Fault(**values))
     synchronous = checkpointing.pop("synchronous_snapshots", False)
     try:
@@ -187,6 +201,10 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: [checkpointing]: {exc}") from None
     if not 1 <= spec.parallelism <= spec.max_parallelism or spec.sources < 1:
         raise SimulationSpecError(f"{path}: job: need 1 <= parallelism <= max_parallelism and sources >= 1")
+    try:
+        KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version)
+    except ValueError as exc:
+        raise SimulationSpecError(f"{path}: job: {exc}") from None
     if spec.stages not in (2, 3):
         raise SimulationSpecError(f"{path}: job.stages: expected 2 or 3, got {spec.stages}")
     if spec.key_skew < 1.0:

@@ -20,7 +20,6 @@ import simpy
 from statecert.reference.coordinator.settings import CheckpointingMode
 from statecert.reference.simulator.tasks import (
     CHANNEL_STATE,
-    COUNT,
     OUTPUT_STATE,
     Barrier,
     CheckpointProgress,
@@ -65,7 +64,7 @@ class KeyedTask:
             "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed
         )
         self.keyed = sim.backend.create_keyed_state_backend(params)
-        self.count = self.keyed.get_or_create_state(COUNT)
+        self.aggregate = self.keyed.get_or_create_state(sim.aggregate.descriptor)
         self.operator = sim.backend.create_operator_state_backend(
             OperatorBackendParameters("sim", self.operator_id, operator)
         )
@@ -94,7 +93,7 @@ class KeyedTask:
         return not self.replaying and not self.progress
 
     def key_of(self, record: Record) -> str:
-        return record.key
+        return self.sim.aggregate.key(record.key, record.source)
 
     def notify_priority(self) -> None:
         """A priority event (an unaligned barrier) reached the inbox; only a task blocked on output cares."""
@@ -104,7 +103,7 @@ class KeyedTask:
         """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
         yield from ()
 
-    def stage(self, record: Record, count: int) -> None:
+    def stage(self, record: Record, total: int) -> None:
         """What the record produces, held until it is emitted (or committed)."""
 
     def emit(self) -> Generator[Any, Any, None]:
@@ -165,9 +164,9 @@ class KeyedTask:
         """The count and what follows from it (staged output, the record to send on) change together when the
         record is taken, so a snapshot from a timer never sees one without the other; then processing time passes."""
         self.keyed.set_current_key(self.key_of(record))
-        count = (self.count.value() or 0) + 1
-        self.count.update(count)
-        self.stage(record, count)
+        value = self.sim.aggregate.add(self.aggregate.value(), record.offset)
+        self.aggregate.update(value)
+        self.stage(record, value["total"])
         self.sim.processed += 1
         bucket = int(self.sim.env.now // 10) * 10  # records per task per 10 ms, for the timeline
         per_task = self.sim.records_per_bucket.setdefault(self.name, {})
@@ -259,9 +258,11 @@ class KeyedTask:
             yield from self.forward(n, self.options[n], priority=False)
 
     def _snapshot_keyed(self, n: int) -> None:
-        self.on_snapshot(n)
         options = self.progress[n].options
         self.options[n] = options
+        if self.sim.crash_in_phase(self.name, "snapshot"):
+            return  # failed in the synchronous part: no handle, the failover follows at once
+        self.on_snapshot(n)
         location = self.sim.location(n)
         if location is not None and not self.sim.storage_down:
             self.keyed_handles[n] = self.keyed.snapshot(n, int(self.sim.env.now), location, options).run()
@@ -303,7 +304,7 @@ class KeyedTask:
 
 
 class CounterTask(KeyedTask):
-    """The last stage: counts per key and stages (key, offset, count) in the open transaction of its sink."""
+    """The last stage: aggregates per key and stages (key, offset, running total) in its sink's open transaction."""
 
     operator_id = "counter"
 
@@ -320,8 +321,8 @@ class CounterTask(KeyedTask):
     def key_of(self, record: Record) -> str:
         return self.sim.counter_key(record)
 
-    def stage(self, record: Record, count: int) -> None:
-        self.open_txn.append((record.key, record.offset, count))
+    def stage(self, record: Record, total: int) -> None:
+        self.open_txn.append((self.sim.aggregate.key(record.key, record.source), record.offset, total))
 
     def on_snapshot(self, n: int) -> None:
         self.txns[n] = self.open_txn
@@ -363,7 +364,7 @@ class RouterTask(KeyedTask):
             self.waiting = self.restored_output.pop(0)
             yield from self.emit()
 
-    def stage(self, record: Record, count: int) -> None:
+    def stage(self, record: Record, total: int) -> None:
         self.waiting = record
 
     def emit(self) -> Generator[Any, Any, None]:

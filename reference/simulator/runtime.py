@@ -19,6 +19,7 @@ from statecert.reference.coordinator.coordinator import CheckpointCoordinator, C
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import StringSerializer
@@ -47,6 +48,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.rng = random.Random(seed)
         self.keys = StringSerializer()
+        self.aggregate = KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version)
         self.inputs = generate_inputs(
             self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
         )
@@ -83,6 +85,10 @@ class Simulation:
         self.savepoints: list[dict[str, Any]] = []
         self.savepoint_pointers: list[str] = []  # not in the report: they are host paths
         self.end_offsets: dict[int, int] = {}  # per source, where a stop-with-savepoint ended the input
+        self.fired: set[int] = set()  # phase-armed faults that fired
+        self.cancelled = False
+        self.last_completed_pointer: str | None = None  # the latest completed checkpoint or savepoint
+        self.last_committed_pointer: str | None = None  # the latest that committed the sink (not intermediate)
         self.committed: list[tuple[str, int, int]] = []
         self.timeline: list[dict[str, Any]] = []
         self.triggered_at: dict[int, float] = {}
@@ -121,19 +127,46 @@ class Simulation:
         )
         for fault in self.spec.faults:
             if fault.kind == "coordinator-crash-before-metadata":
-                coordinator.before_metadata_write = self._crash_hook(fault.checkpoint)
+                coordinator.before_metadata_write = self._crash_hook(fault)
         return coordinator
 
-    def _crash_hook(self, at_checkpoint: int) -> Callable[[int], None]:
+    def _crash_hook(self, fault: Fault) -> Callable[[int], None]:
+        """Crash before writing checkpoint `fault.checkpoint`, or (checkpoint 0) the first checkpoint completing
+        at or after `fault.at_ms`; savepoints are not affected."""
+
         def hook(checkpoint_id: int) -> None:
-            if checkpoint_id == at_checkpoint:
+            pending = self.coordinator.pending.get(checkpoint_id)
+            if pending is not None and pending.is_savepoint:
+                return
+            if checkpoint_id == fault.checkpoint or (fault.checkpoint == 0 and self.env.now >= fault.at_ms):
                 raise CoordinatorCrash(f"coordinator crashed before writing checkpoint {checkpoint_id}")
 
         return hook
 
+    def crash_in_phase(self, task: str, phase: str) -> bool:
+        """An armed task-crash fault for `task` in `phase` (snapshot or upload) fires now: the task fails over
+        instead of going on (once per fault)."""
+        for i, fault in enumerate(self.spec.faults):
+            if (
+                fault.kind == "task-crash"
+                and fault.phase == phase
+                and fault.task == task
+                and self.env.now >= fault.at_ms
+                and i not in self.fired
+            ):
+                self.fired.add(i)
+                self.env.process(self._task_crash(0.0, f"task {task} crashed in the {phase} phase"))
+                return True
+        return False
+
+    def first_stage_key(self, record: Record) -> str:
+        """The key the sources partition by: the routers' in a 3-stage job, else the counters'."""
+        return self.aggregate.key(record.key, record.source) if self.spec.stages == 3 else self.counter_key(record)
+
     def counter_key(self, record: Record) -> str:
         """The counters' key: in a 3-stage job another key than the routers', so the second shuffle is its own."""
-        return record.key if self.spec.stages == 2 else f"{record.key}/2"
+        key = self.aggregate.key(record.key, record.source)
+        return key if self.spec.stages == 2 else f"{key}/2"
 
     def owner(self, key: str) -> int:
         key_group = assign_to_key_group(self.keys.key_hash(key), self.spec.max_parallelism)
@@ -227,19 +260,29 @@ class Simulation:
             self.stop_savepoint = checkpoint_id
 
     def notify_complete(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        """Checkpoints and stop-with-savepoint commit the sink; an intermediate savepoint has no side effects (as
+        in Flink since 1.15): its output is committed with the next checkpoint, and recovery never uses it."""
+        self.durations.append(self.env.now - self.triggered_at.get(checkpoint_id, self.env.now))
+        self.ended_at[checkpoint_id] = self.env.now
+        self.timeline.append({"t": self.env.now, "event": "complete", "checkpoint": checkpoint_id})
+        stop = checkpoint_id == self.stop_savepoint
         if kind.is_savepoint:
             self.savepoints.append({"id": checkpoint_id, "kind": kind.value, "at_ms": round(self.env.now, 3)})
             self.savepoint_pointers.append(str(self.coordinator.last_savepoint))
-        self.durations.append(self.env.now - self.triggered_at.get(checkpoint_id, self.env.now))
-        self.ended_at[checkpoint_id] = self.env.now
-        self.latest_completed_seen = checkpoint_id
-        self._check_shared_files()
-        self.timeline.append({"t": self.env.now, "event": "complete", "checkpoint": checkpoint_id})
-        for task in [*self.routers, *self.counters]:
-            task.keyed.notify_checkpoint_complete(checkpoint_id)  # the next incremental checkpoint's base
+            self.last_completed_pointer = self.coordinator.last_savepoint
+            if not stop:
+                return
+        else:
+            latest = self.coordinator.latest_completed()
+            self.last_completed_pointer = latest.pointer if latest else None
+            self.latest_completed_seen = checkpoint_id
+            self._check_shared_files()
+            for task in [*self.routers, *self.counters]:
+                task.keyed.notify_checkpoint_complete(checkpoint_id)  # the next incremental checkpoint's base
+        self.last_committed_pointer = self.last_completed_pointer
         for counter in self.counters:
             self.committed.extend(counter.commit(checkpoint_id))
-        if checkpoint_id == self.stop_savepoint:  # stopped: what came after the savepoint is discarded
+        if stop:  # stopped: what came after the savepoint is discarded
             self.stopped_with_savepoint = self.coordinator.last_savepoint
             if not self.done.triggered:
                 self.done.succeed()
@@ -309,7 +352,7 @@ class Simulation:
         self, attempt: int, checkpoint_id: int, task: TaskId, state: OperatorSubtaskState, delay: float
     ) -> Generator[Any, Any, None]:
         yield self.env.timeout(delay)
-        if attempt != self.attempt:
+        if attempt != self.attempt or self.crash_in_phase(f"{task[0]}-{task[1]}", "upload"):
             return
         try:
             self.coordinator.acknowledge(checkpoint_id, task, state)
@@ -362,7 +405,15 @@ class Simulation:
 
     def _task_crash(self, at_ms: float, what: str) -> Generator[Any, Any, None]:
         yield self.env.timeout(at_ms)
-        self._failover(f"{what} at {at_ms} ms")
+        if not self.done.triggered:
+            self._failover(f"{what} at {self.env.now} ms")
+
+    def _cancel(self, at_ms: float) -> Generator[Any, Any, None]:
+        yield self.env.timeout(at_ms)
+        if not self.done.triggered:
+            self.cancelled = True
+            self.timeline.append({"t": self.env.now, "event": "cancel"})
+            self.done.succeed()
 
     def _window(self, fault: Any, attribute: str, during: Any, after: Any) -> Generator[Any, Any, None]:
         """Hold `attribute` at `during` from `at_ms` for `duration_ms`, then set it to `after`."""
@@ -374,7 +425,11 @@ class Simulation:
 
     def _schedule_faults(self) -> None:
         for fault in self.spec.faults:
-            if fault.kind == "task-crash":
+            if fault.kind == "task-crash" and fault.phase:
+                continue  # armed: fires in its phase (crash_in_phase)
+            if fault.kind == "cancel":
+                self.env.process(self._cancel(fault.at_ms))
+            elif fault.kind == "task-crash":
                 self.env.process(self._task_crash(fault.at_ms, f"task {fault.task} crashed"))
             elif fault.kind == "worker-loss":
                 self.env.process(self._task_crash(fault.at_ms, f"worker with {', '.join(fault.tasks)} lost"))
@@ -416,7 +471,7 @@ class Simulation:
         snapshots += [load_checkpoint_metadata(p) for p in self.savepoint_pointers]
         for metadata in snapshots:
             self.violations += cut_violations(
-                metadata, self.backend, self.keys, self.inputs, self.keyed_stages, self._original_key
+                metadata, self.backend, self.keys, self.inputs, self.keyed_stages, self._original_key, self.aggregate
             )
 
     def _original_key(self, stage: str, key: str) -> str:
@@ -445,14 +500,15 @@ class Simulation:
 
     def report(self) -> dict[str, Any]:
         expected: dict[str, list[int]] = {}
-        initial_counts: dict[str, int] = {}
+        initial: dict[str, int] = {}
         for s, records in enumerate(self.inputs):
             start = self.start_offsets.get(s, 0)
             for r in records[:start]:
-                initial_counts[r.key] = initial_counts.get(r.key, 0) + 1
+                key = self.aggregate.key(r.key, r.source)
+                initial[key] = initial.get(key, 0) + self.aggregate.weight(r.offset)
             for r in records[start : self.end_offsets.get(s, len(records))]:
-                expected.setdefault(r.key, []).append(r.offset)
-        checks = check_outputs(expected, self.committed, initial_counts)
+                expected.setdefault(self.aggregate.key(r.key, r.source), []).append(r.offset)
+        checks = check_outputs(expected, self.committed, initial, self.aggregate.weight)
         self._check_cuts()
         timeout = self.spec.checkpointing.timeout_ms
         late = [
@@ -470,12 +526,13 @@ class Simulation:
             "sources": self.spec.sources,
             "parallelism": self.spec.parallelism,
             "records": sum(len(r) for r in self.inputs),
-            "terminated": self.done.triggered and not self.failed,
+            "terminated": self.done.triggered and not self.failed and not self.cancelled,
             "job_failed": self.failed,
             "sim_time_ms": round(self.env.now, 3),
             "completed_checkpoints": completed,
             "savepoints": self.savepoints,
             "stopped_with_savepoint": self.stopped_with_savepoint is not None,
+            "cancelled": self.cancelled,
             "restored": self.initial is not None,
             "failovers": self.failovers,
             "checks": {

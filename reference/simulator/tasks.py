@@ -12,7 +12,7 @@ from statecert.reference.serializers import BytesSerializer, LongSerializer
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.metadata import OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
-from statecert.spec.state import ListStateDescriptor, ValueStateDescriptor
+from statecert.spec.state import ListStateDescriptor
 
 if TYPE_CHECKING:
     from statecert.reference.simulator.network import Channel
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 OFFSET = ListStateDescriptor("offset", element_serializer=LongSerializer())
 OUTPUT_STATE = ListStateDescriptor("output-channel-state", element_serializer=BytesSerializer())
-COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 CHANNEL_STATE = ListStateDescriptor("channel-state", element_serializer=BytesSerializer())
 
 
@@ -103,7 +102,7 @@ class SourceTask:
                     yield from channel.send(Barrier(checkpoint_id, options, channel.data_sent), priority)
             elif self.offset < len(records) and not self.suspended:
                 record = records[self.offset]
-                channel = self.outputs[self.sim.owner(record.key)]
+                channel = self.outputs[self.sim.owner(self.sim.first_stage_key(record))]
                 credit = channel.credits.get(1)
                 self.wake = self.sim.env.event()
                 yield credit | self.wake  # while waiting for an output buffer, a checkpoint trigger is still served

@@ -1,0 +1,113 @@
+"""`statecert scenario list` and `statecert scenario run FILE|NAME... --runner spark|sim`: run scenarios on the
+simulator or on PySpark, with a progress display; print each verdict and write a JSON report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("scenario", help="failure, recovery, savepoint and migration scenarios (simulator or Spark)")
+    actions = p.add_subparsers(dest="scenario_command", required=True)
+    actions.add_parser("list", help="list the scenario library")
+    run = actions.add_parser("run", help="run scenario files or library scenarios by name")
+    run.add_argument("scenarios", nargs="*", help="scenario files (TOML) or library names; none with --all")
+    run.add_argument("--all", action="store_true", help="run the whole library")
+    run.add_argument("--runner", choices=("sim", "spark"), default="sim", help="where to run (default sim)")
+    run.add_argument("--backend", help="the backend under test, replacing the scenarios' own (name or module:attr)")
+    run.add_argument("--master", default=None, help="Spark master (default local[2,4]: 2 cores, task retries)")
+    run.add_argument("--report", help="write the JSON report here")
+    run.add_argument("--workdir", help="keep checkpoints and savepoints here (default: a temporary directory)")
+
+
+def list_scenarios(console: Console) -> int:
+    from statecert.scenarios.catalog import library
+
+    table = Table("scenario", "runners", "description", show_lines=False)
+    for scenario in library():
+        table.add_row(scenario.name, ", ".join(scenario.runners), scenario.description)
+    console.print(table)
+    return 0
+
+
+def run_scenarios(args: argparse.Namespace, console: Console) -> int:
+    from statecert.scenarios.catalog import library_paths, resolve
+    from statecert.scenarios.loader import load_scenario
+
+    paths = library_paths() if args.all else [resolve(a) for a in args.scenarios]
+    if not paths:
+        raise ValueError("name scenario files or library scenarios, or pass --all")
+    scenarios = [load_scenario(p) for p in paths]  # every file is checked before anything runs
+    runnable = [s for s in scenarios if args.runner in s.runners]
+    skipped = [s.name for s in scenarios if args.runner not in s.runners]
+    spark = _spark(args.master) if args.runner == "spark" and runnable else None
+    results = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tempfile.TemporaryDirectory(prefix="statecert-scenarios-") as scratch:
+        root = Path(args.workdir) if args.workdir else Path(scratch)
+        with Progress(*columns, console=console, transient=True) as progress:
+            bar = progress.add_task("scenarios", total=len(runnable))
+            for scenario in runnable:
+
+                def show(message: str, name: str = scenario.name) -> None:
+                    progress.update(bar, description=f"{name}: {message}")
+
+                result = _run(scenario, root / scenario.name, args, spark, show)
+                results.append(result)
+                progress.advance(bar)
+                verdict = "[green]passed[/green]" if result.passed else "[red]FAILED[/red]"
+                console.print(f"{verdict} {scenario.name} ({args.runner}, {result.backend}, {result.seconds:.1f} s)")
+                for failure in result.failures:
+                    console.print(f"    {failure}", markup=False, highlight=False)
+    for name in skipped:
+        console.print(f"[yellow]skipped[/yellow] {name}: not written for the {args.runner} runner")
+    passed = sum(r.passed for r in results)
+    console.print(
+        f"{passed}/{len(results)} scenarios passed on {args.runner}" + (f", {len(skipped)} skipped" if skipped else "")
+    )
+    if args.report:
+        report = {
+            "statecert": version("statecert"),
+            "runner": args.runner,
+            "backend": args.backend,
+            "master": args.master if args.runner == "spark" else None,
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "skipped": skipped,
+            "results": [r.to_dict() for r in results],
+        }
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return 0 if passed == len(results) else 1
+
+
+def _spark(master: str | None) -> Any:
+    from statecert.scenarios.spark.session import DEFAULT_MASTER, spark_session
+
+    return spark_session(master or DEFAULT_MASTER)
+
+
+def _run(scenario: Any, workdir: Path, args: argparse.Namespace, spark: Any, show: Any) -> Any:
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.runner == "spark":
+        from statecert.scenarios.spark.runner import run_on_spark
+
+        return run_on_spark(scenario, workdir, spark, args.backend, show)
+    from statecert.scenarios.sim_runner import run_on_simulator
+
+    return run_on_simulator(scenario, workdir, args.backend, show)
+
+
+def scenario(args: argparse.Namespace, console: Console) -> int:
+    if args.scenario_command == "list":
+        return list_scenarios(console)
+    return run_scenarios(args, console)

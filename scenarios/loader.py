@@ -1,0 +1,347 @@
+"""Reading a scenario file (TOML). Every problem is one `ScenarioError` naming the file, the key and what was
+expected; nothing is guessed (unknown keys and sections are errors too)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.scenarios.model import (
+    Action,
+    Bound,
+    CheckpointConfig,
+    Event,
+    Expectations,
+    InputConfig,
+    JobConfig,
+    Phase,
+    Run,
+    Scenario,
+)
+from statecert.spec.errors import ScenarioError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+RUNNERS = ("sim", "spark")
+OPERATORS = ("count", "sum")
+KEY_SELECTORS = ("key", "split")
+STORAGES = ("filesystem", "jobmanager")
+ERROR_CONDITIONS = ("always", "native-format-differs")
+SECTIONS = ("scenario", "job", "input", "checkpointing", "restart", "timeline", "expect")
+
+Check = Callable[[Any], bool]
+
+
+def _positive(v: Any) -> bool:
+    return bool(v >= 1)
+
+
+def _non_negative(v: Any) -> bool:
+    return bool(v >= 0)
+
+
+def _below(limit: int) -> Check:
+    return lambda v: bool(0 <= v < limit)
+
+
+class _Reader:
+    """Typed access to one table, with errors naming the file and the dotted key."""
+
+    def __init__(self, path: Path, where: str, table: Any, allowed: Mapping[str, type]) -> None:
+        self.path, self.where = path, where
+        if not isinstance(table, dict):
+            self.fail(where, "expected a table")
+        unknown = sorted(set(table) - set(allowed))
+        if unknown:
+            self.fail(where, f"unknown key(s) {unknown}; expected some of {sorted(allowed)}")
+        self.table, self.allowed = table, allowed
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise ScenarioError(f"{self.path}: {key}: {problem}")
+
+    def get(self, key: str, default: Any, check: Check | None = None, what: str = "", choices: Any = ()) -> Any:
+        if key not in self.table:
+            return default
+        value, kind = self.table[key], self.allowed[key]
+        name = f"{self.where}.{key}"
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            self.fail(name, f"expected {_type_name(kind)}, got {value!r}")
+        if choices and value not in choices:
+            self.fail(name, f"expected one of {list(choices)}, got {value!r}")
+        if check is not None and not check(value):
+            self.fail(name, f"expected {what}, got {value!r}")
+        return value
+
+
+def _type_name(kind: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "an array"}.get(
+        kind, kind.__name__
+    )
+
+
+def load_scenario(file: str | Path) -> Scenario:
+    path = Path(file)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ScenarioError(f"{path}: unknown section(s) {unknown}; expected some of {list(SECTIONS)}")
+    if "scenario" not in data:
+        raise ScenarioError(f"{path}: [scenario]: missing; expected a table with a description")
+    head = _Reader(path, "scenario", data["scenario"], {"description": str, "runners": list, "backends": list})
+    description = head.get("description", "", lambda v: bool(v.strip()), "a non-empty description")
+    if not description:
+        head.fail("scenario.description", "missing; say what the scenario checks")
+    runners = tuple(head.get("runners", list(RUNNERS)))
+    for runner in runners:
+        if runner not in RUNNERS:
+            head.fail("scenario.runners", f"expected some of {list(RUNNERS)}, got {runner!r}")
+    backends = tuple(head.get("backends", []))
+    if not all(isinstance(b, str) for b in backends):
+        head.fail("scenario.backends", "expected an array of backend names")
+    job = _job(path, data.get("job", {}))
+    source = _input(path, data.get("input", {}))
+    checkpointing = _checkpointing(path, data.get("checkpointing", {}))
+    restart = _Reader(path, "restart", data.get("restart", {}), {"attempts": int})
+    attempts = restart.get("attempts", 100, _non_negative, "a number >= 0")
+    runs = _runs(path, data.get("timeline", []), job)
+    expect = _expectations(path, data.get("expect", {}))
+    if job.stages == 3 and "spark" in runners:
+        raise ScenarioError(f'{path}: job.stages: the Spark runner runs 2 stages; set scenario.runners = ["sim"]')
+    return Scenario(path.stem, path, description, runners, job, source, checkpointing, attempts, runs, expect, backends)
+
+
+def _job(path: Path, table: Any) -> JobConfig:
+    r = _Reader(
+        path,
+        "job",
+        table,
+        {
+            "sources": int,
+            "parallelism": int,
+            "max_parallelism": int,
+            "operator": str,
+            "key_selector": str,
+            "backend": str,
+            "storage": str,
+            "stages": int,
+            "serializer_version": int,
+            "start_from": str,
+        },
+    )
+    start_from = r.get("start_from", None)
+    job = JobConfig(
+        sources=r.get("sources", 2, _positive, "a number >= 1"),
+        parallelism=r.get("parallelism", 2, _positive, "a number >= 1"),
+        max_parallelism=r.get("max_parallelism", 128, lambda v: 1 <= v <= 32768, "a number in 1..32768"),
+        operator=r.get("operator", "count", choices=OPERATORS),
+        key_selector=r.get("key_selector", "key", choices=KEY_SELECTORS),
+        backend=r.get("backend", "hashmap", lambda v: bool(v), "a backend name"),
+        storage=r.get("storage", "filesystem", choices=STORAGES),
+        stages=r.get("stages", 2, choices=(2, 3)),
+        serializer_version=r.get("serializer_version", 1, choices=(1, 2)),
+        start_from=(path.parent / start_from).resolve() if start_from else None,
+    )
+    if job.parallelism > job.max_parallelism:
+        r.fail("job.parallelism", f"expected at most max_parallelism ({job.max_parallelism}), got {job.parallelism}")
+    if job.start_from is not None and not job.start_from.exists():
+        r.fail("job.start_from", f"expected an existing savepoint directory, got {start_from!r} (no such path)")
+    return job
+
+
+def _input(path: Path, table: Any) -> InputConfig:
+    r = _Reader(
+        path, "input", table, {"seed": int, "keys_per_source": int, "records_per_source": int, "key_skew": float}
+    )
+    return InputConfig(
+        seed=r.get("seed", 0, _non_negative, "a number >= 0"),
+        keys_per_source=r.get("keys_per_source", 10, _positive, "a number >= 1"),
+        records_per_source=r.get("records_per_source", 300, _positive, "a number >= 1"),
+        key_skew=r.get("key_skew", 1.0, lambda v: v >= 1.0, "a number >= 1"),
+    )
+
+
+def _checkpointing(path: Path, table: Any) -> CheckpointConfig:
+    r = _Reader(
+        path,
+        "checkpointing",
+        table,
+        {
+            "interval_ms": int,
+            "records_per_epoch": int,
+            "mode": str,
+            "timeout_ms": int,
+            "max_concurrent": int,
+            "tolerable_failures": int,
+            "retained": int,
+            "incremental": bool,
+        },
+    )
+    config = CheckpointConfig(
+        interval_ms=r.get("interval_ms", 50, _positive, "a number >= 1"),
+        records_per_epoch=r.get("records_per_epoch", 50, _positive, "a number >= 1"),
+        mode=CheckpointingMode(r.get("mode", "exactly-once", choices=[m.value for m in CheckpointingMode])),
+        timeout_ms=r.get("timeout_ms", 600_000, _positive, "a number >= 1"),
+        max_concurrent=r.get("max_concurrent", 1, _positive, "a number >= 1"),
+        tolerable_failures=r.get("tolerable_failures", 0, _non_negative, "a number >= 0"),
+        retained=r.get("retained", 1, _positive, "a number >= 1"),
+        incremental=r.get("incremental", False),
+    )
+    try:
+        settings(config)
+    except ValueError as exc:
+        r.fail("checkpointing", str(exc))
+    return config
+
+
+def settings(config: CheckpointConfig) -> CheckpointingSettings:
+    """The coordinator's settings for a scenario's checkpointing section."""
+    return CheckpointingSettings(
+        interval_ms=config.interval_ms,
+        timeout_ms=config.timeout_ms,
+        max_concurrent=config.max_concurrent,
+        tolerable_failures=config.tolerable_failures,
+        retained=config.retained,
+        mode=config.mode,
+    )
+
+
+_EVENT_KEYS: dict[str, type] = {
+    "action": str,
+    "epoch": int,
+    "phase": str,
+    "task": int,
+    "count": int,
+    "format": str,
+    "from": str,
+    "backend": str,
+    "parallelism": int,
+    "serializer_version": int,
+    "relocate": bool,
+}
+_ONLY_FOR: dict[str, tuple[Action, ...]] = {
+    "phase": (Action.TASK_FAILURE,),
+    "task": (Action.TASK_FAILURE, Action.WORKER_KILL),
+    "count": (Action.STORAGE_WRITE_FAILURE,),
+    "format": (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT),
+    "from": (Action.RESUME,),
+    "backend": (Action.RESUME,),
+    "parallelism": (Action.RESUME,),
+    "serializer_version": (Action.RESUME,),
+    "relocate": (Action.RESUME,),
+}
+
+
+def _runs(path: Path, entries: Any, job: JobConfig) -> tuple[Run, ...]:
+    if not isinstance(entries, list):
+        raise ScenarioError(f"{path}: timeline: expected an array of tables ([[timeline]])")
+    runs: list[Run] = []
+    events: list[Event] = []
+    resume: Event | None = None
+    parallelism = job.parallelism
+    ended = False
+    for i, table in enumerate(entries):
+        where = f"timeline[{i}]"
+        r = _Reader(path, where, table, _EVENT_KEYS)
+        action = Action(
+            r.get("action", None, choices=[a.value for a in Action]) or r.fail(f"{where}.action", "missing")
+        )
+        for key in table:
+            if key in _ONLY_FOR and action not in _ONLY_FOR[key]:
+                r.fail(f"{where}.{key}", f"not a setting of {action.value}")
+        if action is Action.RESUME:
+            took_savepoint = any(e.action in (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT) for e in events)
+            if not took_savepoint and r.get("from", "savepoint") == "savepoint":
+                r.fail(where, "resume from a savepoint, but this run takes none; add a savepoint before it")
+            event = Event(
+                action,
+                source=r.get("from", "savepoint", choices=("savepoint", "checkpoint")),
+                backend=r.get("backend", None, lambda v: bool(v), 'a backend name or "other"'),
+                parallelism=r.get("parallelism", None, _positive, "a number >= 1"),
+                serializer_version=r.get("serializer_version", None, choices=(1, 2)),
+                relocate=r.get("relocate", False),
+            )
+            runs.append(Run(tuple(events), resume))
+            events, resume, ended = [], event, False
+            parallelism = event.parallelism or parallelism
+            continue
+        if ended:
+            r.fail(where, f"the run already ended at an earlier {events[-1].action.value}; add a resume before this")
+        event = Event(
+            action,
+            epoch=r.get("epoch", 1, _positive, "a number >= 1"),
+            phase=Phase(r.get("phase", "processing", choices=[p.value for p in Phase])),
+            task=r.get("task", 0, _below(parallelism), f"a subtask index below {parallelism}"),
+            count=r.get("count", 1, _positive, "a number >= 1"),
+            format=r.get("format", "canonical", choices=("canonical", "native")),
+        )
+        if events and event.epoch < events[-1].epoch:
+            r.fail(
+                f"{where}.epoch", f"expected epochs in order within a run, got {event.epoch} after {events[-1].epoch}"
+            )
+        events.append(event)
+        ended = action in (Action.STOP_WITH_SAVEPOINT, Action.CANCEL)
+    runs.append(Run(tuple(events), resume))
+    return tuple(runs)
+
+
+def _bound(r: _Reader, key: str, default: Bound) -> Bound:
+    if key not in r.table:
+        return default
+    value = r.table[key]
+    name = f"{r.where}.{key}"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return Bound(value, value)
+    counts = isinstance(value, dict) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()
+    )
+    if counts and value and set(value) <= {"min", "max"}:
+        return Bound(value.get("min"), value.get("max"))
+    r.fail(name, f"expected a count >= 0 or a table {{ min = N, max = M }}, got {value!r}")
+
+
+def _expectations(path: Path, table: Any) -> Expectations:
+    r = _Reader(
+        path,
+        "expect",
+        table,
+        {
+            "exactly_once": bool,
+            "state_equals_oracle": bool,
+            "completed_checkpoints": object,
+            "failovers": object,
+            "error": str,
+            "error_when": str,
+            "job_failed": bool,
+        },
+    )
+    error = r.get("error", None, lambda v: v.isidentifier(), "an exception class name")
+    if error is not None:
+        from statecert.spec import errors
+
+        if not isinstance(getattr(errors, error, None), type):
+            r.fail("expect.error", f"expected a documented error of statecert.spec.errors, got {error!r}")
+    expect = Expectations(
+        exactly_once=r.get("exactly_once", error is None),
+        state_equals_oracle=r.get("state_equals_oracle", error is None),
+        completed_checkpoints=_bound(r, "completed_checkpoints", Bound(min=0 if error else 1)),
+        failovers=_bound(r, "failovers", Bound()),
+        error=error,
+        error_when=r.get("error_when", "always", choices=ERROR_CONDITIONS),
+        job_failed=r.get("job_failed", False),
+    )
+    return expect

@@ -1,0 +1,97 @@
+"""What both runners derive from a scenario the same way: each run's backend, parallelism and serializer version,
+where a resumed run restores from (moving a savepoint first when the scenario relocates it), and which documented
+error the scenario expects for the backend under test."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from statecert.reference.loader import load_state_backend
+from statecert.scenarios.model import Action, Scenario
+
+REFERENCE_BACKENDS = ("hashmap", "rocksdb")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    backend: str
+    parallelism: int
+    serializer_version: int
+
+
+def backend_config(name: str, workdir: Path, incremental: bool) -> dict[str, str]:
+    """The job configuration that selects a backend by name (built-in, entry point or `module:attr`)."""
+    return {
+        "state.backend.type": name,
+        "state.backend.rocksdb.localdir": str(workdir / "rocksdb-local"),
+        "state.backend.incremental": str(incremental).lower(),
+    }
+
+
+def other_backend(name: str) -> str:
+    """The reference backend a scenario's `backend = "other"` means: not the job's own."""
+    return "hashmap" if name == "rocksdb" else "rocksdb"
+
+
+def primary_backend(scenario: Scenario, override: str | None) -> str:
+    return override or scenario.job.backend
+
+
+def run_settings(scenario: Scenario, override: str | None) -> list[RunSettings]:
+    primary = primary_backend(scenario, override)
+    current = RunSettings(primary, scenario.job.parallelism, scenario.job.serializer_version)
+    settings = [current]
+    for run in scenario.runs[1:]:
+        resume = run.resume
+        assert resume is not None
+        backend = current.backend
+        if resume.backend == "other":
+            backend = other_backend(primary)
+        elif resume.backend is not None:
+            backend = primary if resume.backend == scenario.job.backend else resume.backend
+        current = RunSettings(
+            backend,
+            resume.parallelism or current.parallelism,
+            resume.serializer_version or current.serializer_version,
+        )
+        settings.append(current)
+    return settings
+
+
+def native_format(backend: str) -> str | None:
+    """The backend's native savepoint format; None when its native savepoints are canonical."""
+    loaded: Any = load_state_backend(job_config={"state.backend.type": backend})
+    return loaded.capabilities.native_savepoint_format  # type: ignore[no-any-return]
+
+
+def expected_error(scenario: Scenario, settings: list[RunSettings]) -> str | None:
+    """The scenario's expected error, if its condition holds for these backends (SCN-4)."""
+    expect = scenario.expect
+    if expect.error is None or expect.error_when == "always":
+        return expect.error
+    for i, run in enumerate(scenario.runs[:-1]):
+        savepoints = [e for e in run.events if e.action in (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT)]
+        if not savepoints or savepoints[-1].format != "native":
+            continue
+        writer, reader = settings[i].backend, settings[i + 1].backend
+        written = native_format(writer)
+        if written is not None and native_format(reader) != written:
+            return expect.error
+    return None
+
+
+def relocate(pointer: str, target: Path) -> str:
+    """Move a local savepoint directory to `target` (a user moving it elsewhere); returns the new pointer."""
+    fs, path = fsspec.core.url_to_fs(pointer)
+    source = Path(path)
+    if source.name == "_metadata":
+        source = source.parent
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(source), str(target))
+    del fs
+    return str(target)

@@ -1,0 +1,124 @@
+"""Running a scenario on the simpy simulator: each run becomes a simulator job (epoch N is the N-th checkpoint
+interval), faults and operations become simulator faults, and a resumed run starts from the previous run's
+savepoint (or latest retained checkpoint)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from statecert.reference.simulator.cuts import source_offsets
+from statecert.reference.simulator.job_spec import Fault, JobSpec
+from statecert.reference.simulator.runtime import Simulation
+from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.scenarios.final_state import final_totals
+from statecert.scenarios.loader import settings as checkpointing_settings
+from statecert.scenarios.model import Action, Event, Phase, Scenario
+from statecert.scenarios.plan import RunSettings, expected_error, relocate, run_settings
+from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
+from statecert.spec.errors import StateCertError
+
+
+def _faults(events: tuple[Event, ...], interval: float, sources: int) -> tuple[Fault, ...]:
+    faults = []
+    for e in events:
+        start, middle = (e.epoch - 1) * interval, (e.epoch - 0.5) * interval
+        task = f"counter-{e.task}"
+        if e.action is Action.TASK_FAILURE:
+            phase = "" if e.phase is Phase.PROCESSING else e.phase.value
+            faults.append(Fault("task-crash", at_ms=start if phase else middle, task=task, phase=phase))
+        elif e.action is Action.WORKER_KILL:
+            faults.append(Fault("worker-loss", at_ms=middle, tasks=(task, f"source-{e.task % sources}")))
+        elif e.action is Action.STORAGE_WRITE_FAILURE:
+            faults.append(Fault("storage-outage", at_ms=start + 1, duration_ms=e.count * interval))
+        elif e.action is Action.COORDINATOR_CRASH:
+            faults.append(Fault("coordinator-crash-before-metadata", at_ms=start))
+        elif e.action in (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT):
+            faults.append(Fault(e.action.value, at_ms=middle, native=e.format == "native"))
+        elif e.action is Action.CANCEL:
+            faults.append(Fault("cancel", at_ms=middle))
+    return tuple(faults)
+
+
+def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
+    c = scenario.checkpointing
+    events = scenario.runs[run_index].events
+    return JobSpec(
+        sources=scenario.job.sources,
+        stages=scenario.job.stages,
+        operator=scenario.job.operator,
+        key_selector=scenario.job.key_selector,
+        serializer_version=run.serializer_version,
+        parallelism=run.parallelism,
+        max_parallelism=scenario.job.max_parallelism,
+        backend=run.backend,
+        incremental=c.incremental,
+        keys_per_source=scenario.input.keys_per_source,
+        key_skew=scenario.input.key_skew,
+        records_per_source=scenario.input.records_per_source,
+        restart_attempts=scenario.restart_attempts,
+        checkpointing=checkpointing_settings(c),
+        faults=_faults(events, c.interval_ms, scenario.job.sources),
+        file_state_size_threshold=None if scenario.job.storage == "filesystem" else 10**9,
+    )
+
+
+def run_on_simulator(
+    scenario: Scenario,
+    workdir: Path,
+    backend: str | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> ScenarioResult:
+    started = time.perf_counter()
+    plans = run_settings(scenario, backend)
+    result = ScenarioResult(scenario.name, "sim", plans[0].backend, [], expected_error=expected_error(scenario, plans))
+    restore_from = str(scenario.job.start_from) if scenario.job.start_from else None
+    simulations: list[Simulation] = []
+    try:
+        for i, plan in enumerate(plans):
+            progress(f"run {i + 1}/{len(plans)} on {plan.backend}, parallelism {plan.parallelism}")
+            resume = scenario.runs[i].resume
+            if resume is not None:
+                restore_from = _restore_point(simulations[-1], resume.source)
+                if resume.relocate and restore_from is not None:
+                    restore_from = relocate(restore_from, workdir / f"relocated-{i + 1}")
+            spec = job_spec(scenario, i, plan)
+            simulation = Simulation(spec, scenario.input.seed, workdir / f"run-{i + 1}", restore_from)
+            simulations.append(simulation)
+            simulation.run()
+            result.runs.append(_run_result(scenario, plan, simulation))
+            if simulation.failed:
+                break
+    except StateCertError as exc:
+        result.error, result.error_message = type(exc).__name__, str(exc)
+    result.seconds = time.perf_counter() - started
+    result.failures = evaluate(scenario, result)
+    return result
+
+
+def _restore_point(simulation: Simulation, source: str) -> str | None:
+    if source == "savepoint":
+        return simulation.savepoint_pointers[-1] if simulation.savepoint_pointers else None
+    latest = simulation.coordinator.latest_completed()
+    return latest.pointer if latest else None
+
+
+def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation) -> RunResult:
+    final = sim.last_committed_pointer
+    aggregate = aggregate_of(scenario, plan.serializer_version)
+    ends = {s: sim.end_offsets.get(s, len(records)) for s, records in enumerate(sim.inputs)}
+    if sim.cancelled:  # the output ends at the last completed checkpoint or savepoint: what was committed
+        ends = source_offsets(load_checkpoint_metadata(final), sim.backend) if final else dict(sim.start_offsets)
+    return RunResult(
+        backend=plan.backend,
+        parallelism=plan.parallelism,
+        serializer_version=plan.serializer_version,
+        start_offsets=dict(sim.start_offsets),
+        end_offsets=ends,
+        committed=list(sim.committed),
+        completed_checkpoints=sum(1 for e in sim.timeline if e["event"] == "complete"),
+        failovers=len(sim.failovers),
+        job_failed=sim.failed,
+        final_state=final_totals(final, sim.backend, aggregate) if final else None,
+    )

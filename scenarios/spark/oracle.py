@@ -1,0 +1,81 @@
+"""The oracle on Spark: the scenario's input as a DataFrame, the expected totals as a DataFrame aggregation over it,
+and the committed sink output and the final state (read with `state_reader`) compared against both."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from statecert.scenarios.model import Scenario
+from statecert.scenarios.results import aggregate_of
+from statecert.scenarios.spark import worker
+from statecert.scenarios.spark.state_reader import read_keyed_state
+
+INPUT_SCHEMA = "source int, offset int, key string, weight long"
+OUTPUT_SCHEMA = "key string, offset int, total long"
+
+
+def _split_rows(spec: worker.InputSpec, scenario_aggregate: Any, source: int) -> list[tuple[int, int, str, int]]:
+    return [
+        (r.source, r.offset, scenario_aggregate.key(r.key, r.source), scenario_aggregate.weight(r.offset))
+        for r in worker.inputs(spec)[source]
+    ]
+
+
+class OracleCheck:
+    def __init__(self, spark: Any, scenario: Scenario) -> None:
+        self.spark, self.scenario = spark, scenario
+        i = scenario.input
+        spec = worker.InputSpec(i.seed, scenario.job.sources, i.keys_per_source, i.records_per_source, i.key_skew)
+        aggregate = aggregate_of(scenario)
+        sources = list(range(scenario.job.sources))
+        rows = spark.sparkContext.parallelize(sources, len(sources)).flatMap(lambda s: _split_rows(spec, aggregate, s))
+        self.input = spark.createDataFrame(rows, INPUT_SCHEMA).cache()
+
+    def _range(self, start: dict[int, int], end: dict[int, int]) -> Any:
+        from pyspark.sql import functions as F
+
+        condition = F.lit(False)
+        for s in range(self.scenario.job.sources):
+            inside = (F.col("source") == s) & (F.col("offset") >= start.get(s, 0)) & (F.col("offset") < end.get(s, 0))
+            condition = condition | inside
+        return self.input.filter(condition)
+
+    def expected_totals(self, end: dict[int, int]) -> Any:
+        """The oracle: per key the aggregate over every record before `end` (a DataFrame aggregation)."""
+        from pyspark.sql import functions as F
+
+        consumed = self._range({}, end)
+        return consumed.groupBy("key").agg(F.sum("weight").alias("total"))
+
+    def final_state(self, pointer: str, serializer_version: int) -> dict[str, int]:
+        """The sink operator's totals in a checkpoint or savepoint, read as a DataFrame."""
+        name = aggregate_of(self.scenario, serializer_version).descriptor.name
+        state = read_keyed_state(self.spark, pointer, worker.OPERATOR).filter(f"state = '{name}'")
+        return {row["key"].removesuffix("/2"): int(json.loads(row["value"])["total"]) for row in state.collect()}
+
+    def compare(
+        self,
+        committed: list[tuple[str, int, int]],
+        start: dict[int, int],
+        end: dict[int, int],
+        final_state: dict[str, int],
+    ) -> list[str]:
+        """Mismatches between the job's results and the oracle, each as expected vs got."""
+        output = self.spark.createDataFrame(committed, OUTPUT_SCHEMA)
+        expected = self._range(start, end).select("key", "offset")
+        problems = []
+        lost = expected.join(output, ["key", "offset"], "left_anti").count()
+        unexpected = output.join(expected, ["key", "offset"], "left_anti").count()
+        duplicated = output.groupBy("key", "offset").count().filter("count > 1").count()
+        if lost or unexpected or duplicated:
+            problems.append(
+                f"committed output vs input (DataFrames): expected each of {expected.count()} records once, got "
+                f"{lost} lost, {duplicated} committed more than once, {unexpected} not in the input range"
+            )
+        state = self.spark.createDataFrame(sorted(final_state.items()), "key string, total long")
+        oracle = self.expected_totals(end)
+        differing = oracle.exceptAll(state).count() + state.exceptAll(oracle).count()
+        if differing:
+            problems.append(f"final state vs DataFrame aggregation of the input: {differing} row(s) differ")
+        return problems

@@ -1,0 +1,379 @@
+"""Running a scenario on PySpark: the job runs in epochs between checkpoints, each epoch one Spark job (read the
+splits' records for the epoch, partition them by key group to the owning subtask, process and snapshot in each
+partition). The driver runs the checkpoint coordinator: it triggers the epoch's checkpoint or savepoint, takes the
+acknowledgements, writes `_metadata`, and commits the staged sink output when the checkpoint completes.
+
+An epoch whose checkpoint fails (declined, or the coordinator died before `_metadata`) is rolled back: the job
+goes on from the latest completed checkpoint, as after a failover. A task that fails inside an epoch is retried by
+Spark and restores from checkpoint storage."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex
+from statecert.reference.coordinator.failures import FailureReason
+from statecert.reference.coordinator.recovery import recover_from_storage
+from statecert.reference.coordinator.scheduler import ManualScheduler
+from statecert.reference.loader import load_state_backend
+from statecert.reference.simulator.cuts import source_offsets
+from statecert.reference.simulator.tasks import OFFSET
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
+from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.scenarios.loader import settings as checkpointing_settings
+from statecert.scenarios.model import Action, Event, Scenario
+from statecert.scenarios.plan import RunSettings, backend_config, expected_error, relocate, run_settings
+from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
+from statecert.scenarios.spark import worker
+from statecert.scenarios.spark.oracle import OracleCheck
+from statecert.scenarios.spark.worker import EpochTask, InputSpec, TaskFault
+from statecert.spec import errors
+from statecert.spec.errors import StateCertError
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
+from statecert.spec.operator_backend import OperatorBackendParameters
+
+
+class SparkJobFailed(Exception):
+    """A Spark job failed beyond its task retries; the runner fails the job over."""
+
+
+@dataclass
+class _Position:
+    """Where the job's state is: a completed snapshot (id, pointer) and the source offsets it covers."""
+
+    checkpoint_id: int | None
+    pointer: str | None
+    offsets: dict[int, int]
+
+
+@dataclass
+class _Run:
+    scenario: Scenario
+    plan: RunSettings
+    index: int
+    workdir: Path
+    spark: Any
+    restore_from: str | None
+    job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:8]}")
+    staged: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    committed: list[tuple[str, int, int]] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    failovers: int = 0
+    failover_requested: bool = False
+    job_failed: bool = False
+    stopped: str | None = None
+    savepoints: list[str] = field(default_factory=list)
+    last_committed: _Position | None = None
+    pending_stop: bool = False  # the epoch's snapshot is a stop-with-savepoint
+
+    def __post_init__(self) -> None:
+        scenario, plan = self.scenario, self.plan
+        self.config = backend_config(plan.backend, self.workdir, scenario.checkpointing.incremental)
+        self.backend = load_state_backend(job_config=self.config)
+        root = f"faulty://{self.workdir.resolve()}"
+        if scenario.job.storage == "jobmanager":
+            storage: Any = JobManagerCheckpointStorage(checkpoint_dir=f"{root}/checkpoints", savepoint_dir=f"{root}/sp")
+        else:
+            storage = FileSystemCheckpointStorage(f"{root}/checkpoints", savepoint_dir=f"{root}/sp")
+        self.access = storage.create_checkpoint_storage(self.job_id)
+        self.vertices = [
+            JobVertex("source", scenario.job.sources, scenario.job.max_parallelism),
+            JobVertex(worker.OPERATOR, plan.parallelism, scenario.job.max_parallelism),
+        ]
+        self.scheduler = ManualScheduler()
+        initial = load_checkpoint_metadata(self.restore_from) if self.restore_from else None
+        start = source_offsets(initial, self.backend) if initial else {}
+        self.start = {s: start.get(s, 0) for s in range(scenario.job.sources)}
+        first_id = initial.checkpoint_id + 1 if initial else 1
+        self.initial = _Position(initial.checkpoint_id if initial else None, self.restore_from, dict(self.start))
+        self.position = self.initial  # the state the next epoch starts from
+        self.coordinator = self._new_coordinator(None, first_id)
+
+    # -- the coordinator's listener -------------------------------------------------------------------------------
+    def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
+        """The epoch's Spark job carries the barrier: nothing to send here."""
+
+    def notify_complete(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        self.completed.append(checkpoint_id)
+        if kind.is_savepoint:
+            self.savepoints.append(str(self.coordinator.last_savepoint))
+            if not self.pending_stop:
+                return  # an intermediate savepoint has no side effects: committed with the next checkpoint
+        for n in sorted(c for c in self.staged if c <= checkpoint_id):
+            self.committed.extend(self.staged.pop(n))
+
+    def notify_aborted(self, checkpoint_id: int, reason: FailureReason) -> None:
+        self.staged.pop(checkpoint_id, None)
+
+    def failover(self, reason: str) -> None:
+        self.failover_requested = True
+
+    # -- running ------------------------------------------------------------------------------------------------------
+    def _new_coordinator(self, store: Any, next_id: int) -> CheckpointCoordinator:
+        settings = checkpointing_settings(self.scenario.checkpointing)
+        return CheckpointCoordinator(
+            self.job_id, self.vertices, self.access, settings, self.scheduler, self, store, next_id
+        )
+
+    def _recovery_point(self) -> _Position:
+        latest = self.coordinator.latest_completed()
+        if latest is None:
+            return self.initial
+        return _Position(latest.metadata.checkpoint_id, latest.pointer, source_offsets(latest.metadata, self.backend))
+
+    def _fail_over(self) -> None:
+        self.failovers += 1
+        self.failover_requested = False
+        self.coordinator.abort_all(FailureReason.TASK_FAILED)
+        self.staged.clear()
+        self.position = self._recovery_point()
+        if self.failovers > self.scenario.restart_attempts:
+            self.job_failed = True
+
+    def execute(self, progress: Callable[[str], None]) -> None:
+        scenario = self.scenario
+        total = scenario.input.records_per_source
+        per_epoch = scenario.checkpointing.records_per_epoch
+        fired: set[int] = set()
+        storage_failures = 0
+        events = list(enumerate(scenario.runs[self.index].events))
+        for epoch in itertools.count(1):
+            offsets = self.position.offsets
+            if self.job_failed or self.stopped or all(offsets[s] >= total for s in offsets):
+                return
+            now = [(i, e) for i, e in events if e.epoch <= epoch and i not in fired]
+            if any(e.action is Action.CANCEL for _, e in now):
+                return
+            ranges = {s: (offsets[s], min(total, offsets[s] + per_epoch)) for s in offsets}
+            savepoint = next((e for _, e in now if e.action in (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT)), None)
+            faults: list[TaskFault] = []
+            for i, e in now:
+                if e.action is Action.TASK_FAILURE:
+                    faults.append(TaskFault(e.task, "exception", e.phase.value))
+                elif e.action is Action.WORKER_KILL:
+                    faults.append(TaskFault(e.task, "kill"))
+                elif e.action is Action.STORAGE_WRITE_FAILURE:
+                    storage_failures += e.count
+                elif e.action is Action.COORDINATOR_CRASH:
+                    self.coordinator.before_metadata_write = _crash
+                if e.action not in (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT) or e is savepoint:
+                    fired.add(i)  # one savepoint per epoch; a second one waits for the next epoch
+            failing = storage_failures > 0
+            storage_failures = max(0, storage_failures - 1)
+            progress(f"run {self.index + 1}, epoch {epoch}: records {ranges}")
+            self._epoch(ranges, savepoint, tuple(faults), failing)
+            self.coordinator.before_metadata_write = None
+            self.scheduler.advance(scenario.checkpointing.interval_ms)
+
+    def _epoch(
+        self, ranges: dict[int, tuple[int, int]], savepoint: Event | None, faults: tuple[TaskFault, ...], failing: bool
+    ) -> None:
+        coordinator = self.coordinator
+        if savepoint is not None:
+            checkpoint_id = coordinator.trigger_savepoint(
+                stop=savepoint.action is Action.STOP_WITH_SAVEPOINT, native=savepoint.format == "native"
+            )
+            self.pending_stop = savepoint.action is Action.STOP_WITH_SAVEPOINT
+        else:
+            triggered = coordinator.trigger_checkpoint()
+            if triggered.checkpoint_id is None:
+                raise RuntimeError(f"checkpoint not triggered: {triggered.declined}")
+            checkpoint_id = triggered.checkpoint_id
+        pending = coordinator.pending[checkpoint_id]
+        task = EpochTask(
+            job_id=self.job_id,
+            checkpoint_id=checkpoint_id,
+            location=pending.location,
+            options=CheckpointOptions(SnapshotType(pending.kind.value)),
+            restore_pointer=self.position.pointer,
+            restore_id=self.position.checkpoint_id,
+            backend_config=self.config,
+            parallelism=self.plan.parallelism,
+            max_parallelism=self.scenario.job.max_parallelism,
+            aggregate=aggregate_of(self.scenario, self.plan.serializer_version),
+            inputs=InputSpec(
+                self.scenario.input.seed,
+                self.scenario.job.sources,
+                self.scenario.input.keys_per_source,
+                self.scenario.input.records_per_source,
+                self.scenario.input.key_skew,
+            ),
+            ranges=ranges,
+            faults=faults,
+            failing_writes=f"{_local(self.access.job_dir)}/*" if failing else None,
+            timestamp_ms=self.scheduler.now_ms(),
+        )
+        try:
+            results = run_epoch_job(self.spark, task)
+        except SparkJobFailed:
+            self._fail_over()
+            return
+        for result in results:
+            if result[0] == "error":
+                error_type = getattr(errors, result[1], None)
+                if isinstance(error_type, type) and issubclass(error_type, StateCertError):
+                    raise error_type(result[2])
+                raise StateCertError(f"{result[1]}: {result[2]}")
+        if any(r[0] == "ack" and r[4] > 0 for r in results):
+            self.failovers += 1  # a task failed and Spark's retry restored it from the checkpoint
+        declined = [r for r in results if r[0] == "decline"]
+        if declined:
+            coordinator.decline(checkpoint_id, (worker.OPERATOR, declined[0][1]), FailureReason.IO_ERROR)
+            self._roll_back()
+            return
+        acks = sorted((r for r in results if r[0] == "ack"), key=lambda r: r[1])
+        self.staged[checkpoint_id] = [out for r in acks for out in r[3]]
+        try:
+            with worker.failing_writes(task.failing_writes):  # the outage reaches the driver's writes too
+                for s, (_, end) in ranges.items():
+                    state = self._source_state(checkpoint_id, pending, s, end)
+                    coordinator.acknowledge(checkpoint_id, ("source", s), state)
+                for r in acks:
+                    coordinator.acknowledge(checkpoint_id, (worker.OPERATOR, r[1]), r[2])
+        except CoordinatorCrash:
+            self._coordinator_crash()
+            return
+        if checkpoint_id not in self.completed:  # `_metadata` could not be written: the checkpoint failed
+            self._roll_back()
+            return
+        latest = coordinator.latest_completed()
+        pointer = coordinator.last_savepoint if pending.is_savepoint else latest.pointer if latest else None
+        if pointer is not None:
+            self.position = _Position(checkpoint_id, pointer, {s: end for s, (_, end) in ranges.items()})
+            if not pending.is_savepoint or self.pending_stop:
+                self.last_committed = self.position
+            if self.pending_stop:
+                self.stopped = pointer
+        self.pending_stop = False
+
+    def _roll_back(self) -> None:
+        """The epoch's checkpoint failed: past the tolerable count the job fails over, else the epoch is rolled
+        back to the latest completed checkpoint and runs again."""
+        self.pending_stop = False
+        if self.failover_requested:
+            self._fail_over()
+        else:
+            self.position = self._recovery_point()
+            self.staged.clear()
+
+    def _source_state(self, checkpoint_id: int, pending: Any, source: int, offset: int) -> OperatorSubtaskState:
+        """The source split's offset in operator state, snapshotted on the driver (the split enumerator's side)."""
+        params = OperatorBackendParameters(self.job_id, "source", ())
+        with self.backend.create_operator_state_backend(params) as operator:
+            operator.get_list_state(OFFSET).update([offset])
+            options = CheckpointOptions(SnapshotType(pending.kind.value))
+            handle = operator.snapshot(checkpoint_id, self.scheduler.now_ms(), pending.location, options).run()
+        return OperatorSubtaskState((), (handle,) if handle else ())
+
+    def _coordinator_crash(self) -> None:
+        """The coordinator died after the acknowledgements, before `_metadata`: a new one recovers the completed
+        checkpoints from storage alone, and the job fails over to the latest of them."""
+        self.coordinator.halt()
+        recovered = recover_from_storage(self.access.job_dir, self.scenario.checkpointing.retained)
+        self.coordinator = self._new_coordinator(recovered.store, recovered.next_checkpoint_id)
+        self.pending_stop = False
+        self._fail_over()
+
+
+def _crash(checkpoint_id: int) -> None:
+    raise CoordinatorCrash(f"coordinator crashed before writing checkpoint {checkpoint_id}")
+
+
+def _local(url: str) -> str:
+    return re.sub(r"^[a-z]+://", "", url)
+
+
+def run_epoch_job(spark: Any, task: EpochTask) -> list[tuple[Any, ...]]:
+    """One epoch as one Spark job: splits -> records keyed by owning subtask -> partitioned -> processed."""
+    sc = spark.sparkContext
+    sources = sorted(task.ranges)
+    try:
+        return list(
+            sc.parallelize(sources, len(sources))
+            .flatMap(lambda s: worker.read_split(task, s))
+            .partitionBy(task.parallelism, lambda subtask: subtask)
+            .mapPartitionsWithIndex(lambda i, items: worker.process_partition(task, i, items))
+            .collect()
+        )
+    except Exception as exc:  # Py4JJavaError: the job failed after its task retries
+        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):
+            raise SparkJobFailed(str(exc).splitlines()[0]) from exc
+        raise
+
+
+def run_on_spark(
+    scenario: Scenario,
+    workdir: Path,
+    spark: Any,
+    backend: str | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> ScenarioResult:
+    started = time.perf_counter()
+    plans = run_settings(scenario, backend)
+    result = ScenarioResult(
+        scenario.name, "spark", plans[0].backend, [], expected_error=expected_error(scenario, plans)
+    )
+    restore_from = str(scenario.job.start_from) if scenario.job.start_from else None
+    runs: list[_Run] = []
+    try:
+        for i, plan in enumerate(plans):
+            resume = scenario.runs[i].resume
+            if resume is not None:
+                previous = runs[-1]
+                restore_from = previous.savepoints[-1] if resume.source == "savepoint" and previous.savepoints else None
+                if resume.source == "checkpoint":
+                    latest = previous.coordinator.latest_completed()
+                    restore_from = latest.pointer if latest else None
+                if resume.relocate and restore_from is not None:
+                    restore_from = relocate(restore_from, workdir / f"relocated-{i + 1}")
+            run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from)
+            runs.append(run)
+            run.execute(progress)
+            result.runs.append(_run_result(scenario, run, spark))
+            if run.job_failed:
+                break
+    except StateCertError as exc:
+        result.error, result.error_message = type(exc).__name__, str(exc)
+    finally:
+        for run in runs:
+            _clear_worker_caches(spark, run.job_id)
+    result.seconds = time.perf_counter() - started
+    result.failures = evaluate(scenario, result)
+    return result
+
+
+def _run_result(scenario: Scenario, run: _Run, spark: Any) -> RunResult:
+    last = run.last_committed or run.initial
+    oracle = OracleCheck(spark, scenario)
+    final_state = oracle.final_state(last.pointer, run.plan.serializer_version) if last.pointer else None
+    mismatches = oracle.compare(run.committed, run.start, last.offsets, final_state) if final_state is not None else []
+    return RunResult(
+        backend=run.plan.backend,
+        parallelism=run.plan.parallelism,
+        serializer_version=run.plan.serializer_version,
+        start_offsets=dict(run.start),
+        end_offsets=dict(last.offsets),
+        committed=run.committed,
+        completed_checkpoints=len(run.completed),
+        failovers=run.failovers,
+        job_failed=run.job_failed,
+        final_state=final_state,
+        oracle_mismatches=mismatches,
+    )
+
+
+def _clear_worker_caches(spark: Any, job_id: str) -> None:
+    """Best effort: dispose cached backends in the workers this job ran on."""
+    sc = spark.sparkContext
+    with contextlib.suppress(Exception):
+        sc.parallelize(range(4), 4).foreach(lambda _: worker.clear_cache(job_id))

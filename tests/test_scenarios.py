@@ -1,0 +1,162 @@
+"""The scenario format, its loader's errors, the library on the simulator, and the `statecert scenario` command
+(chapter SCN). The Spark runner's tests are in test_spark_runner.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statecert.reference.simulator.checkers import check_outputs
+from statecert.scenarios.catalog import library_paths, resolve
+from statecert.scenarios.loader import load_scenario
+from statecert.scenarios.model import Action, Phase
+from statecert.scenarios.sim_runner import run_on_simulator
+from statecert.spec.errors import ScenarioError
+
+LIBRARY = library_paths()
+MINIMAL = '[scenario]\ndescription = "x"\n'
+
+
+def test_the_library_has_at_least_twelve_scenarios_and_every_one_loads() -> None:
+    assert len(LIBRARY) >= 12, [p.name for p in LIBRARY]
+    names = {load_scenario(p).name for p in LIBRARY}
+    for wanted in (
+        "task-failure-processing",
+        "task-failure-snapshot",
+        "task-failure-upload",
+        "repeated-failures",
+        "storage-outage",
+        "coordinator-crash",
+        "savepoint-and-resume",
+        "stop-and-rescale",
+        "switch-backend-canonical",
+        "native-savepoint-other-backend",
+        "golden-v1-savepoint",
+        "schema-evolution",
+        "relocated-savepoint",
+        "incremental-chain",
+        "worker-killed",
+    ):
+        assert wanted in names, f"library scenario {wanted} missing"
+
+
+@pytest.mark.requirement("SCN-1")
+@pytest.mark.parametrize(
+    "content,problem",
+    [
+        ("[scenario]\n", "scenario.description: missing"),
+        (MINIMAL + "[jobs]\n", "unknown section(s) ['jobs']"),
+        (MINIMAL + "[job]\nparallelism = 0\n", "job.parallelism: expected a number >= 1, got 0"),
+        (MINIMAL + '[job]\nparallelism = "2"\n', "job.parallelism: expected an integer, got '2'"),
+        (MINIMAL + '[job]\noperator = "max"\n', "job.operator: expected one of ['count', 'sum'], got 'max'"),
+        (MINIMAL + "[job]\nparalelism = 2\n", "job: unknown key(s) ['paralelism']"),
+        (MINIMAL + '[checkpointing]\nmode = "sometimes"\n', "checkpointing.mode: expected one of"),
+        (MINIMAL + '[[timeline]]\naction = "explode"\n', "timeline[0].action: expected one of"),
+        (MINIMAL + '[[timeline]]\naction = "cancel"\nphase = "upload"\n', "timeline[0].phase: not a setting of cancel"),
+        (MINIMAL + '[[timeline]]\naction = "task-failure"\ntask = 5\n', "timeline[0].task: expected a subtask index"),
+        (MINIMAL + '[[timeline]]\naction = "resume"\n', "this run takes none; add a savepoint"),
+        (
+            MINIMAL + '[[timeline]]\naction = "cancel"\nepoch = 2\n[[timeline]]\naction = "savepoint"\nepoch = 3\n',
+            "timeline[1]: the run already ended at an earlier cancel",
+        ),
+        (MINIMAL + '[expect]\nerror = "Oops"\n', "expect.error: expected a documented error"),
+        (MINIMAL + "[expect]\nfailovers = { least = 1 }\n", "expect.failovers: expected a count >= 0 or a table"),
+        (MINIMAL + '[job]\nstart_from = "nowhere"\n', "job.start_from: expected an existing savepoint directory"),
+        (MINIMAL + "[job]\nstages = 3\n", "job.stages: the Spark runner runs 2 stages"),
+        ("[scenario\n", "invalid TOML"),
+    ],
+)
+def test_an_invalid_scenario_file_gets_one_error_naming_file_key_and_expectation(
+    tmp_path: Path, content: str, problem: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: "), f"expected the file first, got {message!r}"
+    assert problem in message, f"expected {problem!r} in {message!r}"
+
+
+@pytest.mark.requirement("SCN-1")
+def test_a_missing_scenario_file_or_name_is_named() -> None:
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        load_scenario("does-not-exist.toml")
+    with pytest.raises(ScenarioError, match="no such scenario file or library scenario"):
+        resolve("no-such-scenario")
+
+
+@pytest.mark.requirement("SCN-2")
+def test_resume_splits_the_timeline_into_runs() -> None:
+    scenario = load_scenario(resolve("stop-and-rescale"))
+    assert len(scenario.runs) == 3
+    assert [e.action for e in scenario.runs[0].events] == [Action.STOP_WITH_SAVEPOINT]
+    assert scenario.runs[1].resume is not None and scenario.runs[1].resume.parallelism == 4
+    assert scenario.runs[2].resume is not None and scenario.runs[2].resume.parallelism == 1
+    failure = load_scenario(resolve("task-failure-upload")).runs[0].events[0]
+    assert (failure.action, failure.phase, failure.epoch, failure.task) == (Action.TASK_FAILURE, Phase.UPLOAD, 3, 2)
+
+
+@pytest.mark.requirement("SCN-2", "SCN-3", "SCN-4", "SCN-5", "SCN-9")
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
+def test_every_library_scenario_passes_on_the_simulator(tmp_path: Path, path: Path, backend: str) -> None:
+    scenario = load_scenario(path)
+    result = run_on_simulator(scenario, tmp_path, backend)
+    assert result.passed, f"{scenario.name} on sim/{backend}: {result.failures}"
+
+
+@pytest.mark.requirement("SCN-3")
+def test_the_exactly_once_check_can_fail() -> None:
+    """The checker the scenarios use flags a lost, a duplicated and a reordered record, and a wrong total."""
+    expected = {"a": [0, 1, 2]}
+    assert check_outputs(expected, [("a", 0, 1), ("a", 1, 2), ("a", 2, 3)]).exactly_once
+    lost = check_outputs(expected, [("a", 0, 1), ("a", 2, 2)])
+    duplicated = check_outputs(expected, [("a", 0, 1), ("a", 1, 2), ("a", 1, 3), ("a", 2, 4)])
+    reordered = check_outputs(expected, [("a", 1, 1), ("a", 0, 2), ("a", 2, 3)])
+    assert (lost.lost, duplicated.duplicated, reordered.out_of_order) == (1, 1, 1)
+
+
+@pytest.mark.requirement("SCN-9")
+def test_a_broken_backend_fails_a_scenario_on_the_simulator(tmp_path: Path) -> None:
+    scenario = load_scenario(resolve("stop-and-rescale"))
+    result = run_on_simulator(scenario, tmp_path, "tests.broken_backends:off_by_one_rescale")
+    assert not result.passed, "a backend that drops a key group on restore passed a rescaling scenario"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_cli_lists_the_library() -> None:
+    done = _cli("scenario", "list")
+    assert done.returncode == 0, done.stderr
+    for path in LIBRARY:
+        assert path.stem in done.stdout
+
+
+def test_cli_runs_a_scenario_by_name_and_writes_a_report(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    done = _cli(
+        "scenario", "run", "coordinator-crash", "--runner", "sim", "--backend", "rocksdb", "--report", str(report)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "passed coordinator-crash" in done.stdout
+    data = json.loads(report.read_text())
+    assert data["runner"] == "sim" and data["backend"] == "rocksdb"
+    assert [r["scenario"] for r in data["results"]] == ["coordinator-crash"] and data["results"][0]["passed"]
+
+
+@pytest.mark.requirement("SCN-1")
+def test_cli_rejects_an_invalid_scenario_file_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(MINIMAL + "[job]\nparallelism = -1\n", encoding="utf-8")
+    done = _cli("scenario", "run", str(bad))
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"statecert: error: {bad}: job.parallelism: expected a number >= 1, got -1"

@@ -1,0 +1,106 @@
+"""The PySpark runner on local Spark (one session for the whole test session): real task failures and worker
+kills retried by Spark, the coordinator on the driver, the DataFrame oracle and the state reader (chapter SCN).
+A fast subset of the library runs here; `tox -e scenarios` runs all of it on both runners and backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecert.reference.keyed_aggregate import KeyedAggregate
+from statecert.reference.loader import load_state_backend
+from statecert.scenarios.catalog import resolve
+from statecert.scenarios.final_state import final_totals
+from statecert.scenarios.loader import load_scenario
+from statecert.scenarios.results import expected_totals
+from statecert.scenarios.sim_runner import run_on_simulator
+from statecert.scenarios.spark.runner import run_on_spark
+from statecert.scenarios.spark.state_reader import COLUMNS, keyed_state_rows, read_keyed_state
+
+
+def run(spark: Any, tmp_path: Path, name: str, backend: str) -> Any:
+    return run_on_spark(load_scenario(resolve(name)), tmp_path, spark, backend)
+
+
+@pytest.mark.requirement("SCN-6", "SCN-3", "SCN-4")
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_a_worker_killed_mid_epoch_ends_with_the_oracles_result_exactly_once(
+    spark: Any, tmp_path: Path, backend: str
+) -> None:
+    result = run(spark, tmp_path, "worker-killed", backend)
+    assert result.passed, result.failures
+    (only,) = result.runs
+    assert only.failovers >= 1, "the killed worker's task was never retried"
+    assert only.oracle_mismatches == [] and only.final_state == expected_totals(
+        load_scenario(resolve("worker-killed")), only.end_offsets
+    )
+    assert len(only.committed) == 480 and len(set(only.committed)) == 480
+
+
+@pytest.mark.requirement("SCN-6")
+def test_a_task_failing_after_its_upload_is_retried_and_restores_from_the_checkpoint(
+    spark: Any, tmp_path: Path
+) -> None:
+    result = run(spark, tmp_path, "task-failure-upload", "rocksdb")
+    assert result.passed and result.runs[0].failovers >= 1, result.failures
+
+
+@pytest.mark.requirement("SCN-7")
+def test_the_coordinator_dropped_before_metadata_recovers_from_storage(spark: Any, tmp_path: Path) -> None:
+    result = run(spark, tmp_path, "coordinator-crash", "hashmap")
+    assert result.passed and result.runs[0].failovers >= 1, result.failures
+
+
+@pytest.mark.requirement("SCN-7")
+def test_storage_write_failures_beyond_the_tolerable_count_fail_over(spark: Any, tmp_path: Path) -> None:
+    result = run(spark, tmp_path, "repeated-failures", "hashmap")
+    assert result.passed and result.runs[0].failovers >= 1, result.failures
+
+
+@pytest.mark.requirement("SCN-5", "SP-3")
+def test_a_native_rocksdb_savepoint_into_the_heap_backend_fails_with_the_documented_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    result = run(spark, tmp_path, "native-savepoint-other-backend", "rocksdb")
+    assert result.error == "UnsupportedSnapshotError" and result.passed, (result.error, result.failures)
+
+
+@pytest.mark.requirement("SCN-2", "SCN-3")
+def test_stop_with_savepoint_and_rescale_on_spark(spark: Any, tmp_path: Path) -> None:
+    result = run(spark, tmp_path, "stop-and-rescale", "rocksdb")
+    assert result.passed, result.failures
+    assert [r.parallelism for r in result.runs] == [2, 4, 1]
+
+
+@pytest.mark.requirement("SCN-9", "KB-RESTORE-1")
+def test_a_backend_keeping_stale_state_after_restore_fails_a_spark_scenario(spark: Any, tmp_path: Path) -> None:
+    result = run(spark, tmp_path, "task-failure-processing", "tests.broken_backends:stale_restore")
+    assert not result.passed, "a backend that keeps stale state after restore passed"
+    assert any("wrong running totals" in f or "final state" in f for f in result.failures), result.failures
+
+
+@pytest.mark.requirement("SCN-8")
+@pytest.mark.parametrize("backend,incremental", [("hashmap", False), ("rocksdb", True)])
+def test_the_state_reader_gives_one_row_per_key_namespace_and_state(
+    spark: Any, tmp_path: Path, backend: str, incremental: bool
+) -> None:
+    """Read a checkpoint (canonical, or RocksDB native incremental) as a DataFrame; compare it with the state
+    restored through the backend, an independent path."""
+    scenario = load_scenario(resolve("incremental-chain" if incremental else "task-failure-processing"))
+    simulation_result = run_on_simulator(scenario, tmp_path / "sim", backend)
+    assert simulation_result.passed
+    pointer = next((tmp_path / "sim" / "run-1" / "checkpoints").glob("*/chk-*/_metadata"))
+    frame = read_keyed_state(spark, str(pointer), "counter")
+    assert tuple(frame.columns) == COLUMNS
+    rows = frame.collect()
+    assert {r["operator"] for r in rows} == {"counter"} and {r["state"] for r in rows} == {"count"}
+    keys = [r["key"] for r in rows]
+    assert len(keys) == len(set(keys)), "one row per key, namespace and state"
+    from_reader = {r["key"]: int(__import__("json").loads(r["value"])["total"]) for r in rows}
+    restored = final_totals(
+        str(pointer), load_state_backend(job_config={"state.backend.type": backend}), KeyedAggregate()
+    )
+    assert from_reader == restored
+    assert sorted(keyed_state_rows(str(pointer), "counter")) == sorted(tuple(r) for r in rows)
