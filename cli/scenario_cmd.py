@@ -26,7 +26,7 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--runner", choices=("sim", "spark"), default="sim", help="where to run (default sim)")
     run.add_argument("--backend", help="the backend under test, replacing the scenarios' own (name or module:attr)")
     run.add_argument("--master", default=None, help="Spark master (default local[2,4]: 2 cores, task retries)")
-    run.add_argument("--report", help="write the JSON report here")
+    run.add_argument("--report", help="write the JSON report here, and a PNG summary beside it")
     run.add_argument("--workdir", help="keep checkpoints and savepoints here (default: a temporary directory)")
 
 
@@ -87,6 +87,10 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
         }
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        from statecert.scenarios.plot import plot_results
+
+        title = f"{passed}/{len(results)} scenarios passed on {args.runner} ({args.backend or 'their own backends'})"
+        plot_results(report["results"], title, Path(args.report).with_suffix(".png"))
     return 0 if passed == len(results) else 1
 
 

@@ -15,23 +15,38 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("simulate", help="simulate the barrier protocol with faults on real backends (TOML job file)")
-    p.add_argument("file", help="a simulation job file (TOML)")
+    p.add_argument("file", help="a scenario file (its first run) or a low-level simulator job file (TOML)")
     p.add_argument("--seed", type=int, default=0, help="the seed of every random choice (default 0)")
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--plot", help="write a timeline PNG here")
 
 
-def simulate(args: argparse.Namespace, console: Console) -> int:
+def _job(file: str) -> tuple[Any, str | None]:
+    """A simulator job file, or a scenario file (its first run: the scenario format is the simulator's input)."""
     from statecert.reference.simulator.job_spec import load_job_spec
+
+    if Path(file).is_file() and Path(file).read_text(encoding="utf-8").lstrip().startswith("[scenario]"):
+        from statecert.scenarios.loader import load_scenario
+        from statecert.scenarios.plan import run_settings
+        from statecert.scenarios.sim_runner import job_spec
+
+        scenario = load_scenario(file)
+        start = str(scenario.job.start_from) if scenario.job.start_from else None
+        return job_spec(scenario, 0, run_settings(scenario, None)[0]), start
+    return load_job_spec(file), None
+
+
+def simulate(args: argparse.Namespace, console: Console) -> int:
     from statecert.reference.simulator.plot import plot_timeline
     from statecert.reference.simulator.runtime import Simulation
 
-    spec = load_job_spec(args.file)
+    spec, restore_from = _job(args.file)
     with tempfile.TemporaryDirectory(prefix="statecert-sim-") as workdir:
         columns = (TextColumn("simulating"), BarColumn(), TextColumn("{task.completed:.0f} ms"), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
             bar = progress.add_task("sim", total=spec.max_time_ms)
-            report = Simulation(spec, args.seed, Path(workdir)).run(lambda now: progress.update(bar, completed=now))
+            simulation = Simulation(spec, args.seed, Path(workdir), restore_from)
+            report = simulation.run(lambda now: progress.update(bar, completed=now))
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 TIERS = ("contract", "model", "scenarios")
-DEFAULT_TIERS = ("contract", "model", "scenarios")
+DEFAULT_TIERS = ("contract", "model")  # scenarios: on request, it runs Spark
 
 
 class SettingsError(ValueError):

@@ -122,10 +122,11 @@ def test_the_exactly_once_check_can_fail() -> None:
 
 
 @pytest.mark.requirement("SCN-9")
-def test_a_broken_backend_fails_a_scenario_on_the_simulator(tmp_path: Path) -> None:
-    scenario = load_scenario(resolve("stop-and-rescale"))
-    result = run_on_simulator(scenario, tmp_path, "tests.broken_backends:off_by_one_rescale")
-    assert not result.passed, "a backend that drops a key group on restore passed a rescaling scenario"
+def test_a_backend_keeping_stale_state_after_restore_fails_a_scenario_on_the_simulator(tmp_path: Path) -> None:
+    scenario = load_scenario(resolve("coordinator-crash"))
+    result = run_on_simulator(scenario, tmp_path, "tests.broken_backends:stale_restore")
+    assert not result.passed, "a backend that keeps stale state after restore passed"
+    assert any("wrong running totals" in f for f in result.failures), result.failures
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -85,7 +85,7 @@ class Simulation:
         self.savepoints: list[dict[str, Any]] = []
         self.savepoint_pointers: list[str] = []  # not in the report: they are host paths
         self.end_offsets: dict[int, int] = {}  # per source, where a stop-with-savepoint ended the input
-        self.fired: set[int] = set()  # phase-armed faults that fired
+        self.fired: set[int] = set()  # faults that fire once (phase-armed task crashes, coordinator crashes)
         self.cancelled = False
         self.last_completed_pointer: str | None = None  # the latest completed checkpoint or savepoint
         self.last_committed_pointer: str | None = None  # the latest that committed the sink (not intermediate)
@@ -125,23 +125,21 @@ class Simulation:
         coordinator = CheckpointCoordinator(
             "sim", self.vertices, self.access, self.spec.checkpointing, self.scheduler, self, store, next_id
         )
-        for fault in self.spec.faults:
-            if fault.kind == "coordinator-crash-before-metadata":
-                coordinator.before_metadata_write = self._crash_hook(fault)
+        coordinator.before_metadata_write = self._crash_hook
         return coordinator
 
-    def _crash_hook(self, fault: Fault) -> Callable[[int], None]:
-        """Crash before writing checkpoint `fault.checkpoint`, or (checkpoint 0) the first checkpoint completing
-        at or after `fault.at_ms`; savepoints are not affected."""
-
-        def hook(checkpoint_id: int) -> None:
-            pending = self.coordinator.pending.get(checkpoint_id)
-            if pending is not None and pending.is_savepoint:
-                return
+    def _crash_hook(self, checkpoint_id: int) -> None:
+        """A coordinator-crash fault fires once, before writing checkpoint `fault.checkpoint`, or (checkpoint 0)
+        the first checkpoint completing at or after `fault.at_ms`; savepoints are not affected."""
+        pending = self.coordinator.pending.get(checkpoint_id)
+        if pending is None or pending.is_savepoint:
+            return
+        for i, fault in enumerate(self.spec.faults):
+            if fault.kind != "coordinator-crash-before-metadata" or i in self.fired:
+                continue
             if checkpoint_id == fault.checkpoint or (fault.checkpoint == 0 and self.env.now >= fault.at_ms):
+                self.fired.add(i)
                 raise CoordinatorCrash(f"coordinator crashed before writing checkpoint {checkpoint_id}")
-
-        return hook
 
     def crash_in_phase(self, task: str, phase: str) -> bool:
         """An armed task-crash fault for `task` in `phase` (snapshot or upload) fires now: the task fails over
@@ -365,7 +363,6 @@ class Simulation:
         self.coordinator.halt()
         recovered = recover_from_storage(self.access.job_dir, self.spec.checkpointing.retained)
         self.coordinator = self._coordinator(recovered.store, recovered.next_checkpoint_id)
-        self.coordinator.before_metadata_write = None  # the injected crash happens once
         self._failover(reason)
 
     def _failover(self, reason: str) -> None:
