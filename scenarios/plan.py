@@ -12,7 +12,7 @@ from typing import Any
 import fsspec
 
 from statecert.reference.loader import load_state_backend
-from statecert.scenarios.model import Action, Scenario
+from statecert.scenarios.model import Action, Event, Scenario
 
 REFERENCE_BACKENDS = ("hashmap", "rocksdb")
 
@@ -83,6 +83,15 @@ def expected_error(scenario: Scenario, settings: list[RunSettings]) -> str | Non
         if written is not None and native_format(reader) != written:
             return expect.error
     return None
+
+
+def resume_pointer(resume: Event, savepoints: list[str], latest_checkpoint: str | None, workdir: Path) -> str | None:
+    """Where a resumed run restores from: the previous run's latest savepoint or retained checkpoint, moved into
+    `workdir` first when the scenario relocates it."""
+    pointer = (savepoints[-1] if savepoints else None) if resume.source == "savepoint" else latest_checkpoint
+    if resume.relocate and pointer is not None:
+        pointer = relocate(pointer, workdir)
+    return pointer
 
 
 def relocate(pointer: str, target: Path) -> str:

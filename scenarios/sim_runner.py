@@ -15,7 +15,7 @@ from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.scenarios.final_state import final_totals
 from statecert.scenarios.loader import settings as checkpointing_settings
 from statecert.scenarios.model import Action, Event, Phase, Scenario
-from statecert.scenarios.plan import RunSettings, expected_error, relocate, run_settings
+from statecert.scenarios.plan import RunSettings, expected_error, resume_pointer, run_settings
 from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
 from statecert.spec.errors import StateCertError
 
@@ -80,9 +80,11 @@ def run_on_simulator(
             progress(f"run {i + 1}/{len(plans)} on {plan.backend}, parallelism {plan.parallelism}")
             resume = scenario.runs[i].resume
             if resume is not None:
-                restore_from = _restore_point(simulations[-1], resume.source)
-                if resume.relocate and restore_from is not None:
-                    restore_from = relocate(restore_from, workdir / f"relocated-{i + 1}")
+                previous = simulations[-1]
+                latest = previous.coordinator.latest_completed()
+                restore_from = resume_pointer(
+                    resume, previous.savepoint_pointers, latest.pointer if latest else None, workdir / f"moved-{i + 1}"
+                )
             spec = job_spec(scenario, i, plan)
             simulation = Simulation(spec, scenario.input.seed, workdir / f"run-{i + 1}", restore_from)
             simulations.append(simulation)
@@ -95,13 +97,6 @@ def run_on_simulator(
     result.seconds = time.perf_counter() - started
     result.failures = evaluate(scenario, result)
     return result
-
-
-def _restore_point(simulation: Simulation, source: str) -> str | None:
-    if source == "savepoint":
-        return simulation.savepoint_pointers[-1] if simulation.savepoint_pointers else None
-    latest = simulation.coordinator.latest_completed()
-    return latest.pointer if latest else None
 
 
 def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation) -> RunResult:

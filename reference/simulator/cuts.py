@@ -14,7 +14,7 @@ from statecert.reference.simulator.keyed_tasks import unpack
 from statecert.reference.simulator.tasks import CHANNEL_STATE, OFFSET, OUTPUT_STATE, Record
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
-from statecert.spec.metadata import CheckpointMetadata
+from statecert.spec.metadata import CheckpointMetadata, OperatorState
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE
@@ -29,6 +29,28 @@ def source_offsets(metadata: CheckpointMetadata, backend: Any) -> dict[int, int]
         ) as operator:
             offsets[s] = (operator.get_list_state(OFFSET).get() or [0])[0]
     return offsets
+
+
+def operator_totals(
+    op: OperatorState, backend: Any, keys: TypeSerializer[Any], aggregate: KeyedAggregate
+) -> dict[str, int]:
+    """Per key the aggregate's total in one operator's keyed state, restored subtask by subtask."""
+    totals: dict[str, int] = {}
+    for p in range(op.parallelism):
+        params = KeyedBackendParameters(
+            "check",
+            op.operator_id,
+            keys,
+            op.max_parallelism,
+            key_group_range_for_operator(op.max_parallelism, op.parallelism, p),
+            keyed_handles_for_subtask(op, op.parallelism, p),
+        )
+        with backend.create_keyed_state_backend(params) as keyed:
+            state = keyed.get_or_create_state(aggregate.descriptor)
+            for key in list(keyed.get_keys(aggregate.descriptor.name, VOID_NAMESPACE)):
+                keyed.set_current_key(key)
+                totals[key] = aggregate.total(state.value())
+    return totals
 
 
 def cut_violations(
@@ -59,20 +81,9 @@ def cut_violations(
         counted: Counter[str] = Counter()
         input_state: Counter[str] = Counter()
         output_state: Counter[str] = Counter()
+        for key, total in operator_totals(op, backend, keys, aggregate).items():
+            counted[original_key(stage, key)] += total
         for p in range(op.parallelism):
-            params = KeyedBackendParameters(
-                "check",
-                stage,
-                keys,
-                op.max_parallelism,
-                key_group_range_for_operator(op.max_parallelism, op.parallelism, p),
-                keyed_handles_for_subtask(op, op.parallelism, p),
-            )
-            with backend.create_keyed_state_backend(params) as keyed:
-                state = keyed.get_or_create_state(aggregate.descriptor)
-                for key in list(keyed.get_keys(aggregate.descriptor.name, VOID_NAMESPACE)):
-                    keyed.set_current_key(key)
-                    counted[original_key(stage, key)] += aggregate.total(state.value())
             handles = op.subtask_states[p].managed_operator_state
             with backend.create_operator_state_backend(OperatorBackendParameters("check", stage, handles)) as ops:
                 input_state += weights(unpack(raw) for raw in ops.get_list_state(CHANNEL_STATE).get())

@@ -31,7 +31,7 @@ from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.scenarios.loader import settings as checkpointing_settings
 from statecert.scenarios.model import Action, Event, Scenario
-from statecert.scenarios.plan import RunSettings, backend_config, expected_error, relocate, run_settings
+from statecert.scenarios.plan import RunSettings, backend_config, expected_error, resume_pointer, run_settings
 from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
 from statecert.scenarios.spark import worker
 from statecert.scenarios.spark.oracle import OracleCheck
@@ -330,12 +330,10 @@ def run_on_spark(
             resume = scenario.runs[i].resume
             if resume is not None:
                 previous = runs[-1]
-                restore_from = previous.savepoints[-1] if resume.source == "savepoint" and previous.savepoints else None
-                if resume.source == "checkpoint":
-                    latest = previous.coordinator.latest_completed()
-                    restore_from = latest.pointer if latest else None
-                if resume.relocate and restore_from is not None:
-                    restore_from = relocate(restore_from, workdir / f"relocated-{i + 1}")
+                latest = previous.coordinator.latest_completed()
+                restore_from = resume_pointer(
+                    resume, previous.savepoints, latest.pointer if latest else None, workdir / f"moved-{i + 1}"
+                )
             run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from)
             runs.append(run)
             run.execute(progress)
