@@ -120,6 +120,11 @@ def load_scenario(file: str | Path) -> Scenario:
     attempts = restart.get("attempts", 100, _non_negative, "a number >= 0")
     runs = _runs(path, data.get("timeline", []), job)
     expect = _expectations(path, data.get("expect", {}))
+    if checkpointing.mode is not CheckpointingMode.EXACTLY_ONCE and "spark" in runners:
+        raise ScenarioError(
+            f"{path}: checkpointing.mode: the Spark runner's epochs are aligned (exactly-once); "
+            f'{checkpointing.mode.value} runs on the simulator: set scenario.runners = ["sim"]'
+        )
     if job.stages == 3 and "spark" in runners:
         raise ScenarioError(f'{path}: job.stages: the Spark runner runs 2 stages; set scenario.runners = ["sim"]')
     return Scenario(path.stem, path, description, runners, job, source, checkpointing, attempts, runs, expect, backends)

@@ -60,7 +60,7 @@ def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
         restart_attempts=scenario.restart_attempts,
         checkpointing=checkpointing_settings(c),
         faults=_faults(events, c.interval_ms, scenario.job.sources),
-        file_state_size_threshold=None if scenario.job.storage == "filesystem" else 10**9,
+        storage=scenario.job.storage,
     )
 
 

@@ -67,6 +67,10 @@ def test_the_library_has_at_least_twelve_scenarios_and_every_one_loads() -> None
         (MINIMAL + "[expect]\nfailovers = { least = 1 }\n", "expect.failovers: expected a count >= 0 or a table"),
         (MINIMAL + '[job]\nstart_from = "nowhere"\n', "job.start_from: expected an existing savepoint directory"),
         (MINIMAL + "[job]\nstages = 3\n", "job.stages: the Spark runner runs 2 stages"),
+        (
+            MINIMAL + '[checkpointing]\nmode = "unaligned"\n',
+            "checkpointing.mode: the Spark runner's epochs are aligned",
+        ),
         ("[scenario\n", "invalid TOML"),
     ],
 )

@@ -65,6 +65,7 @@ class JobSpec:
     buffer_records: int = 16
     bandwidth_bytes_per_ms: float = 100_000.0
     file_state_size_threshold: int | None = None  # state below it is inline in _metadata (Flink's default 20 KB)
+    storage: str = "filesystem"  # filesystem | jobmanager (all state inline in _metadata)
     restart_delay_ms: float = 20.0
     restart_attempts: int = 1_000_000
     synchronous_snapshots: bool = False
@@ -158,7 +159,9 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: unknown section(s) {unknown}")
     job = _section(path, data, "job", _JOB_KEYS)
     network = _section(path, data, "network", _NETWORK_KEYS)
-    storage = _section(path, data, "storage", {"bandwidth_bytes_per_ms": float, "file_state_size_threshold": int})
+    storage = _section(
+        path, data, "storage", {"bandwidth_bytes_per_ms": float, "file_state_size_threshold": int, "storage": str}
+    )
     restart = _section(path, data, "restart", {"delay_ms": float, "attempts": int})
     limits = _section(path, data, "limits", {"max_time_ms": float})
     checkpointing = _section(path, data, "checkpointing", _CHECKPOINT_KEYS)
@@ -205,6 +208,8 @@ def load_job_spec(file: str | Path) -> JobSpec:
         KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version)
     except ValueError as exc:
         raise SimulationSpecError(f"{path}: job: {exc}") from None
+    if spec.storage not in ("filesystem", "jobmanager"):
+        raise SimulationSpecError(f"{path}: storage.storage: expected filesystem or jobmanager, got {spec.storage!r}")
     if spec.stages not in (2, 3):
         raise SimulationSpecError(f"{path}: job.stages: expected 2 or 3, got {spec.stages}")
     if spec.key_skew < 1.0:
@@ -245,6 +250,7 @@ def to_toml(spec: JobSpec) -> str:
     lines += ["", "[storage]", f"bandwidth_bytes_per_ms = {value(spec.bandwidth_bytes_per_ms)}"]
     if spec.file_state_size_threshold is not None:
         lines.append(f"file_state_size_threshold = {spec.file_state_size_threshold}")
+    lines.append(f"storage = {value(spec.storage)}")
     lines += ["", "[restart]", f"delay_ms = {value(spec.restart_delay_ms)}", f"attempts = {spec.restart_attempts}"]
     lines += ["", "[limits]", f"max_time_ms = {value(spec.max_time_ms)}"]
     lines += [

@@ -33,6 +33,7 @@ from statecert.reference.simulator.network import Channel
 from statecert.reference.simulator.scheduler import SimpyScheduler
 from statecert.reference.simulator.tasks import Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.handles import IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
@@ -54,11 +55,15 @@ class Simulation:
         )
         self.initial = load_checkpoint_metadata(restore_from) if restore_from else None
         self.restored_from = restore_from
-        self.storage = FileSystemCheckpointStorage(
+        self.storage: Any = FileSystemCheckpointStorage(
             str(workdir / "checkpoints"),
             savepoint_dir=str(workdir / "sp"),
             file_state_size_threshold=spec.file_state_size_threshold,
         )
+        if spec.storage == "jobmanager":
+            self.storage = JobManagerCheckpointStorage(
+                checkpoint_dir=str(workdir / "checkpoints"), savepoint_dir=str(workdir / "sp")
+            )
         self.access = self.storage.create_checkpoint_storage("sim")
         self.backend = load_state_backend(
             job_config={
