@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import tempfile
 import time
 from importlib.metadata import version
@@ -48,6 +50,11 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
     if not paths:
         raise ValueError("name scenario files or library scenarios, or pass --all")
     scenarios = [load_scenario(p) for p in paths]  # every file is checked before anything runs
+    if args.backend:  # an unknown or unloadable backend is one line before anything runs
+        from statecert.reference.loader import load_state_backend
+
+        sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project, as with certify
+        load_state_backend(job_config={"state.backend.type": args.backend})
     runnable = [s for s in scenarios if args.runner in s.runners]
     skipped = [s.name for s in scenarios if args.runner not in s.runners]
     spark = _spark(args.master) if args.runner == "spark" and runnable else None

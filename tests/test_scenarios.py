@@ -174,3 +174,9 @@ def test_simulate_reads_a_scenario_file_as_its_job(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(report.read_text())
     assert len(data["failovers"]) == 2 and data["checks"]["exactly_once"], data["checks"]
+
+
+def test_cli_rejects_an_unknown_backend_before_running() -> None:
+    done = _cli("scenario", "run", "storage-outage", "--backend", "no-such-backend")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "no-such-backend" in done.stderr and "passed" not in done.stdout
