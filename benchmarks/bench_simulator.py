@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
-from statecert.reference.simulator.job_spec import JobSpec
+from statecert.reference.simulator.job_spec import JobSpec, load_job_spec
 from statecert.reference.simulator.runtime import Simulation
+
+JOBS = Path(__file__).resolve().parent.parent / "scenarios" / "simulator"
 
 
 def simulate(spec: JobSpec, seed: int = 1) -> tuple[dict[str, Any], float]:
@@ -38,17 +40,8 @@ def events(report: dict[str, Any]) -> int:
 def scale() -> None:
     """A 3-stage job (sources, routers, counters) at parallelism 64: two shuffles of 64 x 64 = 4,096 channels."""
     for mode in (CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED):
-        spec = JobSpec(
-            sources=64,
-            stages=3,
-            parallelism=64,
-            keys_per_source=20,
-            records_per_source=60,
-            record_interval_ms=2.0,
-            processing_ms=0.05,
-            buffer_records=8,
-            checkpointing=CheckpointingSettings(interval_ms=6, timeout_ms=60_000, mode=mode),
-        )
+        job = load_job_spec(JOBS / "three-stage-parallelism-64.toml")
+        spec = dataclasses.replace(job, checkpointing=dataclasses.replace(job.checkpointing, mode=mode))
         report, wall = simulate(spec)
         print(
             f"scale ({mode.value}): 3 stages at parallelism {spec.parallelism}, {spec.sources * spec.parallelism} "

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,11 +27,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--plot", help="write a timeline PNG here")
 
 
+def _is_scenario(path: Path) -> bool:
+    """A file with a [scenario] table; anything unreadable is left to the job-file loader to report."""
+    try:
+        return "scenario" in tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
 def _job(file: str) -> tuple[Any, str | None]:
     """A simulator job file, or a scenario file (its first run: the scenario format is the simulator's input)."""
     from statecert.reference.simulator.job_spec import load_job_spec
 
-    if Path(file).is_file() and Path(file).read_text(encoding="utf-8").lstrip().startswith("[scenario]"):
+    if _is_scenario(Path(file)):
         from statecert.scenarios.loader import load_scenario
         from statecert.scenarios.plan import run_settings
         from statecert.scenarios.sim_runner import job_spec

@@ -96,11 +96,9 @@ def resume_pointer(resume: Event, savepoints: list[str], latest_checkpoint: str 
 
 def relocate(pointer: str, target: Path) -> str:
     """Move a local savepoint directory to `target` (a user moving it elsewhere); returns the new pointer."""
-    fs, path = fsspec.core.url_to_fs(pointer)
-    source = Path(path)
+    source = Path(fsspec.core.url_to_fs(pointer)[1])
     if source.name == "_metadata":
         source = source.parent
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(source), str(target))
-    del fs
     return str(target)

@@ -51,6 +51,12 @@ def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_gro
     return key_group * parallelism // max_parallelism
 
 
+def assign_key_to_parallel_operator(key_hash: int, max_parallelism: int, parallelism: int) -> int:
+    """Index of the parallel operator instance that owns a key with stable hash `key_hash` (Flink's
+    `KeyGroupRangeAssignment.assignKeyToParallelOperator`, KG-2 and KG-6)."""
+    return operator_index_for_key_group(max_parallelism, parallelism, assign_to_key_group(key_hash, max_parallelism))
+
+
 def round_up_to_power_of_two(x: int) -> int:
     """Smallest power of two >= x (for x >= 1)."""
     return 1 if x <= 1 else 1 << (x - 1).bit_length()

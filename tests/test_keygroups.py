@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.keygroups import (
     KeyGroupRange,
+    assign_key_to_parallel_operator,
     assign_to_key_group,
     check_parallelism,
     compute_default_max_parallelism,
@@ -167,3 +169,12 @@ def test_intersection_holds_exactly_common_key_groups(a: int, b: int, c: int, d:
     r1, r2 = KeyGroupRange.of(a, b), KeyGroupRange.of(c, d)
     assert set(r1.intersection(r2)) == set(r1) & set(r2)
     assert r1.intersection(r2).is_empty == (not set(r1) & set(r2))
+
+
+@pytest.mark.requirement("KG-6")
+@given(INT32, st.integers(1, 256), st.data())
+def test_a_key_goes_to_the_subtask_whose_range_holds_its_key_group(key_hash: int, max_par: int, data: Any) -> None:
+    parallelism = data.draw(st.integers(1, max_par))
+    index = assign_key_to_parallel_operator(key_hash, max_par, parallelism)
+    key_group = assign_to_key_group(key_hash, max_par)
+    assert key_group in key_group_range_for_operator(max_par, parallelism, index), (key_hash, max_par, parallelism)

@@ -170,7 +170,9 @@ def test_cli_rejects_an_invalid_scenario_file_with_one_line(tmp_path: Path) -> N
 def test_simulate_reads_a_scenario_file_as_its_job(tmp_path: Path) -> None:
     """The scenario format is the simulator's input: `statecert simulate` runs a scenario's first run."""
     report = tmp_path / "sim.json"
-    done = _cli("simulate", str(resolve("coordinator-crash")), "--seed", "11", "--report", str(report))
+    scenario = tmp_path / "commented.toml"  # a comment first: recognised by its [scenario] table
+    scenario.write_text("# my copy\n" + resolve("coordinator-crash").read_text(), encoding="utf-8")
+    done = _cli("simulate", str(scenario), "--seed", "11", "--report", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(report.read_text())
     assert len(data["failovers"]) == 2 and data["checks"]["exactly_once"], data["checks"]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.coordinator.settings import CheckpointingMode
 from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpecError, load_job_spec, to_toml
 from statecert.reference.simulator.runtime import Simulation
 from statecert.spec.errors import UnsupportedSnapshotError
@@ -348,19 +348,8 @@ def test_three_stage_job_at_least_once_with_a_failure_reports_duplicates(tmp_pat
 @pytest.mark.requirement("SIM-13")
 def test_three_stage_job_at_parallelism_64_completes_20_checkpoints(tmp_path: Path) -> None:
     """The scale the issue names: 64 x 64 = 4,096 channels in each of the two shuffles."""
-    spec = dataclasses.replace(
-        JobSpec(
-            sources=64,
-            stages=3,
-            parallelism=64,
-            keys_per_source=20,
-            records_per_source=60,
-            record_interval_ms=2.0,
-            processing_ms=0.05,
-            buffer_records=8,
-        ),
-        checkpointing=CheckpointingSettings(interval_ms=6, timeout_ms=60_000, mode=CheckpointingMode.UNALIGNED),
-    )
+    spec = load_job_spec(JOBS / "three-stage-parallelism-64.toml")
+    assert (spec.sources, spec.stages, spec.parallelism) == (64, 3, 64)
     report = run(spec, 1, tmp_path)
     assert len(report["completed_checkpoints"]) >= 20, report["completed_checkpoints"]
     assert report["checks"]["exactly_once"] and report["checks"]["violations"] == [], report["checks"]

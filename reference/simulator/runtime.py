@@ -37,7 +37,7 @@ from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.handles import IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
-from statecert.spec.keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
+from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
 
 
@@ -172,8 +172,9 @@ class Simulation:
         return key if self.spec.stages == 2 else f"{key}/2"
 
     def owner(self, key: str) -> int:
-        key_group = assign_to_key_group(self.keys.key_hash(key), self.spec.max_parallelism)
-        return operator_index_for_key_group(self.spec.max_parallelism, self.spec.parallelism, key_group)
+        return assign_key_to_parallel_operator(
+            self.keys.key_hash(key), self.spec.max_parallelism, self.spec.parallelism
+        )
 
     def unaligned_barriers(self, options: Any) -> bool:
         """Unaligned checkpoints send barriers as priority events; savepoints are always aligned."""

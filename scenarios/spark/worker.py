@@ -27,10 +27,11 @@ from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
-from statecert.spec.keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
+from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
 from statecert.spec.metadata import OperatorSubtaskState
 
 OPERATOR = "counter"
+KEYS = StringSerializer()
 
 
 class InjectedTaskFailure(RuntimeError):
@@ -95,8 +96,7 @@ def inputs(spec: InputSpec) -> list[list[Record]]:
 
 
 def owner(task: EpochTask, key: str) -> int:
-    key_group = assign_to_key_group(StringSerializer().key_hash(key), task.max_parallelism)
-    return operator_index_for_key_group(task.max_parallelism, task.parallelism, key_group)
+    return assign_key_to_parallel_operator(KEYS.key_hash(key), task.max_parallelism, task.parallelism)
 
 
 def read_split(task: EpochTask, source: int) -> Iterator[tuple[int, tuple[str, int, int]]]:
@@ -144,7 +144,7 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
     params = KeyedBackendParameters(
         task.job_id,
         OPERATOR,
-        StringSerializer(),
+        KEYS,
         task.max_parallelism,
         key_group_range_for_operator(task.max_parallelism, task.parallelism, subtask),
         handles,
