@@ -33,13 +33,21 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--tier", help="comma-separated tiers: contract, model, scenarios (default: contract,model)")
     p.add_argument("--max-examples", type=int, help="hypothesis examples per property (default 25)")
-    p.add_argument("--seed", type=int, help="hypothesis seed (default 0)")
+    p.add_argument(
+        "--seed", type=int, help="seed of every hypothesis test: the same seed gives the same report (default 0)"
+    )
+    p.add_argument(
+        "--shrink-seconds", type=int, help="time bound on shrinking a failing example (default 30; 0 skips shrinking)"
+    )
     p.add_argument("--report", help="write the JSON report here, and a Markdown certificate beside it")
     p.add_argument("--xfail", help="TOML file of expected failures (known bugs), keyed by test id")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="configuration for the backend factory")
     p.add_argument("--verbose", "-v", action="store_true", help="show pytest's own output instead of a progress bar")
     p.set_defaults(pytest_args=[])
-    p.epilog = "Arguments after -- go to pytest, e.g. statecert certify hashmap -- -k ttl"
+    p.epilog = (
+        "Arguments after -- go to pytest, e.g. statecert certify hashmap -- -k ttl, or -- --exitfirst to stop at "
+        "the first failure"
+    )
 
 
 class _ProgressPlugin:
@@ -71,6 +79,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         "max_examples": args.max_examples,
         "seed": args.seed,
         "xfail_file": args.xfail,
+        "shrink_seconds": args.shrink_seconds,
     }
     try:  # fail fast, in one line, on settings or a backend that cannot be loaded
         settings = resolve(cli, Path.cwd())
@@ -98,6 +107,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         ("--statecert-max-examples", args.max_examples),
         ("--statecert-seed", args.seed),
         ("--statecert-xfail", args.xfail),
+        ("--statecert-shrink-seconds", args.shrink_seconds),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -141,7 +151,13 @@ def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
     for rid, info in data["requirements"].items():
         if info["outcome"] == "failed":
             console.print(f"[red]VIOLATED {rid}[/red]: {info['text']}")
-            console.print(f"    {', '.join(info['tests'][:3])}: {info['reason']}", markup=False, highlight=False)
+            for test in info["failing_tests"]:
+                console.print(f"    {test['id']}: {test['message']}", markup=False, highlight=False, soft_wrap=True)
+    cause = data.get("likely_root_cause")
+    violated = sum(1 for info in data["requirements"].values() if info["outcome"] == "failed")
+    if cause and violated > 1:
+        console.print(f"[red]LIKELY ROOT CAUSE[/red] (the most basic failing test): {cause['test']}")
+        console.print(f"    {cause['message']}", markup=False, highlight=False, soft_wrap=True)
     for entry in data["stale_expected_failures"]:
         console.print(f"[red]STALE expected failure[/red] (matches no test): {entry}")
     colour = "green" if data["verdict"] == "certified" else "red"

@@ -1,9 +1,10 @@
 """The capability manifest: what a backend declares it supports, by behaviour name (SB-2).
 
-Like SQLAlchemy's `testing/requirements.py`, each capability is a documented declaration. A test marked
-`@pytest.mark.capability("ttl")` runs when the backend supports TTL; one marked
-`@pytest.mark.capability("ttl", supported=False)` runs when it declares TTL unsupported, and asserts the
-documented error (SB-3). Naming a capability that does not exist is an error, never a silent skip.
+Like SQLAlchemy's `testing/requirements.py`, each capability is a documented declaration, and every test names
+the capabilities it uses. A test marked `@pytest.mark.capability("rescaling", "operator_state")` runs only when
+the backend declares both; one marked `@pytest.mark.capability("ttl", supported=False)` runs only when it
+declares TTL unsupported, and asserts the documented error (SB-3). Naming a capability that does not exist is an
+error, never a silent skip.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def with_overrides(capabilities: BackendCapabilities, overrides: Mapping[str, An
 def supports(capabilities: BackendCapabilities, name: str) -> bool:
     value = getattr(capabilities, check_name(name, "capability marker"))
     return bool(value) if name != "native_savepoint_format" else value is not None
+
+
+def missing(capabilities: BackendCapabilities, names: tuple[str, ...], wanted: bool = True) -> list[str]:
+    """The named capabilities whose declaration is not `wanted`: a test runs only when this is empty."""
+    return [name for name in names if supports(capabilities, name) != wanted]
 
 
 def as_dict(capabilities: BackendCapabilities) -> dict[str, Any]:

@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Any
 
-from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.reference.checkpointing import Subtask, take_snapshot
+from statecert.reference.checkpointing import create_subtasks as _create_subtasks
 from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.spec.errors import StateCertError
 from statecert.spec.handles import KeyedStateHandle
 from statecert.spec.keyed_backend import KeyedBackendParameters
-from statecert.spec.keygroups import KeyGroupRange, key_group_range_for_operator
+from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorState
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, Clock, SystemClock, ValueStateDescriptor
 
 KEYS = StringSerializer()
 COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
+
+REJECTED = (StateCertError, ValueError, TypeError)
+"""What "rejected" means where the spec names no error type (ERR-3)."""
+
+LOCAL_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("statecert_local_dir", default=None)
+"""The running test's local working directory, handed to every backend the suite creates (KB-LOCAL-1)."""
+
+
+def key_group_of(key: Any, max_parallelism: int = 128, key_serializer: TypeSerializer[Any] = KEYS) -> int:
+    """A key's key group by Flink's arithmetic (KG-2), computed by the suite, never asked of the backend."""
+    return assign_to_key_group(key_serializer.key_hash(key), max_parallelism)
+
+
+def create_subtasks(backend: Any, key_serializer: TypeSerializer[Any], *args: Any, **kwargs: Any) -> list[Subtask]:
+    """The reference glue's subtasks, working in the test's local directory."""
+    kwargs.setdefault("local_dir", LOCAL_DIR.get())
+    return _create_subtasks(backend, key_serializer, *args, **kwargs)
 
 
 def keyed_backend(
@@ -31,7 +51,7 @@ def keyed_backend(
 ) -> Any:
     rng = key_group_range or key_group_range_for_operator(max_parallelism, parallelism, index)
     params = KeyedBackendParameters(
-        "job", "op", key_serializer, max_parallelism, rng, tuple(restore), clock or SystemClock()
+        "job", "op", key_serializer, max_parallelism, rng, tuple(restore), clock or SystemClock(), LOCAL_DIR.get()
     )
     return state_backend.create_keyed_state_backend(params)
 
@@ -51,7 +71,7 @@ def savepoint(storage: Any, state_backend: Any, parallelism: int = 4, keys: int 
     expected = {}
     for i in range(keys):
         for s in subtasks:
-            if s.keyed.key_group_of(f"k{i}") in s.keyed.key_group_range:
+            if key_group_of(f"k{i}") in s.keyed.key_group_range:
                 s.keyed.set_current_key(f"k{i}")
                 s.keyed.get_or_create_state(COUNT).update(i)
                 expected[f"k{i}"] = i

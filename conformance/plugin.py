@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import platform
+import re
 import tempfile
 import time
 import uuid
@@ -22,7 +23,7 @@ import pytest
 
 from statecert.conformance import capabilities as caps
 from statecert.conformance.expected_failures import load_expected_failures, test_id
-from statecert.conformance.report import Report, TestResult
+from statecert.conformance.report import Report, TestResult, root_cause
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
 from statecert.spec import SPEC_VERSION
 from statecert.spec.errors import StateCertError
@@ -49,6 +50,8 @@ class CertificationSession:
         self.expected_failures = load_expected_failures(settings.xfail_file) if settings.xfail_file else {}
         self.matched_expected: set[str] = set()
         self.results: list[TestResult] = []
+        self.order: dict[str, int] = {}
+        self.stale: list[str] = []
         self.started = time.time()
 
     def new_backend(self, local_dir: Path) -> Any:
@@ -93,11 +96,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--statecert-seed", type=int, default=None, help="hypothesis seed")
     group.addoption("--statecert-report", default=None, help="write the JSON report here (Markdown beside it)")
     group.addoption("--statecert-xfail", default=None, help="TOML file of expected failures")
+    group.addoption(
+        "--statecert-shrink-seconds", type=int, default=None, help="time bound on shrinking a failing example"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requirement(*ids): spec requirement IDs this test checks")
-    config.addinivalue_line("markers", "capability(name, supported=True): run only when (not) declared")
+    config.addinivalue_line(
+        "markers", "capability(*names, supported=True): run only when every named capability is (not) declared"
+    )
     config.addinivalue_line("markers", "tier(name): the tier of a conformance test (default: contract)")
     cli = {
         "backend": config.getoption("--statecert-backend"),
@@ -108,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "seed": config.getoption("--statecert-seed"),
         "report": config.getoption("--statecert-report"),
         "xfail_file": config.getoption("--statecert-xfail"),
+        "shrink_seconds": config.getoption("--statecert-shrink-seconds"),
     }
     try:
         settings = resolve(cli, Path(config.invocation_params.dir))
@@ -117,17 +126,30 @@ def pytest_configure(config: pytest.Config) -> None:
     except (SettingsError, caps.UnknownCapabilityError, StateCertError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION] = session
-    from hypothesis import HealthCheck
+    configure_hypothesis(settings)
+
+
+def configure_hypothesis(settings: CertifySettings) -> None:
+    """Reproducible, self-contained property runs: the run's seed drives every hypothesis test (as
+    `--hypothesis-seed` would), no example database is read or written (nothing is left in the author's directory,
+    and one backend's failures are never replayed against another), and shrinking is time-bounded."""
+    from hypothesis import HealthCheck, core
     from hypothesis import settings as hypothesis_settings
+    from hypothesis.internal.conjecture import engine
 
     hypothesis_settings.register_profile(
         "statecert-certify",
         max_examples=settings.max_examples,
         deadline=None,
+        database=None,
         derandomize=False,
+        print_blob=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     hypothesis_settings.load_profile("statecert-certify")
+    core.global_force_seed = settings.seed  # type: ignore[assignment]
+    if hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        engine.MAX_SHRINKING_SECONDS = settings.shrink_seconds
 
 
 def _session(config: pytest.Config) -> CertificationSession | None:
@@ -146,7 +168,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"({h['backend']['factory']}, version {h['backend']['version']})",
         f"capabilities: {declared}",
         f"options: tiers={','.join(o['tiers'])} storage={o['storage']} max_examples={o['max_examples']} "
-        f"seed={o['seed']} config={o['backend_config'] or '{}'} expected_failures={o['expected_failures']}",
+        f"seed={o['seed']} shrink_seconds={o['shrink_seconds']} config={o['backend_config'] or '{}'} "
+        f"expected_failures={o['expected_failures']}",
     ]
 
 
@@ -156,6 +179,15 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 def _in_suite(item: pytest.Item) -> bool:
     """Whether a collected test belongs to the conformance suite (by file, whatever name it was imported under)."""
     return Path(str(item.path)).resolve().parent == SUITE_DIR
+
+
+def capabilities_of(item: pytest.Item) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The capabilities a test uses, and those it needs declared False (it checks their documented error)."""
+    used: list[str] = []
+    unsupported: list[str] = []
+    for marker in item.iter_markers("capability"):
+        (used if marker.kwargs.get("supported", True) else unsupported).extend(marker.args)
+    return tuple(dict.fromkeys(used)), tuple(dict.fromkeys(unsupported))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -171,23 +203,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (tier_marker.args[0] if tier_marker else "contract") not in session.settings.tiers:
             continue
         keep.append(item)
-        marker = item.get_closest_marker("capability")
-        if marker is not None:
-            try:
-                supported = caps.supports(session.capabilities, marker.args[0])
-            except caps.UnknownCapabilityError as exc:
-                raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
-            wanted = marker.kwargs.get("supported", True)
-            if supported != wanted:
-                state = "declared" if supported else "not declared"
-                item.add_marker(pytest.mark.skip(reason=f"unsupported by design: capability {marker.args[0]} {state}"))
+        session.order[test_id(item.path.stem, item.name)] = len(session.order)
+        used, unsupported = capabilities_of(item)
+        try:
+            lacking = caps.missing(session.capabilities, used) + caps.missing(session.capabilities, unsupported, False)
+        except caps.UnknownCapabilityError as exc:
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+        if lacking:
+            states = ", ".join(f"{n} {'not declared' if n in used else 'declared'}" for n in lacking)
+            item.add_marker(pytest.mark.skip(reason=f"unsupported by design: capability {states}"))
         tid = test_id(item.path.stem, item.name)
         reason = session.expected_failures.get(tid)
         if reason is not None:
             session.matched_expected.add(tid)
             item.add_marker(pytest.mark.xfail(reason=f"known bug: {reason}", strict=True))
     items[:] = keep
-    session.stale = sorted(set(session.expected_failures) - session.matched_expected)  # type: ignore[attr-defined]
+    session.stale = sorted(set(session.expected_failures) - session.matched_expected)
+
+
+def violated_requirements(requirements: tuple[str, ...], message: str) -> tuple[str, ...]:
+    """The requirements a failure is attributed to: those of the test that its assertion message names (the
+    suite's messages start with the ID they check), else all of the test's requirements."""
+    named = tuple(rid for rid in requirements if re.search(rf"(?<![A-Z-]){re.escape(rid)}(?![0-9])", message))
+    return named or requirements
 
 
 @pytest.hookimpl(wrapper=True)
@@ -204,7 +242,8 @@ def pytest_runtest_makereport(
         or (report.when == "teardown" and report.failed)
     ):
         marker = item.get_closest_marker("requirement")
-        capability = item.get_closest_marker("capability")
+        requirements = tuple(marker.args) if marker else ()
+        used, unsupported = capabilities_of(item)
         if hasattr(report, "wasxfail"):
             outcome = "failed" if report.passed else "expected-failure"  # strict xfail that passed is a failure
         elif report.skipped:
@@ -217,13 +256,17 @@ def pytest_runtest_makereport(
             message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1]
         elif hasattr(report, "wasxfail"):
             message = report.wasxfail
+        elif report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2])
         session.results.append(
             TestResult(
                 test_id(item.path.stem, item.name),
                 outcome,
-                tuple(marker.args) if marker else (),
-                capability.args[0] if capability else None,
-                message.splitlines()[0] if message else "",
+                requirements,
+                used + unsupported,
+                " ".join(message.split())[:2000],
+                violated_requirements(requirements, message) if outcome == "failed" else (),
+                session.order.get(test_id(item.path.stem, item.name), len(session.order)),
             )
         )
     return report
@@ -239,7 +282,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for rid in result.requirements:
             if rid not in requirements:
                 unknown.setdefault(rid, []).append(result.test_id)
-    report = Report(cert.header(), requirements, cert.results, getattr(cert, "stale", []), unknown)
+    report = Report(cert.header(), requirements, cert.results, cert.stale, unknown)
     path = (
         Path(cert.settings.report)
         if cert.settings.report
@@ -260,13 +303,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     failed: dict[str, list[str]] = {}
     for r in cert.results:
         if r.outcome == "failed":
-            for rid in r.requirements or ("(no requirement)",):
+            for rid in r.violated or ("(no requirement)",):
                 failed.setdefault(rid, []).append(f"{r.test_id}: {r.message}")
     for rid, tests in sorted(failed.items()):
         tr.write_line(f"VIOLATED {rid}")
         for line in tests:
             tr.write_line(f"    {line}")
-    for entry in getattr(cert, "stale", []):
+    root = root_cause(cert.results)
+    if root is not None:
+        tr.write_line(f"LIKELY ROOT CAUSE {root.test_id}: {root.message}")
+    for entry in cert.stale:
         tr.write_line(f"STALE expected failure (matches no test): {entry}")
     paths = getattr(cert, "report_paths", None)
     if paths:

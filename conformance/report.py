@@ -14,13 +14,63 @@ from statecert.spec.requirements import Requirement
 ORDER = ("failed", "expected-failure", "passed", "unsupported", "skipped")
 
 
+# The suite's modules from the most basic contract to the most composite: a failure in an earlier module usually
+# explains failures in later ones, so the first failing test in this order is reported as the likely root cause.
+BASIS = (
+    "test_keys_and_loader",
+    "test_keyed_state",
+    "test_keyed_state_properties",
+    "test_ttl",
+    "test_keyed_backend",
+    "test_snapshot_lifecycle",
+    "test_serializer_compatibility",
+    "test_operator_state",
+    "test_storage_contract",
+    "test_rescale",
+    "test_savepoints",
+    "test_incremental",
+    "test_capabilities",
+    "test_model",
+    "test_scenarios",
+)
+
+
 @dataclass
 class TestResult:
+    """One test's outcome. `violated` holds the requirements a failure is attributed to (see the plugin)."""
+
     test_id: str
     outcome: str  # passed, failed, expected-failure, unsupported, skipped
     requirements: tuple[str, ...]
-    capability: str | None = None
+    capabilities: tuple[str, ...] = ()
     message: str = ""
+    violated: tuple[str, ...] = ()
+    order: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.test_id,
+            "outcome": self.outcome,
+            "requirements": list(self.requirements),
+            "violated": list(self.violated),
+            "capabilities": list(self.capabilities),
+            "message": self.message,
+        }
+
+    def outcome_for(self, requirement: str) -> str:
+        """The outcome this test gives one of its requirements: a failure attributed elsewhere did not reach it."""
+        if self.outcome == "failed" and requirement not in self.violated:
+            return "skipped"
+        return self.outcome
+
+
+def root_cause(results: list[TestResult]) -> TestResult | None:
+    """The most basic failing test (BASIS order, then collection order), or None when nothing failed."""
+    failed = [r for r in results if r.outcome == "failed"]
+    if not failed:
+        return None
+    module_rank = {name: i for i, name in enumerate(BASIS)}
+    return min(failed, key=lambda r: (module_rank.get(r.test_id.split("::")[0], len(BASIS)), r.order))
 
 
 @dataclass
@@ -39,9 +89,10 @@ class Report:
         out = {}
         for rid, requirement in self.requirements.items():
             results = by_requirement.get(rid, [])
-            outcomes = {r.outcome for r in results}
+            outcomes = {r.outcome_for(rid) for r in results}
             outcome = next((o for o in ORDER if o in outcomes), "not-applicable")
-            reasons = [r.message for r in results if r.outcome == outcome and r.message]
+            deciding = [r for r in results if r.outcome_for(rid) == outcome]
+            reasons = [r.message for r in deciding if r.message]
             if outcome == "not-applicable":
                 reasons = [
                     "not a backend obligation (arithmetic, reference implementation or CLI): checked by "
@@ -52,6 +103,7 @@ class Report:
                 "text": requirement.text,
                 "outcome": outcome,
                 "tests": sorted(r.test_id for r in results),
+                "failing_tests": [{"id": r.test_id, "message": r.message} for r in deciding if outcome == "failed"],
                 "reason": reasons[0] if reasons else "",
             }
         return out
@@ -63,8 +115,8 @@ class Report:
             chapters[rid.split("-")[0]][info["outcome"]] += 1
         capabilities: dict[str, Counter[str]] = defaultdict(Counter)
         for result in self.results:
-            if result.capability:
-                capabilities[result.capability][result.outcome] += 1
+            for capability in result.capabilities:
+                capabilities[capability][result.outcome] += 1
         summary = Counter(info["outcome"] for info in requirements.values())
         failed = (
             summary["failed"] > 0
@@ -72,9 +124,13 @@ class Report:
             or bool(self.unknown_requirements)
             or not any(r.outcome == "passed" for r in self.results)  # nothing checked is nothing certified
         )
+        cause = root_cause(self.results)
         return {
             **self.header,
             "verdict": "not certified" if failed else "certified",
+            "likely_root_cause": None
+            if cause is None
+            else {"test": cause.test_id, "requirements": list(cause.violated), "message": cause.message},
             "summary": {"requirements": dict(summary), "tests": dict(Counter(r.outcome for r in self.results))},
             "requirements": requirements,
             "chapters": {c: dict(v) for c, v in sorted(chapters.items())},
@@ -84,6 +140,7 @@ class Report:
             },
             "stale_expected_failures": self.stale_expected_failures,
             "unknown_requirements": self.unknown_requirements,
+            "tests": [r.to_dict() for r in sorted(self.results, key=lambda r: r.order)],
         }
 
     def write(self, path: Path) -> tuple[Path, Path]:
@@ -128,14 +185,14 @@ def certificate(data: dict[str, Any]) -> str:
     for chapter, counts in data["chapters"].items():
         lines.append(f"| {chapter} | " + " | ".join(str(counts.get(o, 0)) for o in (*ORDER, "not-applicable")) + " |")
     failed = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "failed"}
+    if data.get("likely_root_cause"):
+        cause = data["likely_root_cause"]
+        lines += ["", "## Likely root cause", "", f"`{cause['test']}`: {cause['message']}"]
     if failed:
         lines += ["", "## Violated requirements", ""]
         for rid, info in failed.items():
-            lines += [
-                f"- **{rid}** ({info['chapter']}): {info['text']}",
-                f"  - failing: {', '.join(info['tests'])}",
-                f"  - {info['reason']}",
-            ]
+            lines.append(f"- **{rid}** ({info['chapter']}): {info['text']}")
+            lines += [f"  - `{t['id']}`: {t['message']}" for t in info["failing_tests"]]
     expected = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "expected-failure"}
     if expected:
         lines += ["", "## Known bugs (expected failures)", ""]

@@ -31,6 +31,7 @@ class CertifySettings:
     report: str | None = None
     xfail_file: str | None = None
     capabilities: dict[str, Any] = field(default_factory=dict)
+    shrink_seconds: int = 30
 
     def options(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class CertifySettings:
             "backend_config": dict(self.backend_config),
             "expected_failures": self.xfail_file,
             "capability_overrides": dict(self.capabilities),
+            "shrink_seconds": self.shrink_seconds,
         }
 
 
@@ -66,6 +68,7 @@ def read_pyproject(directory: Path) -> dict[str, Any]:
         "report",
         "xfail",
         "capabilities",
+        "shrink-seconds",
     }
     if unknown:
         raise SettingsError(f"{path}: unknown key(s) in [tool.statecert]: {sorted(unknown)}")
@@ -98,10 +101,15 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
     try:
         max_examples = int(pick("max_examples", "max-examples", 25))
         seed = int(pick("seed", "seed", 0))
+        shrink_seconds = int(pick("shrink_seconds", "shrink-seconds", 30))
     except (TypeError, ValueError) as exc:
-        raise SettingsError(f"{where}: max-examples and seed must be integers ({exc})") from None
+        raise SettingsError(f"{where}: max-examples, seed and shrink-seconds must be integers ({exc})") from None
     if max_examples < 1:
-        raise SettingsError(f"max-examples must be at least 1, got {max_examples}")
+        raise SettingsError(f"--max-examples: must be at least 1, got {max_examples}")
+    if shrink_seconds < 0:
+        raise SettingsError(f"--shrink-seconds: must be at least 0, got {shrink_seconds}")
+    if not 0 <= seed < 2**64:
+        raise SettingsError(f"--seed: must lie in 0..2**64-1, got {seed}")
     capabilities = file.get("capabilities", {})
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")
@@ -115,4 +123,5 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         report=pick("report", "report", None),
         xfail_file=pick("xfail_file", "xfail", None),
         capabilities=dict(capabilities),
+        shrink_seconds=shrink_seconds,
     )

@@ -46,8 +46,10 @@ def create_subtasks(
     operator_id: str = "op",
     restore_from: OperatorState | None = None,
     clock: Clock | None = None,
+    local_dir: str | None = None,
 ) -> list[Subtask]:
-    """`parallelism` subtasks, each restored from its share of `restore_from` when given (KB-RESTORE-2, OS-1..3)."""
+    """`parallelism` subtasks, each restored from its share of `restore_from` when given (KB-RESTORE-2, OS-1..3);
+    `local_dir` is handed to every keyed backend as its working directory (KB-LOCAL-1)."""
     operator_shares = operator_handles_for_subtasks(restore_from, parallelism) if restore_from else [()] * parallelism
     subtasks = []
     for i in range(parallelism):
@@ -60,6 +62,7 @@ def create_subtasks(
             key_group_range_for_operator(max_parallelism, parallelism, i),
             keyed_handles,
             clock or SystemClock(),
+            local_dir,
         )
         subtasks.append(
             Subtask(

@@ -45,7 +45,12 @@ class AsyncSnapshotTask(Generic[H]):
         try:
             if self._cancelled.is_set():
                 raise SnapshotCancelledError("snapshot cancelled before its asynchronous part ran")
-            result = self._write(self._cancelled.is_set)
+            try:
+                result = self._write(self._cancelled.is_set)
+            except Exception as exc:
+                if self._cancelled.is_set():  # e.g. close() released a file the upload was reading
+                    raise SnapshotCancelledError(f"snapshot cancelled while running ({exc})") from exc
+                raise
             if self._cancelled.is_set():
                 raise SnapshotCancelledError("snapshot cancelled while running")
             return result

@@ -136,6 +136,7 @@ def test_expected_failures_are_strict_and_stale_entries_reported(tmp_path: Path)
         textwrap.dedent("""
         [expected-failures]
         "test_keyed_state::test_default_is_a_fresh_copy" = "issue 7: default shared"
+        "test_keyed_state_properties::test_nested_default_is_a_fresh_copy" = "issue 7: default shared"
     """)
     )
     args = (

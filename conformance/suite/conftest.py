@@ -10,6 +10,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from statecert.conformance.helpers import LOCAL_DIR
 from statecert.conformance.plugin import CertificationSession
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -20,6 +21,16 @@ from statecert.spec.state import ManualClock
 @pytest.fixture
 def certification(statecert_certification: CertificationSession) -> CertificationSession:
     return statecert_certification
+
+
+@pytest.fixture(autouse=True)
+def local_dir(tmp_path: Path) -> Iterator[Path]:
+    """Every backend the test creates gets this directory as `KeyedBackendParameters.local_dir` (KB-LOCAL-1)."""
+    directory = tmp_path / "local"
+    directory.mkdir(exist_ok=True)
+    token = LOCAL_DIR.set(str(directory))
+    yield directory
+    LOCAL_DIR.reset(token)
 
 
 @pytest.fixture

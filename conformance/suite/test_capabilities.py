@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import key_group_of, keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError, UnsupportedFeatureError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
@@ -24,7 +24,7 @@ def filled(state_backend: Any, **kwargs: Any) -> Any:
     state = backend.get_or_create_state(VALUE)
     for i in range(40):
         key = f"k{i}"
-        if backend.key_group_of(key) in backend.key_group_range:
+        if key_group_of(key) in backend.key_group_range:
             backend.set_current_key(key)
             state.update(i)
     return backend

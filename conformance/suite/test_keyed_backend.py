@@ -9,7 +9,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import REJECTED, key_group_of, keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import (
     BackendClosedError,
@@ -32,11 +32,9 @@ MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value
 
 
 def contents(backend: Any) -> dict[tuple[str, str], Any]:
-    """Everything in the value, list and map states, read through the public API."""
+    """Everything in the value, list and map states, read through the public API (registering them)."""
     out: dict[tuple[str, str], Any] = {}
     for descriptor in (VALUE, LIST, MAP):
-        if descriptor.name not in backend.registered_state_names:
-            continue
         state = backend.get_or_create_state(descriptor)
         for key in _keys(backend, descriptor.name):
             backend.set_current_key(key)
@@ -78,11 +76,15 @@ def test_snapshot_and_restore_give_the_same_entries(state_backend: Any, storage:
 @pytest.mark.requirement("KB-KEY-2", "KB-KEY-1")
 def test_key_outside_range_is_rejected(state_backend: Any) -> None:
     with keyed_backend(state_backend, parallelism=2, index=0) as backend:
-        outside = next(f"k{i}" for i in range(1000) if backend.key_group_of(f"k{i}") >= 64)
-        with pytest.raises(IllegalStateError, match="outside"):
-            backend.set_current_key(outside)
+        outside = next(f"k{i}" for i in range(1000) if key_group_of(f"k{i}") >= 64)
         with pytest.raises(IllegalStateError):
-            backend.set_current_key(None)
+            backend.set_current_key(outside)
+
+
+@pytest.mark.requirement("KB-KEY-1", "ERR-3")
+def test_none_key_is_rejected(state_backend: Any) -> None:
+    with keyed_backend(state_backend) as backend, pytest.raises(REJECTED):
+        backend.set_current_key(None)
 
 
 @pytest.mark.requirement("KB-SNAP-2", "KB-SNAP-3", "KB-SNAP-4")
@@ -137,6 +139,23 @@ def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any,
     assert leftovers == [], f"a cancelled snapshot left files: {leftovers}"
 
 
+@pytest.mark.requirement("KB-LOCAL-1")
+def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any, storage: Any, local_dir: Any) -> None:
+    first, second = keyed_backend(state_backend), keyed_backend(state_backend)
+    for backend, offset in ((first, 0), (second, 1000)):
+        fill(backend, range(offset, offset + 30))
+    expected = [contents(first), contents(second)]
+    handles = [snapshot_now(b, location_for(storage, i + 1)) for i, b in enumerate((first, second))]
+    assert [contents(first), contents(second)] == expected, "KB-LOCAL-1: two backends in one local dir mixed state"
+    first.dispose()
+    second.dispose()
+    leftovers = sorted(str(p.relative_to(local_dir)) for p in local_dir.rglob("*") if p.is_file())
+    assert leftovers == [], f"KB-LOCAL-1: disposed backends left files in their local dir: {leftovers[:5]}"
+    for handle, before in zip(handles, expected, strict=True):
+        with restore(state_backend, handle) as restored:
+            assert contents(restored) == before
+
+
 @pytest.mark.requirement("KB-SNAP-7")
 def test_empty_backend_snapshots_to_nothing_and_restores(state_backend: Any, storage: Any) -> None:
     with keyed_backend(state_backend) as backend:
@@ -175,7 +194,7 @@ def test_foreign_native_handles_are_rejected(state_backend: Any, storage: Any) -
         fill(backend, range(3))
         handle = snapshot_now(backend, location_for(storage))
     foreign = dataclasses.replace(handle, snapshot_format="native:some-other-backend")
-    with pytest.raises(UnsupportedSnapshotError, match="native:some-other-backend"):
+    with pytest.raises(UnsupportedSnapshotError):
         restore(state_backend, foreign)
 
 
@@ -230,6 +249,7 @@ def test_value_migrates_on_restore(state_backend: Any, storage: Any) -> None:
 
 
 @pytest.mark.requirement("SER-3")
+@pytest.mark.capability("schema_evolution")
 def test_reconfigured_value_serializer_reads_old_state(state_backend: Any, storage: Any) -> None:
     handle = _snapshot_with(
         state_backend, storage, ValueStateDescriptor("e", serializer=EnumSerializer(["a", "b"])), "b"
@@ -244,15 +264,17 @@ def test_reconfigured_value_serializer_reads_old_state(state_backend: Any, stora
 
 @pytest.mark.requirement("SER-7")
 def test_incompatible_value_serializer_fails_registration(state_backend: Any, storage: Any) -> None:
-    handle = _snapshot_with(state_backend, storage, VALUE, 5)
-    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError, match="'v'"):
-        restored.get_or_create_state(ValueStateDescriptor("v", serializer=StringSerializer()))
+    name = "visits_per_user"
+    handle = _snapshot_with(state_backend, storage, ValueStateDescriptor(name, serializer=LongSerializer()), 5)
+    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError) as raised:
+        restored.get_or_create_state(ValueStateDescriptor(name, serializer=StringSerializer()))
+    assert name in str(raised.value), f"SER-7: the error must name the state {name!r}, got {str(raised.value)!r}"
 
 
 @pytest.mark.requirement("SER-6")
 def test_key_serializer_migration_fails_restore(state_backend: Any, storage: Any) -> None:
     handle = _snapshot_with(state_backend, storage, VALUE, 5)
-    with pytest.raises(StateMigrationError, match="key serializer"):
+    with pytest.raises(StateMigrationError):
         restore(state_backend, handle, key_serializer=LongSerializer())
 
 
@@ -263,7 +285,7 @@ def test_ttl_cannot_be_switched_on_restore(state_backend: Any, storage: Any, bef
     handle = _snapshot_with(
         state_backend, storage, ValueStateDescriptor("t", ttl=before, serializer=LongSerializer()), 1
     )
-    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError, match="TTL"):
+    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError):
         restored.get_or_create_state(ValueStateDescriptor("t", ttl=after, serializer=LongSerializer()))
 
 

@@ -44,7 +44,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.storage = FileSystemCheckpointStorage(f"{self.tmp}/c", savepoint_dir=f"{self.tmp}/sp")
             self.access = self.storage.create_checkpoint_storage("model")
             self.parallelism = 1
-            self.subtasks = create_subtasks(self.backend, KEYS, 1, MAX_PARALLELISM)
+            self.local_dir = f"{self.tmp}/local"
+            self.subtasks = create_subtasks(self.backend, KEYS, 1, MAX_PARALLELISM, local_dir=self.local_dir)
             self.checkpoint_id = 0
             self.key, self.ns = KEY_POOL[0], NS_POOL[0]
             # the model: (key, namespace) -> value / list / dict
@@ -122,7 +123,9 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             for s in self.subtasks:
                 s.dispose()
             self.parallelism = parallelism
-            self.subtasks = create_subtasks(backend, KEYS, parallelism, MAX_PARALLELISM, restore_from=operator)
+            self.subtasks = create_subtasks(
+                backend, KEYS, parallelism, MAX_PARALLELISM, restore_from=operator, local_dir=self.local_dir
+            )
 
         @rule(parallelism=st.integers(1, 4))
         def checkpoint_and_restore(self, parallelism: int) -> None:

@@ -71,6 +71,6 @@ def test_mode_change_on_restore_fails(state_backend: Any, storage: Any) -> None:
         handle = backend.snapshot(1, 0, location_for(storage)).run()
     with (
         operator_backend(state_backend, (handle,)) as restored,
-        pytest.raises(StateMigrationError, match="union"),
+        pytest.raises(StateMigrationError),
     ):
         restored.get_union_list_state(SPLIT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -9,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import KEYS, counts, keyed_backend, savepoint
-from statecert.reference.checkpointing import create_subtasks
+from statecert.conformance.helpers import KEYS, counts, create_subtasks, key_group_of, keyed_backend, savepoint
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -25,6 +25,7 @@ COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 
 @pytest.mark.requirement("FMT-9", "SP-4")
+@pytest.mark.capability("canonical_savepoints", "rescaling")
 def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
     storage = FileSystemCheckpointStorage(
         str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=100
@@ -41,6 +42,7 @@ def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.requirement("FMT-6")
+@pytest.mark.capability("canonical_savepoints", "rescaling")
 def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Path) -> None:
     storage = FileSystemCheckpointStorage(
         str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
@@ -62,12 +64,13 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
         for key in list(first_half.get_keys("count", VOID_NAMESPACE)):
             first_half.set_current_key(key)
             restored[key] = state.value()
-        assert restored == {k: v for k, v in expected.items() if first_half.key_group_of(k) < 64}
-    with pytest.raises(CheckpointFormatError, match=str(path.name)):
+        assert restored == {k: v for k, v in expected.items() if key_group_of(k) < 64}
+    with pytest.raises(CheckpointFormatError, match=re.escape(path.name)):
         create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
 
 
 @pytest.mark.requirement("FMT-8")
+@pytest.mark.capability("canonical_savepoints")
 def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path) -> None:
     storage = FileSystemCheckpointStorage(
         str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
@@ -76,12 +79,12 @@ def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path)
     handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
     path = Path(handle.delegate.path.removeprefix("file://"))
     path.write_bytes(path.read_bytes()[: handle.offset_of(100)])
-    with pytest.raises(CheckpointFormatError, match=rf"{path.name}: truncated"):
+    with pytest.raises(CheckpointFormatError, match=re.escape(path.name)):
         create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
 
 
 @pytest.mark.requirement("FMT-3", "SP-1")
-@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.capability("canonical_savepoints", "rescaling", "operator_state")
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_golden_version_1_savepoint_restores(state_backend: Any, tmp_path: Path, parallelism: int) -> None:
     copy = tmp_path / "golden"

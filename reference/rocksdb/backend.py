@@ -27,16 +27,20 @@ class EmbeddedRocksDBStateBackend:
     max_value_bytes: int = MAX_VALUE_BYTES
 
     name: ClassVar[str] = "rocksdb"
-    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(
-        async_snapshots=True,
-        incremental_checkpoints=True,
-        canonical_savepoints=True,
-        native_savepoint_format=ROCKSDB_NATIVE_FORMAT,
-        rescaling=True,
-        operator_state=True,
-        ttl=True,
-        schema_evolution=True,
-    )
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        """What this configured instance does (SB-2): incremental checkpoints only when they are switched on."""
+        return BackendCapabilities(
+            async_snapshots=True,
+            incremental_checkpoints=bool(self.incremental),
+            canonical_savepoints=True,
+            native_savepoint_format=ROCKSDB_NATIVE_FORMAT,
+            rescaling=True,
+            operator_state=True,
+            ttl=True,
+            schema_evolution=True,
+        )
 
     def configure(self, config: Mapping[str, object]) -> EmbeddedRocksDBStateBackend:
         from_config = settings_from_config(config)

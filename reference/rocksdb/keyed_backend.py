@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import msgpack
 import rocksdict
 
@@ -27,6 +28,7 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
     ROCKSDB_NATIVE_FORMAT,
+    FileStateHandle,
     IncrementalKeyedStateHandle,
     KeyedStateHandle,
     StreamStateHandle,
@@ -52,6 +54,15 @@ def open_database(path: Path, options: rocksdict.Options) -> rocksdict.Rdict:
     """Open a RocksDB directory with every column family it holds (RocksDB refuses to open a subset)."""
     names = [n for n in rocksdict.Rdict.list_cf(str(path), options) if n != "default"]
     return rocksdict.Rdict(str(path), options, column_families={n: options for n in names})
+
+
+def discard_handles(handles: list[StreamStateHandle]) -> None:
+    """Delete the files of state handles this snapshot wrote (inline handles hold nothing to delete)."""
+    for handle in handles:
+        if isinstance(handle, FileStateHandle):
+            fs, path = fsspec.core.url_to_fs(handle.path)
+            if fs.exists(path):
+                fs.rm(path)
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackendBase):
@@ -233,9 +244,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         """Upload SST files not in `base` to the shared scope, the rest of the files to the exclusive scope (RDB-2)."""
 
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
+            shared: dict[str, StreamStateHandle] = {}
+            private: dict[str, StreamStateHandle] = {}
             try:
-                shared: dict[str, StreamStateHandle] = {}
-                private: dict[str, StreamStateHandle] = {}
                 for path in sorted(local.iterdir()):
                     if path.suffix == SST_SUFFIX:
                         reused = base.get(path.name)
@@ -254,6 +265,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                 return IncrementalKeyedStateHandle(
                     self._backend_id, self.key_group_range, checkpoint_id, shared, private, meta_handle
                 )
+            except BaseException:
+                # A failed or cancelled upload leaves nothing behind (KB-SNAP-6); files of the base stay.
+                written = [h for name, h in shared.items() if base.get(name) is not h] + list(private.values())
+                discard_handles(written)
+                raise
             finally:
                 shutil.rmtree(local, ignore_errors=True)
 

@@ -1,0 +1,136 @@
+"""Incremental checkpoints and native savepoints (KB-SNAP, KB-NOTIFY, SP-4): every retained checkpoint restores
+while later ones complete, an aborted checkpoint's files are never the base of the next one, and a native
+savepoint contains all of its files."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.handles import FileStateHandle
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.state import MapStateDescriptor, ValueStateDescriptor
+
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+
+
+def files_of(handle: Any) -> set[str]:
+    """Every file a (nested) state handle references."""
+    if isinstance(handle, FileStateHandle):
+        return {handle.path}
+    found: set[str] = set()
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        for f in dataclasses.fields(handle):
+            found |= files_of(getattr(handle, f.name))
+    elif isinstance(handle, dict):
+        for value in handle.values():
+            found |= files_of(value)
+    elif isinstance(handle, list | tuple):
+        for value in handle:
+            found |= files_of(value)
+    return found
+
+
+def write_round(backend: Any, round_: int, keys: int = 400) -> None:
+    """Changes a share of the keys each round, and adds new ones, so that every checkpoint differs."""
+    value, mapping = backend.get_or_create_state(VALUE), backend.get_or_create_state(MAP)
+    for i in range(round_ * 37 % keys, keys, 3):
+        backend.set_current_key(f"k{i}")
+        value.update(i * 100 + round_)
+        mapping.put(f"r{round_}", i)
+    for i in range(keys, keys + 40):
+        backend.set_current_key(f"k{i}-{round_}")
+        value.update(round_)
+
+
+def contents(backend: Any) -> dict[tuple[str, Any], Any]:
+    value, mapping = backend.get_or_create_state(VALUE), backend.get_or_create_state(MAP)
+    out: dict[tuple[str, Any], Any] = {}
+    for name, state in (("v", value), ("m", mapping)):
+        for key, _ in sorted(backend.get_keys_and_namespaces(name)):
+            backend.set_current_key(key)
+            out[(name, key)] = state.value() if name == "v" else sorted(state.items())
+    return out
+
+
+def storage_with_files(tmp_path: Path) -> FileSystemCheckpointStorage:
+    return FileSystemCheckpointStorage(
+        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
+
+
+@pytest.mark.requirement("KB-SNAP-8", "KB-NOTIFY-1")
+def test_every_retained_checkpoint_restores_while_later_ones_complete(state_backend: Any, tmp_path: Path) -> None:
+    storage = storage_with_files(tmp_path)
+    taken: list[tuple[Any, dict[Any, Any]]] = []
+    with keyed_backend(state_backend) as backend:
+        for checkpoint_id in range(1, 6):
+            write_round(backend, checkpoint_id)
+            expected = contents(backend)
+            handle = snapshot_now(backend, location_for(storage, checkpoint_id), checkpoint_id)
+            backend.notify_checkpoint_complete(checkpoint_id)
+            taken.append((handle, expected))
+    for checkpoint_id, (handle, expected) in enumerate(taken, start=1):
+        missing = sorted(p for p in files_of(handle) if not fsspec.core.url_to_fs(p)[0].exists(p))
+        assert not missing, (
+            f"KB-SNAP-8: checkpoint {checkpoint_id} is retained, but files it references were deleted: {missing[:3]}"
+        )
+        with keyed_backend(state_backend, restore=[handle]) as restored:
+            assert contents(restored) == expected, f"KB-SNAP-8: retained checkpoint {checkpoint_id} restores wrong"
+
+
+@pytest.mark.requirement("KB-SNAP-9", "KB-NOTIFY-1")
+def test_an_aborted_checkpoint_is_never_the_base_of_the_next(state_backend: Any, tmp_path: Path) -> None:
+    storage = storage_with_files(tmp_path)
+    with keyed_backend(state_backend) as backend:
+        write_round(backend, 1)
+        first = snapshot_now(backend, location_for(storage, 1), 1)
+        backend.notify_checkpoint_complete(1)
+        write_round(backend, 2)
+        aborted_location = location_for(storage, 2)
+        aborted = snapshot_now(backend, aborted_location, 2)
+        backend.notify_checkpoint_aborted(2)
+        # What the coordinator does with an aborted checkpoint: its files are deleted, except those a completed
+        # checkpoint still references.
+        for path in files_of(aborted) - files_of(first):
+            fs, p = fsspec.core.url_to_fs(path)
+            if fs.exists(p):
+                fs.rm(p)
+        aborted_location.dispose_on_failure()
+        write_round(backend, 3)
+        expected = contents(backend)
+        third = snapshot_now(backend, location_for(storage, 3), 3)
+        backend.notify_checkpoint_complete(3)
+    with keyed_backend(state_backend, restore=[third]) as restored:
+        assert contents(restored) == expected, "KB-SNAP-9: the checkpoint after an aborted one restores wrong"
+
+
+@pytest.mark.requirement("SP-4", "SP-3")
+@pytest.mark.capability("native_savepoint_format")
+def test_native_savepoint_contains_its_own_files(state_backend: Any, tmp_path: Path) -> None:
+    storage = storage_with_files(tmp_path)
+    access = storage.create_checkpoint_storage("job")
+    with keyed_backend(state_backend) as backend:
+        for checkpoint_id in (1, 2):
+            write_round(backend, checkpoint_id)
+            snapshot_now(backend, location_for(storage, checkpoint_id), checkpoint_id)
+            backend.notify_checkpoint_complete(checkpoint_id)
+        write_round(backend, 3)
+        expected = contents(backend)
+        location = access.initialize_location_for_savepoint(3)
+        savepoint = backend.snapshot(3, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_NATIVE)).run()
+    root = location.pointer.rstrip("/")
+    outside = sorted(p for p in files_of(savepoint) if not p.startswith(root + "/"))
+    assert not outside, f"SP-4: a native savepoint in {root} references files outside it: {outside[:3]}"
+    shutil.rmtree(tmp_path / "c")  # the job's checkpoints are gone; the savepoint must not need them
+    with keyed_backend(state_backend, restore=[savepoint]) as restored:
+        assert contents(restored) == expected, "SP-4: the native savepoint restores wrong without the checkpoints"

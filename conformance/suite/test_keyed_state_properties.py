@@ -1,0 +1,306 @@
+"""Keyed state semantics over generated inputs (chapter KS): maps small and large, equal-but-distinct keys,
+non-commutative functions, merges with any number of sources, nested defaults, and keys whose bytes are prefixes
+of each other. Each property is checked on the live backend and again after a snapshot and restore."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+
+NS = StringSerializer()
+MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+CONCAT = ReducingStateDescriptor("concat", reduce_function=lambda a, b: a + b, serializer=StringSerializer())
+
+
+class Sequence_:
+    """A non-commutative aggregate: the accumulator records the order of additions and merges."""
+
+    def create_accumulator(self) -> list[str]:
+        return []
+
+    def add(self, value: str, acc: list[str]) -> list[str]:
+        return [*acc, value]
+
+    def get_result(self, acc: list[str]) -> str:
+        return "".join(acc)
+
+    def merge(self, a: list[str], b: list[str]) -> list[str]:
+        return [*a, *b]
+
+
+class Sum:
+    """A commutative aggregate over integers."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: int, acc: int) -> int:
+        return acc + value
+
+    def get_result(self, acc: int) -> int:
+        return acc
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+SEQUENCE = AggregatingStateDescriptor("seq", aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer())
+
+
+def restored_copy(certification: Any, tmp_path_factory: Any, backend: Any, **kwargs: Any) -> Any:
+    """A new backend of the type under test restored from a snapshot of `backend` (which stays open)."""
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("props")))
+    handle = snapshot_now(backend, location_for(storage))
+    fresh = certification.new_backend(tmp_path_factory.mktemp("local"))
+    return keyed_backend(fresh, restore=[handle] if handle else [], **kwargs)
+
+
+def map_views(state: Any) -> dict[str, Any]:
+    return {
+        "items": sorted(state.items()),
+        "keys": sorted(state.keys()),
+        "values": sorted(state.values()),
+        "iterator": sorted(state.iterator()),
+    }
+
+
+@pytest.mark.requirement("KS-MAP-2", "KS-MAP-3")
+@given(
+    size=st.one_of(st.integers(0, 20), st.integers(100, 300), st.sampled_from([1023, 1024, 1025, 4097])),
+    extra=st.dictionaries(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1), max_size=20),
+)
+def test_map_views_list_every_entry_once_small_and_large(
+    certification: Any, tmp_path_factory: Any, size: int, extra: dict[str, int]
+) -> None:
+    entries = {f"u{i:05d}": i * 7919 for i in range(size)} | extra
+    expected = {
+        "items": sorted(entries.items()),
+        "keys": sorted(entries),
+        "values": sorted(entries.values()),
+        "iterator": sorted(entries.items()),
+    }
+    backend_type = certification.new_backend(tmp_path_factory.mktemp("local"))
+    with keyed_backend(backend_type) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(MAP)
+        state.put_all(entries)
+        got = map_views(state)
+        for view in expected:
+            assert got[view] == expected[view], (
+                f"KS-MAP-2: {view}() of a map of {len(entries)} entries lists {len(got[view])}"
+            )
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            restored.set_current_key("k")
+            got = map_views(restored.get_or_create_state(MAP))
+            for view in expected:
+                assert got[view] == expected[view], (
+                    f"KS-MAP-2: after restore, {view}() of a map of {len(entries)} entries lists {len(got[view])}"
+                )
+
+
+EQUAL_BUT_DISTINCT = [1, True, 1.0, 0, False, 0.0, "1", b"1"]
+
+
+@pytest.mark.requirement("KS-3")
+def test_equal_but_distinct_keys_are_different_keys(state_backend: Any) -> None:
+    value = ValueStateDescriptor("v", serializer=StringSerializer())
+    with keyed_backend(state_backend, key_serializer=MsgpackSerializer()) as backend:
+        state = backend.get_or_create_state(value)
+        for key in EQUAL_BUT_DISTINCT:
+            backend.set_current_key(key)
+            state.update(repr(key))
+        for key in reversed(EQUAL_BUT_DISTINCT):
+            backend.set_current_key(key)
+            assert state.value() == repr(key), (
+                f"KS-3: set_current_key({key!r}).value(): expected {key!r}'s value, got {state.value()!r}"
+            )
+        assert backend.num_state_entries("v") == len(EQUAL_BUT_DISTINCT)
+
+
+@pytest.mark.requirement("KS-3", "KS-MAP-1")
+def test_equal_but_distinct_user_keys_are_different_entries(state_backend: Any) -> None:
+    descriptor = MapStateDescriptor("m", user_key_serializer=MsgpackSerializer(), user_value_serializer=NS)
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        for user_key in EQUAL_BUT_DISTINCT:
+            state.put(user_key, repr(user_key))
+        for user_key in EQUAL_BUT_DISTINCT:
+            assert state.get(user_key) == repr(user_key), f"KS-3: get({user_key!r}) gave {state.get(user_key)!r}"
+        assert len(list(state.items())) == len(EQUAL_BUT_DISTINCT)
+
+
+@pytest.mark.requirement("KS-RED-1")
+@given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
+def test_reducing_applies_the_function_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(CONCAT)
+        for v in values:
+            state.add(v)
+        assert state.get() == "".join(values), (
+            f"KS-RED-1: adding {values} with reduce(a, b) = a + b: expected {''.join(values)!r}, got {state.get()!r}"
+        )
+
+
+@pytest.mark.requirement("KS-AGG-1")
+@given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
+def test_aggregating_adds_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(SEQUENCE)
+        for v in values:
+            state.add(v)
+        assert state.get() == "".join(values), f"KS-AGG-1: adding {values}: got {state.get()!r}"
+
+
+@pytest.mark.requirement("KS-MERGE-1", "KS-MERGE-2", "KS-MERGE-3")
+@pytest.mark.parametrize("kind", ["list", "reducing", "aggregating"])
+@given(
+    target=st.lists(st.integers(1, 9), max_size=3),
+    sources=st.lists(st.lists(st.integers(1, 9), max_size=3), min_size=1, max_size=4),
+)
+def test_merge_with_any_number_of_sources(
+    certification: Any, tmp_path_factory: Any, kind: str, target: list[int], sources: list[list[int]]
+) -> None:
+    descriptor = {
+        "list": ListStateDescriptor("ml", element_serializer=LongSerializer()),
+        "reducing": ReducingStateDescriptor("mr", reduce_function=lambda a, b: a + b, serializer=LongSerializer()),
+        "aggregating": AggregatingStateDescriptor(
+            "ma", aggregate_function=Sum(), accumulator_serializer=LongSerializer()
+        ),
+    }[kind]
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor, NS)
+        names = [f"s{i}" for i in range(len(sources))]
+        for ns, values in [("t", target), *zip(names, sources, strict=True)]:
+            state.set_current_namespace(ns)
+            for v in values:
+                state.add(v)
+        state.merge_namespaces("t", names)
+        everything = target + [v for vs in sources for v in vs]
+        state.set_current_namespace("t")
+        got = state.get()
+        expected: Any = {
+            "list": sorted(everything) or None,
+            "reducing": sum(everything) if everything else None,
+            "aggregating": sum(everything) if everything else None,
+        }[kind]
+        assert (sorted(got) if kind == "list" and got else got) == expected, (
+            f"KS-MERGE-1: merge of {target} with sources {sources}: expected {expected}, got {got}"
+        )
+        for name in names:
+            state.set_current_namespace(name)
+            assert state.get() is None, f"KS-MERGE-2: source {name} still holds {state.get()!r} after the merge"
+        assert backend.num_state_entries(descriptor.name) == (1 if everything else 0), (
+            f"KS-MERGE-2: {backend.num_state_entries(descriptor.name)} entries after merging into one namespace"
+        )
+
+
+@pytest.mark.requirement("KS-VALUE-2")
+def test_nested_default_is_a_fresh_copy(state_backend: Any) -> None:
+    default = {"counts": [1, 2], "meta": {"tags": ["a"]}}
+    descriptor = ValueStateDescriptor("d", serializer=MsgpackSerializer(), default=default)
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        first = state.value()
+        first["counts"].append(3)
+        first["meta"]["tags"].append("b")
+        backend.set_current_key("other")
+        assert state.value() == {"counts": [1, 2], "meta": {"tags": ["a"]}}, (
+            f"KS-VALUE-2: mutating a nested part of a returned default changed later reads: {state.value()!r}"
+        )
+
+
+@pytest.mark.requirement("KS-4", "KB-RESTORE-1")
+@given(
+    keys=st.lists(st.text(alphabet="ab", max_size=4), unique=True, max_size=25),
+    cleared=st.sets(st.integers(0, 24)),
+)
+def test_entry_counts_survive_restore(
+    certification: Any, tmp_path_factory: Any, keys: list[str], cleared: set[int]
+) -> None:
+    descriptors = [
+        ValueStateDescriptor("v", serializer=LongSerializer()),
+        ListStateDescriptor("l", element_serializer=LongSerializer()),
+        MAP,
+    ]
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        states = [backend.get_or_create_state(d) for d in descriptors]
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            states[0].update(i)
+            states[1].add_all([i, i])
+            states[2].put_all({"x": i, "y": i})
+            if i in cleared:
+                states[i % 3].clear()
+        before = {d.name: backend.num_state_entries(d.name) for d in descriptors}
+        total = backend.num_state_entries()
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            for d in descriptors:
+                restored.get_or_create_state(d)
+            after = {d.name: restored.num_state_entries(d.name) for d in descriptors}
+            assert after == before, f"KS-4: entry counts before a snapshot {before}, after restoring it {after}"
+            assert restored.num_state_entries() == total
+
+
+PREFIX_KEYS = ["", "a", "ab", "abc", "b", "a\x00", "ab\x00c"]
+
+
+@pytest.mark.requirement("KS-4", "KS-3")
+@pytest.mark.parametrize("kind", ["value", "list", "map"])
+@given(cleared=st.sampled_from(PREFIX_KEYS))
+def test_clearing_one_key_keeps_keys_that_share_its_prefix(
+    certification: Any, tmp_path_factory: Any, kind: str, cleared: str
+) -> None:
+    descriptor = {
+        "value": ValueStateDescriptor("v", serializer=LongSerializer()),
+        "list": ListStateDescriptor("l", element_serializer=LongSerializer()),
+        "map": MAP,
+    }[kind]
+    read = {"value": lambda s: s.value(), "list": lambda s: s.get(), "map": lambda s: sorted(s.items())}[kind]
+    write = {
+        "value": lambda s, i: s.update(i),
+        "list": lambda s, i: s.add(i),
+        "map": lambda s, i: s.put("u", i),
+    }[kind]
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = backend.get_or_create_state(descriptor, NS)
+        for ns in ("n", "n2"):
+            state.set_current_namespace(ns)
+            for i, key in enumerate(PREFIX_KEYS):
+                backend.set_current_key(key)
+                write(state, i)
+        expected = {}
+        for ns in ("n", "n2"):
+            state.set_current_namespace(ns)
+            for key in PREFIX_KEYS:
+                backend.set_current_key(key)
+                expected[(key, ns)] = read(state)
+        backend.set_current_key(cleared)
+        state.set_current_namespace("n")
+        state.clear()
+        expected[(cleared, "n")] = [] if kind == "map" else None
+        for (key, ns), value in expected.items():
+            backend.set_current_key(key)
+            state.set_current_namespace(ns)
+            assert read(state) == value, (
+                f"KS-4: after clear() of key {cleared!r} in namespace 'n', key {key!r} in {ns!r} reads "
+                f"{read(state)!r}, expected {value!r}"
+            )

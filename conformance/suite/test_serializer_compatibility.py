@@ -1,0 +1,123 @@
+"""Serializer compatibility on restore for every serializer role (chapter SER): a state's value, a list's
+element, a map's user key and user value, an aggregate's accumulator, and the key serializer, also when the
+restore rescales."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, snapshot_now
+from statecert.reference.checkpointing import take_snapshot
+from statecert.reference.serializers import DoubleSerializer, LongSerializer, StringSerializer
+from statecert.spec.errors import StateMigrationError
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+
+L, S, D = LongSerializer(), StringSerializer(), DoubleSerializer()
+
+
+class Count:
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: Any, acc: int) -> int:
+        return acc + 1
+
+    def get_result(self, acc: int) -> int:
+        return acc
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+# role -> (descriptor with the original serializers, descriptor with that role's serializer incompatible, write)
+ROLES: dict[str, tuple[Any, Any, Any]] = {
+    "value": (
+        ValueStateDescriptor("state_under_test", serializer=L),
+        ValueStateDescriptor("state_under_test", serializer=S),
+        lambda s: s.update(1),
+    ),
+    "reducing-value": (
+        ReducingStateDescriptor("state_under_test", reduce_function=lambda a, b: a + b, serializer=L),
+        ReducingStateDescriptor("state_under_test", reduce_function=lambda a, b: a + b, serializer=S),
+        lambda s: s.add(1),
+    ),
+    "aggregating-accumulator": (
+        AggregatingStateDescriptor("state_under_test", aggregate_function=Count(), accumulator_serializer=L),
+        AggregatingStateDescriptor("state_under_test", aggregate_function=Count(), accumulator_serializer=S),
+        lambda s: s.add("x"),
+    ),
+    "list-element": (
+        ListStateDescriptor("state_under_test", element_serializer=L),
+        ListStateDescriptor("state_under_test", element_serializer=S),
+        lambda s: s.add(1),
+    ),
+    "map-user-key": (
+        MapStateDescriptor("state_under_test", user_key_serializer=S, user_value_serializer=L),
+        MapStateDescriptor("state_under_test", user_key_serializer=D, user_value_serializer=L),
+        lambda s: s.put("a", 1),
+    ),
+    "map-user-value": (
+        MapStateDescriptor("state_under_test", user_key_serializer=S, user_value_serializer=L),
+        MapStateDescriptor("state_under_test", user_key_serializer=S, user_value_serializer=S),
+        lambda s: s.put("a", 1),
+    ),
+}
+
+
+@pytest.mark.requirement("SER-7")
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_incompatible_serializer_in_any_role_fails_registration(state_backend: Any, storage: Any, role: str) -> None:
+    original, incompatible, write = ROLES[role]
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        write(backend.get_or_create_state(original))
+        handle = snapshot_now(backend, location_for(storage))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        with pytest.raises(StateMigrationError) as raised:
+            restored.get_or_create_state(incompatible)
+        assert "state_under_test" in str(raised.value), f"SER-7: the error must name the state: {raised.value}"
+
+
+@pytest.mark.requirement("SER-7", "KS-2")
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_the_same_serializers_register_again(state_backend: Any, storage: Any, role: str) -> None:
+    original, _, write = ROLES[role]
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        write(backend.get_or_create_state(original))
+        handle = snapshot_now(backend, location_for(storage))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(original)
+        assert restored.num_state_entries("state_under_test") == 1, f"SER-7: {role} state lost its entry"
+        state.clear()
+
+
+@pytest.mark.requirement("SER-6", "KB-RESTORE-2")
+@pytest.mark.capability("rescaling")
+@pytest.mark.parametrize(("old", "new"), [(1, 2), (2, 1), (2, 3)])
+def test_changed_key_serializer_fails_a_rescaling_restore(state_backend: Any, storage: Any, old: int, new: int) -> None:
+    subtasks = create_subtasks(state_backend, S, old, 128)
+    for i in range(60):
+        for s in subtasks:
+            try:
+                s.keyed.set_current_key(f"k{i}")
+            except Exception:
+                continue
+            s.keyed.get_or_create_state(ValueStateDescriptor("v", serializer=L)).update(i)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    operator = storage.load_checkpoint(take_snapshot(subtasks, location, 1, 128)).operator("op")
+    for s in subtasks:
+        s.dispose()
+    with pytest.raises(StateMigrationError):
+        for s in create_subtasks(state_backend, L, new, 128, restore_from=operator):
+            s.keyed.get_or_create_state(ValueStateDescriptor("v", serializer=L))
+            s.dispose()

@@ -1,0 +1,140 @@
+"""Snapshots under way and snapshots of size (chapter KB): closing a backend cancels a snapshot whose
+asynchronous part is already writing, and large snapshots, read back key group by key group, lose nothing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for
+from statecert.reference.checkpointing import take_snapshot
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import SnapshotCancelledError
+from statecert.spec.state import VOID_NAMESPACE, ValueStateDescriptor
+
+KEYS = StringSerializer()
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+BLOB = ValueStateDescriptor("blob", serializer=StringSerializer())
+
+
+class _HeldStream:
+    """An output stream whose first write from a thread other than the test's waits until the test says go."""
+
+    def __init__(self, inner: Any, gate: _Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def write(self, data: bytes) -> Any:
+        self._gate.hold()
+        return self._inner.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __enter__(self) -> _HeldStream:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._inner.__exit__(*exc)
+
+
+class _Gate:
+    def __init__(self, owner: threading.Thread) -> None:
+        self.owner = owner
+        self.writing = threading.Event()
+        self.go = threading.Event()
+
+    def hold(self) -> None:
+        if threading.current_thread() is not self.owner and not self.writing.is_set():
+            self.writing.set()
+            self.go.wait(30)
+
+
+class _HeldStreamFactory:
+    """A checkpoint stream factory (chapter CS) whose streams hold their first asynchronous write."""
+
+    def __init__(self, inner: Any, gate: _Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def create_checkpoint_state_output_stream(self, scope: Any) -> _HeldStream:
+        return _HeldStream(self._inner.create_checkpoint_state_output_stream(scope), self._gate)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.requirement("KB-SNAP-6")
+@pytest.mark.capability("async_snapshots")
+def test_close_cancels_a_snapshot_that_is_already_writing(state_backend: Any, tmp_path: Path) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    gate = _Gate(threading.current_thread())
+    backend = keyed_backend(state_backend)
+    state = backend.get_or_create_state(VALUE)
+    for i in range(500):
+        backend.set_current_key(f"k{i}")
+        state.update(i)
+    task = backend.snapshot(1, 0, _HeldStreamFactory(location_for(storage), gate))
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(task.run())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    writing = gate.writing.wait(30)
+    backend.close()
+    gate.go.set()
+    worker.join(60)
+    assert writing, "KB-SNAP-2: the asynchronous part never wrote to its stream"
+    assert outcome and isinstance(outcome[0], SnapshotCancelledError), (
+        f"KB-SNAP-6: close() during the asynchronous part: expected run() to raise SnapshotCancelledError, got "
+        f"{outcome[0] if outcome else 'no result'!r}"
+    )
+    leftovers = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "c").rglob("*") if p.is_file())
+    assert leftovers == [], f"KB-SNAP-6: a snapshot cancelled while writing left files: {leftovers}"
+
+
+@pytest.mark.requirement("FMT-6", "KB-RESTORE-2", "KB-SNAP-1")
+@pytest.mark.capability("rescaling")
+@pytest.mark.parametrize(("old", "new"), [(1, 1), (1, 3), (3, 2)])
+def test_large_snapshots_restore_key_group_by_key_group(state_backend: Any, tmp_path: Path, old: int, new: int) -> None:
+    """About 10 MB per snapshot across 4,096 key groups: offsets beyond 16 and 24 bits must hold."""
+    max_parallelism = 4096
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    keys = [f"key-{i}" for i in range(6000)]
+    subtasks = create_subtasks(state_backend, KEYS, old, max_parallelism)
+    for i, key in enumerate(keys):
+        for s in subtasks:
+            try:
+                s.keyed.set_current_key(key)
+            except Exception:
+                continue
+            s.keyed.get_or_create_state(BLOB).update(f"{i:08d}" + "x" * 1700)
+            break
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    pointer = take_snapshot(subtasks, location, 1, max_parallelism)
+    for s in subtasks:
+        s.dispose()
+    operator = storage.load_checkpoint(pointer).operator("op")
+    seen: dict[str, str] = {}
+    for s in create_subtasks(state_backend, KEYS, new, max_parallelism, restore_from=operator):
+        state = s.keyed.get_or_create_state(BLOB)
+        for key in list(s.keyed.get_keys("blob", VOID_NAMESPACE)):
+            s.keyed.set_current_key(key)
+            seen[key] = state.value()
+        s.dispose()
+    missing = sorted(set(keys) - set(seen))
+    wrong = [k for k in seen if seen[k][:8] != f"{keys.index(k):08d}" or len(seen[k]) != 1708]
+    assert not missing and not wrong, (
+        f"FMT-6: {old}->{new} at max parallelism {max_parallelism}: {len(missing)} keys missing "
+        f"(e.g. {missing[:3]}), {len(wrong)} wrong (e.g. {wrong[:3]})"
+    )

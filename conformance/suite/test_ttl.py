@@ -1,0 +1,187 @@
+"""State time-to-live on the backend's injected clock (chapter TTL): expiry, refresh, visibility, per element and
+per entry, and timestamps that survive snapshots, restores and canonical savepoints between backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, snapshot_now
+from statecert.reference.checkpointing import take_snapshot
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.spec.metadata import CheckpointKind
+from statecert.spec.state import (
+    ListStateDescriptor,
+    ManualClock,
+    MapStateDescriptor,
+    TtlConfig,
+    TtlStateVisibility,
+    TtlUpdateType,
+    ValueStateDescriptor,
+)
+
+KEYS = StringSerializer()
+
+
+def descriptor(kind: str, ttl: TtlConfig, name: str = "t") -> Any:
+    if kind == "value":
+        return ValueStateDescriptor(name, ttl=ttl, serializer=LongSerializer())
+    if kind == "list":
+        return ListStateDescriptor(name, ttl=ttl, element_serializer=LongSerializer())
+    return MapStateDescriptor(
+        name, ttl=ttl, user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer()
+    )
+
+
+# Per kind: write one value, read it back (None when absent or expired).
+WRITE: dict[str, Callable[[Any, int], None]] = {
+    "value": lambda state, v: state.update(v),
+    "list": lambda state, v: state.add(v),
+    "map": lambda state, v: state.put("u", v),
+}
+READ: dict[str, Callable[[Any], Any]] = {
+    "value": lambda state: state.value(),
+    "list": lambda state: (state.get() or [None])[-1],
+    "map": lambda state: state.get("u"),
+}
+KINDS = sorted(WRITE)
+
+
+def ttl_backend(state_backend: Any, clock: ManualClock, **kwargs: Any) -> Any:
+    return keyed_backend(state_backend, clock=clock, **kwargs)
+
+
+@pytest.mark.requirement("TTL-1", "TTL-3")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+def test_entry_expires_after_ttl_and_is_not_returned(state_backend: Any, clock: ManualClock, kind: str) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100)))
+        WRITE[kind](state, 1)
+        clock.advance(99)
+        assert READ[kind](state) == 1, f"TTL-1: {kind} state expired 99 ms into a 100 ms TTL"
+        clock.advance(1)
+        assert READ[kind](state) is None, f"TTL-1: {kind} state not expired at 100 ms of a 100 ms TTL"
+
+
+@pytest.mark.requirement("TTL-3")
+@pytest.mark.capability("ttl")
+def test_expired_map_entry_is_not_contained(state_backend: Any, clock: ManualClock) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor("map", TtlConfig(100)))
+        state.put("old", 1)
+        clock.advance(150)
+        assert not state.contains("old"), "TTL-3: contains() is true for an expired map entry"
+        assert list(state.keys()) == [] and list(state.values()) == [] and state.is_empty()
+
+
+@pytest.mark.requirement("TTL-3")
+@pytest.mark.capability("ttl")
+def test_return_expired_if_not_cleaned_up(state_backend: Any, clock: ManualClock) -> None:
+    ttl = TtlConfig(100, visibility=TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(ValueStateDescriptor("t", ttl=ttl, serializer=LongSerializer()))
+        state.update(1)
+        clock.advance(500)
+        first = state.value()
+        assert first in (1, None), f"TTL-3: an expired value may be returned or not, got {first!r}"
+        assert state.value() is None, "TTL-3: the read should have cleaned the expired value up"
+
+
+@pytest.mark.requirement("TTL-2")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("update_type", list(TtlUpdateType), ids=lambda u: u.value)
+def test_reads_refresh_only_with_on_read_and_write(
+    state_backend: Any, clock: ManualClock, update_type: TtlUpdateType, kind: str
+) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100, update_type)))
+        WRITE[kind](state, 1)
+        clock.advance(60)
+        assert READ[kind](state) == 1
+        clock.advance(60)
+        refreshed = update_type is TtlUpdateType.ON_READ_AND_WRITE
+        got = READ[kind](state)
+        assert (got == 1) is refreshed, (
+            f"TTL-2: {kind} state with {update_type.value}, read at 60 ms and 120 ms of a 100 ms TTL: "
+            f"expected {'1' if refreshed else 'None'}, got {got!r}"
+        )
+
+
+@pytest.mark.requirement("TTL-4")
+@pytest.mark.capability("ttl")
+def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        lst = backend.get_or_create_state(descriptor("list", TtlConfig(100), "tl"))
+        mp = backend.get_or_create_state(descriptor("map", TtlConfig(100), "tm"))
+        lst.add(1)
+        mp.put("old", 1)
+        clock.advance(60)
+        lst.add(2)
+        mp.put("new", 2)
+        clock.advance(60)
+        assert lst.get() == [2], f"TTL-4: expected the fresh list element only, got {lst.get()!r}"
+        assert list(mp.items()) == [("new", 2)], f"TTL-4: expected the fresh map entry only, got {list(mp.items())}"
+        clock.advance(100)
+        assert lst.get() is None and mp.is_empty()
+
+
+@pytest.mark.requirement("TTL-6")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+def test_timestamps_survive_snapshot_and_restore(
+    state_backend: Any, storage: Any, clock: ManualClock, kind: str
+) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        WRITE[kind](backend.get_or_create_state(descriptor(kind, TtlConfig(100))), 1)
+        clock.advance(50)
+        handle = snapshot_now(backend, location_for(storage))
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(descriptor(kind, TtlConfig(100)))
+        clock.advance(40)
+        assert READ[kind](state) == 1, f"TTL-6: restored {kind} state expired 90 ms into a 100 ms TTL"
+        clock.advance(20)
+        got = READ[kind](state)
+        assert got is None, (
+            f"TTL-6: restored {kind} state written at 0 ms was returned at 110 ms of a 100 ms TTL (got {got!r}): "
+            "the restore reset its timestamp"
+        )
+
+
+@pytest.mark.requirement("TTL-6", "SP-1")
+@pytest.mark.capability("ttl", "canonical_savepoints")
+@pytest.mark.parametrize("direction", ["ours-into-reference", "reference-into-ours"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_ttl_state_moves_between_backends_through_a_canonical_savepoint(
+    state_backend: Any, reference_backend: Any, storage: Any, direction: str, kind: str
+) -> None:
+    writer, reader = (
+        (state_backend, reference_backend) if direction == "ours-into-reference" else (reference_backend, state_backend)
+    )
+    clock = ManualClock(1_700_000_000_000)  # a realistic epoch time: every byte of the timestamp matters
+    (subtask,) = create_subtasks(writer, KEYS, 1, 128, clock=clock)
+    subtask.keyed.set_current_key("k")
+    WRITE[kind](subtask.keyed.get_or_create_state(descriptor(kind, TtlConfig(1000))), 7)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
+    pointer = take_snapshot([subtask], location, 1, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    subtask.dispose()
+    operator = storage.load_checkpoint(pointer).operator("op")
+    clock.advance(900)
+    (restored,) = create_subtasks(reader, KEYS, 1, 128, clock=clock, restore_from=operator)
+    restored.keyed.set_current_key("k")
+    state = restored.keyed.get_or_create_state(descriptor(kind, TtlConfig(1000)))
+    assert READ[kind](state) == 7, f"TTL-6 ({direction}): {kind} state expired 900 ms into a 1000 ms TTL"
+    clock.advance(200)
+    got = READ[kind](state)
+    assert got is None, f"TTL-6 ({direction}): {kind} state returned 1100 ms into a 1000 ms TTL (got {got!r})"
+    restored.dispose()
