@@ -6,18 +6,27 @@ whose test must fail.
 
 from __future__ import annotations
 
+import copy
+import struct
 from collections.abc import Mapping
 from typing import Any
+
+import fsspec
 
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
-from statecert.reference.keyed_states import ListStateImpl, ReducingStateImpl, ValueStateImpl
+from statecert.reference.heap.ttl import TtlPolicy
+from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl, ValueStateImpl
 from statecert.reference.loader import load_state_backend
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.rescale import restricted
+from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
+from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
+from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.state import StateKind
 
 
 class _Backend(HashMapStateBackend):
@@ -249,6 +258,235 @@ class _EmptyMapTable(StateTable):
         data.pop(user_key, None)
 
 
+# -- bug classes found by certifying outside backends (issue 10) ----------------------------------------------------
+
+
+def _restamp(stored: bytes, now: int) -> bytes:
+    return struct.pack(">q", now) + stored[8:]
+
+
+# 19. Restore re-stamps TTL'd entries with the restore time: expired state revives.
+class _TtlResetOnRestore(HeapKeyedStateBackend):
+    def _restore(self, handles: Any) -> None:
+        super()._restore(handles)
+        now = self._clock.now_ms()
+        for store in self._stores.values():
+            if not store.meta.ttl:
+                continue
+            for key_group, key, ns, payload in list(store.entries()):
+                if store.meta.kind is StateKind.LIST:
+                    payload = [_restamp(e, now) for e in payload]
+                elif store.meta.kind is StateKind.MAP:
+                    payload = [[k, _restamp(v, now)] for k, v in payload]
+                else:
+                    payload = _restamp(payload, now)
+                store.put_payload(key_group, (key, ns), payload)
+
+
+# 20. ON_READ_AND_WRITE honoured for value state only: list and map reads never refresh.
+class _RefreshValueOnly(HeapKeyedStateBackend):
+    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+        state = super()._create_state(descriptor, store, ns, serializers)
+        if isinstance(state, ListStateImpl | MapStateImpl):
+            state._ttl.update_on_read = False
+        return state
+
+
+# 21. contains() looks at storage only, not at expiry.
+class _ContainsExpired(MapStateImpl):
+    def contains(self, user_key: Any) -> bool:
+        key, key_group = self._entry_key()
+        return self.store.map_get(key_group, key, self._kser.serialize(user_key)) is not None
+
+
+# 22. The TTL timestamp is stored little-endian: fine alone, wrong in another backend's savepoint.
+class _LittleEndianTtl(TtlPolicy):
+    _LE = struct.Struct("<q")
+
+    def wrap(self, payload: bytes) -> bytes:
+        return payload if self.ttl is None else self._LE.pack(self.clock.now_ms()) + payload
+
+    def expired(self, stored: bytes) -> bool:
+        if self.ttl is None:
+            return False
+        (last_access,) = self._LE.unpack_from(stored)
+        return bool(last_access + self.ttl.ttl_ms <= self.clock.now_ms())
+
+
+class _LittleEndianTimestamps(HeapKeyedStateBackend):
+    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+        state = super()._create_state(descriptor, store, ns, serializers)
+        state._ttl = _LittleEndianTtl(descriptor.ttl, self._clock)
+        return state
+
+
+# 23. Only the first serializer role is checked on restore: a map's user value or a list's element may change.
+class _FirstRoleOnly(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        from statecert.reference.keyed_backend_base import descriptor_serializers
+        from statecert.reference.migration import resolve_state_serializers
+        from statecert.reference.serializers import VOID_NAMESPACE_SERIALIZER
+
+        store = self._stores.get(descriptor.name)
+        if store is None or descriptor.name in self._states:
+            return super().get_or_create_state(descriptor, namespace_serializer)
+        ns = namespace_serializer or VOID_NAMESPACE_SERIALIZER
+        serializers = descriptor_serializers(descriptor)
+        first = next(iter(serializers))
+        serializers.update(resolve_state_serializers(store, descriptor, {first: serializers[first]}, ns))
+        state = self._create_state(descriptor, store, ns, serializers)
+        self._states[descriptor.name] = state
+        return state
+
+
+# 24. The key serializer is checked only when the restore keeps the range (the fast path).
+class _KeySerializerUncheckedOnRescale(HeapKeyedStateBackend):
+    def _restore(self, handles: Any) -> None:
+        from statecert.reference import keyed_backend_base
+
+        rescaling = any(getattr(h, "key_group_range", self.key_group_range) != self.key_group_range for h in handles)
+        original = keyed_backend_base.check_key_serializer
+        if rescaling:
+            keyed_backend_base.check_key_serializer = lambda new, old: new  # type: ignore[assignment]
+        try:
+            super()._restore(handles)
+        finally:
+            keyed_backend_base.check_key_serializer = original
+
+
+# 25. A merge with a single source appends it to the target but keeps the source.
+class _SingleSourceMergeKeeps(ListStateImpl):
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        sources = list(sources)
+        if len(sources) != 1:
+            super().merge_namespaces(target, sources)
+            return
+        _, key_group = self._backend.current_key_bytes_and_group()
+        elements = self.store.get_list(key_group, self._entry_key_for(sources[0])) or []
+        if elements:
+            self.set_current_namespace(target)
+            key, _ = self._entry_key()
+            self.store.append_list(key_group, key, list(elements))
+
+
+# 26. The default is copied shallowly: nested objects are shared with later reads.
+class _ShallowDefault(ValueStateImpl):
+    def value(self) -> Any:
+        payload = self._get_bytes()
+        if payload is None:
+            if not hasattr(self, "_default_object"):
+                self._default_object = (
+                    None if self._default_bytes is None else self._ser.deserialize(self._default_bytes)
+                )
+            return copy.copy(self._default_object)
+        return self._ser.deserialize(payload)
+
+
+# 27. The reduce function gets its arguments swapped: reduce(added, accumulated).
+class _SwappedReduce(ReducingStateImpl):
+    def add(self, value: Any) -> None:
+        if value is None:
+            super().add(value)
+            return
+        current = self.get()
+        self._put_bytes(self._ser.serialize(value if current is None else self._reduce(value, current)))
+
+
+# 28. The current-key cache is keyed by the key alone: 1, True and 1.0 share an entry.
+class _KeyCacheConflates(HeapKeyedStateBackend):
+    def set_current_key(self, key: Any) -> None:
+        cache = self.__dict__.setdefault("_conflating_cache", {})
+        if key in cache:
+            self._current_key = key
+            self._current_key_bytes, self._current_key_group = cache[key]
+            return
+        super().set_current_key(key)
+        cache[key] = (self._current_key_bytes, self._current_key_group)
+
+
+# 29. The entry count is a counter restored from the snapshot and then counted again while loading.
+class _CountsTwiceAfterRestore(HeapKeyedStateBackend):
+    def _restore(self, handles: Any) -> None:
+        super()._restore(handles)
+        self._restored_entries = {name: len(store) for name, store in self._stores.items()}
+
+    def num_state_entries(self, state_name: str | None = None) -> int:
+        extra = getattr(self, "_restored_entries", {})
+        counted = super().num_state_entries(state_name)
+        return counted + (extra.get(state_name, 0) if state_name else sum(extra.values()))
+
+
+# 30. Map iteration pages through entries 1,024 at a time and drops the first of every later page.
+class _PagedMapTable(StateTable):
+    def map_items(self, key_group: int, key: Any) -> list[tuple[bytes, bytes]]:
+        items = super().map_items(key_group, key)
+        return [item for i, item in enumerate(items) if i < 1024 or i % 1024 != 0]
+
+
+# 31. Key-group offsets are stored as unsigned 16-bit numbers.
+class _ShortOffsets(HeapKeyedStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        from statecert.spec.handles import KeyGroupsStateHandle
+        from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS
+
+        task = super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options or DEFAULT_CHECKPOINT_OPTIONS)
+        write = task._write
+
+        def short(cancelled: Any) -> Any:
+            handle = write(cancelled)
+            if isinstance(handle, KeyGroupsStateHandle):
+                offsets = tuple(o % 65536 for o in handle.offsets)
+                return KeyGroupsStateHandle(handle.key_group_range, offsets, handle.delegate, handle.snapshot_format)
+            return handle
+
+        task._write = short
+        return task
+
+
+# 32. close() cancels only snapshots that have not started: one already writing finishes and keeps its file.
+class _CancelsOnlyUnstarted(HeapKeyedStateBackend):
+    def _track(self, task: Any) -> Any:
+        cancel = task.cancel
+        task.cancel = lambda: False if task._started else cancel()
+        return super()._track(task)
+
+
+# 33. RocksDB: a completed checkpoint deletes the files of the previous base it no longer uses.
+class _DeletesOldShared(RocksDBKeyedStateBackend):
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        previous = dict(self._base_uploads)
+        super().notify_checkpoint_complete(checkpoint_id)
+        for name, handle in previous.items():
+            if name not in self._base_uploads and isinstance(handle, FileStateHandle):
+                fs, path = fsspec.core.url_to_fs(handle.path)
+                if fs.exists(path):
+                    fs.rm(path)
+
+
+# 34. RocksDB: an aborted checkpoint's uploads become the base of the next incremental one.
+class _AbortedIsBase(RocksDBKeyedStateBackend):
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if checkpoint_id in self._uploaded:
+            self._base_uploads = self._uploaded.pop(checkpoint_id)
+
+
+# 35. RocksDB: a native savepoint references the checkpoints' shared files instead of holding its own.
+class _SavepointReusesShared(RocksDBKeyedStateBackend):
+    def _native_writer(self, checkpoint_id: int, local: Any, metas: Any, key_serializer: Any, factory: Any,
+                       base: Any, incremental: bool) -> Any:  # fmt: skip
+        return super()._native_writer(
+            checkpoint_id, local, metas, key_serializer, factory, dict(self._base_uploads), incremental
+        )
+
+
+def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:
+    class Broken(EmbeddedRocksDBStateBackend):
+        def create_keyed_state_backend(self, params: Any) -> Any:
+            return keyed(params, self.settings, self.max_value_bytes)
+
+    return lambda config: Broken(incremental=True).configure(config)
+
+
 shared_snapshot = _factory(_with_table(_SharingTable))
 stale_restore = _factory(_StaleRestore)
 off_by_one_rescale = _factory(_OffByOne)
@@ -267,6 +505,23 @@ ignores_foreign_handles = _factory(_IgnoresForeign)
 no_serializer_check = _factory(_NoSerializerCheck)
 reducing_accepts_null = _factory(_with_state(ReducingStateImpl, _NullReduce))
 map_remove_leaves_entry = _factory(_with_table(_EmptyMapTable))
+ttl_reset_on_restore = _factory(_TtlResetOnRestore)
+ttl_refresh_value_only = _factory(_RefreshValueOnly)
+ttl_contains_expired = _factory(_with_state(MapStateImpl, _ContainsExpired))
+ttl_little_endian = _factory(_LittleEndianTimestamps)
+serializer_first_role_only = _factory(_FirstRoleOnly)
+key_serializer_unchecked_on_rescale = _factory(_KeySerializerUncheckedOnRescale)
+single_source_merge_keeps = _factory(_with_state(ListStateImpl, _SingleSourceMergeKeeps))
+default_shallow_copy = _factory(_with_state(ValueStateImpl, _ShallowDefault))
+reduce_arguments_swapped = _factory(_with_state(ReducingStateImpl, _SwappedReduce))
+key_cache_conflates = _factory(_KeyCacheConflates)
+entry_count_after_restore = _factory(_CountsTwiceAfterRestore)
+map_iteration_pages = _factory(_with_table(_PagedMapTable))
+short_key_group_offsets = _factory(_ShortOffsets)
+close_cancels_only_unstarted = _factory(_CancelsOnlyUnstarted)
+rocksdb_deletes_retained_shared = _rocksdb_factory(_DeletesOldShared)
+rocksdb_aborted_is_base = _rocksdb_factory(_AbortedIsBase)
+rocksdb_savepoint_reuses_shared = _rocksdb_factory(_SavepointReusesShared)
 
 CAUGHT_BY = {
     "shared_snapshot": "KB-SNAP-3",
@@ -287,4 +542,21 @@ CAUGHT_BY = {
     "no_serializer_check": "SER-7",
     "reducing_accepts_null": "KS-RED-2",
     "map_remove_leaves_entry": "KS-MAP-4",
+    "ttl_reset_on_restore": "TTL-6",
+    "ttl_refresh_value_only": "TTL-2",
+    "ttl_contains_expired": "TTL-3",
+    "ttl_little_endian": "TTL-6",
+    "serializer_first_role_only": "SER-7",
+    "key_serializer_unchecked_on_rescale": "SER-6",
+    "single_source_merge_keeps": "KS-MERGE-2",
+    "default_shallow_copy": "KS-VALUE-2",
+    "reduce_arguments_swapped": "KS-RED-1",
+    "key_cache_conflates": "KS-3",
+    "entry_count_after_restore": "KS-4",
+    "map_iteration_pages": "KS-MAP-2",
+    "short_key_group_offsets": "FMT-6",
+    "close_cancels_only_unstarted": "KB-SNAP-6",
+    "rocksdb_deletes_retained_shared": "KB-SNAP-8",
+    "rocksdb_aborted_is_base": "KB-SNAP-9",
+    "rocksdb_savepoint_reuses_shared": "SP-4",
 }
