@@ -1,11 +1,13 @@
 """What every reference keyed backend shares (chapter KB): current key, state registration with compatibility
-checks and migration, key iteration, canonical restore, lifecycle. Subclasses supply the StateStore of a state,
-the snapshot strategy, and any native restore path."""
+checks and migration, key iteration, canonical restore, lifecycle. Subclasses supply the StateStore of a state
+(`create_store`), the snapshot strategy (`snapshot`, using `snapshot_task`), and any native restore path
+(`restore_foreign_handles`); they call `restore_handles(params.restore_state)` at the end of `__init__`. Backend
+authors import it from `statecert.reference.authoring`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from statecert.reference.format.canonical import CanonicalReader
@@ -90,11 +92,11 @@ class KeyedStateBackendBase:
         self._closed = False
 
     # -- hooks ---------------------------------------------------------------------------------------------------
-    def _create_store(self, meta: StateMetaInfo) -> Any:
+    def create_store(self, meta: StateMetaInfo) -> Any:
         """A new, empty StateStore for a state (with a mutable `meta` attribute)."""
         raise NotImplementedError
 
-    def _restore_other(self, handles: Sequence[Any]) -> None:
+    def restore_foreign_handles(self, handles: Sequence[Any]) -> None:
         """Restore handles that are not canonical; the default accepts none (KB-RESTORE-5)."""
         if handles:
             fmt = getattr(handles[0], "snapshot_format", type(handles[0]).__name__)
@@ -103,7 +105,7 @@ class KeyedStateBackendBase:
                 "snapshots and its own native format only (convert with a canonical savepoint)"
             )
 
-    def _release(self) -> None:
+    def release_resources(self) -> None:
         """Free the backend's resources on close."""
 
     # -- keys ----------------------------------------------------------------------------------------------------
@@ -123,7 +125,7 @@ class KeyedStateBackendBase:
         return assign_to_key_group(self._key_serializer.key_hash(key), self._params.max_parallelism)
 
     def set_current_key(self, key: Any) -> None:
-        self._check_open()
+        self.check_open()
         if key is None:
             raise IllegalStateError("the current key may not be None (KB-KEY-1)")
         # Streams revisit the same keys: remember bytes and key group of recent str/int/bytes keys (exact type,
@@ -162,7 +164,7 @@ class KeyedStateBackendBase:
     def get_or_create_state(
         self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer[Any] | None = None
     ) -> Any:
-        self._check_open()
+        self.check_open()
         ns_serializer = namespace_serializer or VOID_NAMESPACE_SERIALIZER
         existing = self._states.get(descriptor.name)
         if (
@@ -181,7 +183,7 @@ class KeyedStateBackendBase:
                 {role: s.snapshot_configuration() for role, s in serializers.items()},
                 descriptor.ttl is not None,
             )
-            store = self._stores[descriptor.name] = self._create_store(meta)
+            store = self._stores[descriptor.name] = self.create_store(meta)
         else:
             serializers = resolve_state_serializers(store, descriptor, serializers, ns_serializer)
         state = self._create_state(descriptor, store, ns_serializer, serializers)
@@ -227,13 +229,13 @@ class KeyedStateBackendBase:
         raise KeyError(f"no state named {state_name!r} in this backend")
 
     def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
-        self._check_open()
+        self.check_open()
         ns_bytes = self._namespace_serializer(state_name).serialize(namespace)
         keys = [k for _, k, n, _ in self._stores[state_name].entries() if n == ns_bytes]
         return (self._key_serializer.deserialize(k) for k in keys)
 
     def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
-        self._check_open()
+        self.check_open()
         ns_ser = self._namespace_serializer(state_name)
         pairs = [(k, n) for _, k, n, _ in self._stores[state_name].entries()]
         return ((self._key_serializer.deserialize(k), ns_ser.deserialize(n)) for k, n in pairs)
@@ -254,14 +256,15 @@ class KeyedStateBackendBase:
         """Nothing to release by default."""
 
     # -- restore ---------------------------------------------------------------------------------------------------
-    def _restore(self, handles: Sequence[Any]) -> None:
-        """Canonical handles are read key group by key group (KB-RESTORE-1..3); the rest go to `_restore_other`."""
+    def restore_handles(self, handles: Sequence[Any]) -> None:
+        """Canonical handles are read key group by key group (KB-RESTORE-1..3); the rest go to
+        `restore_foreign_handles`."""
 
         def is_canonical(handle: Any) -> bool:
             return isinstance(handle, KeyGroupsStateHandle) and handle.snapshot_format == CANONICAL_FORMAT
 
         canonical = [h for h in handles if is_canonical(h)]
-        self._restore_other([h for h in handles if not is_canonical(h)])
+        self.restore_foreign_handles([h for h in handles if not is_canonical(h)])
         for handle in canonical:
             if handle.key_group_range.intersection(self.key_group_range).is_empty:
                 continue
@@ -279,17 +282,29 @@ class KeyedStateBackendBase:
                 raise CheckpointFormatError(
                     source, f"state {meta.name!r}: serializer roles do not match {meta.kind.value}"
                 )
-            store = self._stores[meta.name] = self._create_store(meta)
+            store = self._stores[meta.name] = self.create_store(meta)
         elif store.meta != meta:
             raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two handles")
         return store
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise BackendClosedError(f"the {self.backend_name} keyed state backend is closed (KB-LIFE-2)")
 
-    def _track(self, task: AsyncSnapshotTask[KeyedStateHandle]) -> AsyncSnapshotTask[KeyedStateHandle]:
+    @property
+    def stores(self) -> Mapping[str, Any]:
+        """The StateStore of every registered or restored state, by name (read-only view)."""
+        return MappingProxyType(self._stores)
+
+    def snapshot_task(
+        self, write: Callable[[Callable[[], bool]], KeyedStateHandle | None]
+    ) -> AsyncSnapshotTask[KeyedStateHandle]:
+        """The asynchronous part of a snapshot as a task that `close()` cancels (KB-SNAP-6): `write(cancelled)`
+        writes the snapshot, checking `cancelled()` between units of work."""
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+    def track_snapshot(self, task: AsyncSnapshotTask[KeyedStateHandle]) -> AsyncSnapshotTask[KeyedStateHandle]:
         self._pending.add(task)
         return task
 
@@ -302,7 +317,7 @@ class KeyedStateBackendBase:
             task.cancel()
         self._states.clear()
         self._stores.clear()
-        self._release()
+        self.release_resources()
 
     def dispose(self) -> None:
         self.close()

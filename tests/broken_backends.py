@@ -55,7 +55,7 @@ def _with_table(table_class: type[StateTable]) -> type[HeapKeyedStateBackend]:
     """A heap keyed backend whose states live in `table_class` instead of StateTable."""
 
     class Keyed(HeapKeyedStateBackend):
-        def _create_store(self, meta: Any) -> StateTable:
+        def create_store(self, meta: Any) -> StateTable:
             return table_class(meta, self.key_group_range)
 
     return Keyed
@@ -85,7 +85,7 @@ _LEFT_BEHIND: dict[tuple[Any, ...], StateTable] = {}
 
 
 class _StaleRestore(HeapKeyedStateBackend):
-    def _create_store(self, meta: Any) -> StateTable:
+    def create_store(self, meta: Any) -> StateTable:
         key = (self._params.operator_id, self.key_group_range, meta.name)
         table = _LEFT_BEHIND.get(key)
         if table is None:
@@ -96,9 +96,9 @@ class _StaleRestore(HeapKeyedStateBackend):
 
 # 3. Off-by-one key-group range on restore: the last key group of the range is never read.
 class _OffByOne(HeapKeyedStateBackend):
-    def _restore(self, handles: Any) -> None:
+    def restore_handles(self, handles: Any) -> None:
         rng = self.key_group_range
-        super()._restore(restricted(handles, KeyGroupRange.of(rng.start, rng.end - 1)))
+        super().restore_handles(restricted(handles, KeyGroupRange.of(rng.start, rng.end - 1)))
 
 
 # 4. clear() hides the entry from reads but the snapshot still contains it.
@@ -224,7 +224,7 @@ class _EmptyIsSomething(HeapKeyedStateBackend):
 
 # 15. Handles of another backend's native format are silently ignored.
 class _IgnoresForeign(HeapKeyedStateBackend):
-    def _restore_other(self, handles: Any) -> None:
+    def restore_foreign_handles(self, handles: Any) -> None:
         return None
 
 
@@ -267,8 +267,8 @@ def _restamp(stored: bytes, now: int) -> bytes:
 
 # 19. Restore re-stamps TTL'd entries with the restore time: expired state revives.
 class _TtlResetOnRestore(HeapKeyedStateBackend):
-    def _restore(self, handles: Any) -> None:
-        super()._restore(handles)
+    def restore_handles(self, handles: Any) -> None:
+        super().restore_handles(handles)
         now = self._clock.now_ms()
         for store in self._stores.values():
             if not store.meta.ttl:
@@ -341,7 +341,7 @@ class _FirstRoleOnly(HeapKeyedStateBackend):
 
 # 24. The key serializer is checked only when the restore keeps the range (the fast path).
 class _KeySerializerUncheckedOnRescale(HeapKeyedStateBackend):
-    def _restore(self, handles: Any) -> None:
+    def restore_handles(self, handles: Any) -> None:
         from statecert.reference import keyed_backend_base
 
         rescaling = any(getattr(h, "key_group_range", self.key_group_range) != self.key_group_range for h in handles)
@@ -349,7 +349,7 @@ class _KeySerializerUncheckedOnRescale(HeapKeyedStateBackend):
         if rescaling:
             keyed_backend_base.check_key_serializer = lambda new, old: new  # type: ignore[assignment]
         try:
-            super()._restore(handles)
+            super().restore_handles(handles)
         finally:
             keyed_backend_base.check_key_serializer = original
 
@@ -406,8 +406,8 @@ class _KeyCacheConflates(HeapKeyedStateBackend):
 
 # 29. The entry count is a counter restored from the snapshot and then counted again while loading.
 class _CountsTwiceAfterRestore(HeapKeyedStateBackend):
-    def _restore(self, handles: Any) -> None:
-        super()._restore(handles)
+    def restore_handles(self, handles: Any) -> None:
+        super().restore_handles(handles)
         self._restored_entries = {name: len(store) for name, store in self._stores.items()}
 
     def num_state_entries(self, state_name: str | None = None) -> int:
@@ -445,10 +445,10 @@ class _ShortOffsets(HeapKeyedStateBackend):
 
 # 32. close() cancels only snapshots that have not started: one already writing finishes and keeps its file.
 class _CancelsOnlyUnstarted(HeapKeyedStateBackend):
-    def _track(self, task: Any) -> Any:
+    def track_snapshot(self, task: Any) -> Any:
         cancel = task.cancel
         task.cancel = lambda: False if task._started else cancel()
-        return super()._track(task)
+        return super().track_snapshot(task)
 
 
 # 33. RocksDB: a completed checkpoint deletes the files of the previous base it no longer uses.
@@ -472,11 +472,9 @@ class _AbortedIsBase(RocksDBKeyedStateBackend):
 
 # 35. RocksDB: a native savepoint references the checkpoints' shared files instead of holding its own.
 class _SavepointReusesShared(RocksDBKeyedStateBackend):
-    def _native_writer(self, checkpoint_id: int, local: Any, metas: Any, key_serializer: Any, factory: Any,
-                       base: Any, incremental: bool) -> Any:  # fmt: skip
-        return super()._native_writer(
-            checkpoint_id, local, metas, key_serializer, factory, dict(self._base_uploads), incremental
-        )
+    def _native_writer(self, *args: Any) -> Any:
+        *head, _base, incremental = args
+        return super()._native_writer(*head, dict(self._base_uploads), incremental)
 
 
 def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:

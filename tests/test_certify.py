@@ -79,7 +79,7 @@ from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 class ForgetfulBackend(HeapKeyedStateBackend):
     """Restores nothing at all."""
 
-    def _restore(self, handles):
+    def restore_handles(self, handles):
         return None
 
 

@@ -1,7 +1,8 @@
 """A small third-party state backend: plain dicts, snapshots copied in the synchronous part.
 
-It plugs into statecert's typed base (`KeyedStateBackendBase`: current key, state kinds, TTL, migration,
-canonical restore) by supplying a `StateStore` and a snapshot strategy, which is all a backend author must write.
+It plugs into statecert's public authoring kit (`statecert.reference.authoring`: `KeyedStateBackendBase` gives
+current key, state kinds, TTL, migration and canonical restore) by supplying a `StateStore` and a snapshot
+strategy, which is all a backend author must write on this route.
 Registered as `dict-example` in the `statecert.state_backends` entry-point group (see pyproject.toml).
 """
 
@@ -11,11 +12,14 @@ import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
-from statecert.reference.format.state_meta import StateMetaInfo
-from statecert.reference.keyed_backend_base import KeyedStateBackendBase
-from statecert.reference.operator_state import DefaultOperatorStateBackend
-from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.authoring import (
+    AsyncSnapshotTask,
+    CanonicalHeader,
+    DefaultOperatorStateBackend,
+    KeyedStateBackendBase,
+    StateMetaInfo,
+    write_canonical_snapshot,
+)
 from statecert.spec.backend import BackendCapabilities
 from statecert.spec.handles import KeyedStateHandle
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
@@ -102,9 +106,9 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
 
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
         super().__init__(params)
-        self._restore(params.restore_state)
+        self.restore_handles(params.restore_state)
 
-    def _create_store(self, meta: StateMetaInfo) -> DictStore:
+    def create_store(self, meta: StateMetaInfo) -> DictStore:
         return DictStore(meta)
 
     def snapshot(
@@ -115,11 +119,11 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
         options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
     ) -> AsyncSnapshotTask[KeyedStateHandle]:
         """Synchronous part: deep-copy every store (simple, O(state)); asynchronous part: write canonical groups."""
-        self._check_open()
-        stores = [s for _, s in sorted(self._stores.items()) if len(s)]
+        self.check_open()
+        stores = [s for _, s in sorted(self.stores.items()) if len(s)]
         metas = tuple(s.meta for s in stores)
         frozen = [copy.deepcopy(s.groups) for s in stores]
-        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+        header = CanonicalHeader(self.backend_name, self.key_serializer.snapshot_configuration(), metas)
         key_group_range = self.key_group_range
 
         def blocks(key_group: int) -> list[Any]:
@@ -134,7 +138,7 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
                 return None
             return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
 
-        return self._track(AsyncSnapshotTask(write, self._pending.discard))
+        return self.snapshot_task(write)
 
 
 class DictStateBackend:

@@ -22,9 +22,9 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
 
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
         super().__init__(params)
-        self._restore(params.restore_state)
+        self.restore_handles(params.restore_state)
 
-    def _create_store(self, meta: StateMetaInfo) -> StateTable:
+    def create_store(self, meta: StateMetaInfo) -> StateTable:
         return StateTable(meta, self.key_group_range)
 
     def snapshot(
@@ -36,7 +36,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
     ) -> AsyncSnapshotTask[KeyedStateHandle]:
         """Synchronous part: capture every table's key-group dicts (copy-on-write from here on) (KB-SNAP-2).
         The heap backend's native format is the canonical one, so every snapshot type is written alike."""
-        self._check_open()
+        self.check_open()
         names = sorted(n for n, t in self._stores.items() if len(t))
         metas = tuple(self._stores[n].meta for n in names)
         captured = [self._stores[n].capture() for n in names]
@@ -56,4 +56,4 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
                 return None  # an empty backend snapshots to nothing (KB-SNAP-7)
             return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
 
-        return self._track(AsyncSnapshotTask(write, self._pending.discard))
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))

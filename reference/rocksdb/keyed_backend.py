@@ -94,13 +94,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                 self._open_from_files(self._fast_path)
             else:
                 self._db = rocksdict.Rdict(str(self._db_dir), self._options)
-            self._restore(params.restore_state)
+            self.restore_handles(params.restore_state)
         except BaseException:
             self.dispose()
             raise
 
     # -- stores ----------------------------------------------------------------------------------------------------
-    def _create_store(self, meta: StateMetaInfo) -> ColumnFamilyStore:
+    def create_store(self, meta: StateMetaInfo) -> ColumnFamilyStore:
         assert self._db is not None
         name = column_family_name(meta.name)
         if name in rocksdict.Rdict.list_cf(str(self._db_dir), self._options):
@@ -137,17 +137,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         download_files({**handle.shared_state, **handle.private_state}, self._db_dir)
         self._db = open_database(self._db_dir, self._options)
         for meta in metas:
-            self._stores[meta.name] = self._create_store(meta)
+            self._stores[meta.name] = self.create_store(meta)
         self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
 
-    def _restore_other(self, handles: Sequence[Any]) -> None:
+    def restore_foreign_handles(self, handles: Sequence[Any]) -> None:
         """Native handles of other ranges: open each, copy the key groups of this range (RDB-3, KB-RESTORE-2)."""
         assert self._db is not None
         for handle in handles:
             if handle is self._fast_path:
                 continue
             if not isinstance(handle, IncrementalKeyedStateHandle) or handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
-                super()._restore_other([handle])
+                super().restore_foreign_handles([handle])
                 continue
             common = handle.key_group_range.intersection(self.key_group_range)
             if common.is_empty:
@@ -175,11 +175,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
     ) -> AsyncSnapshotTask[KeyedStateHandle]:
         """Synchronous part: a RocksDB checkpoint (flush, then hard links) of the live database (KB-SNAP-2)."""
-        self._check_open()
+        self.check_open()
         assert self._db is not None
         names = sorted(n for n, s in self._stores.items() if not s.is_empty())
         if not names:
-            return self._track(AsyncSnapshotTask(lambda cancelled: None, self._pending.discard))
+            return self.track_snapshot(AsyncSnapshotTask(lambda cancelled: None, self._pending.discard))
         local = self._snapshot_dir / f"chk-{checkpoint_id}-{uuid.uuid4().hex}"
         self._snapshot_dir.mkdir(parents=True, exist_ok=True)
         rocksdict.Checkpoint(self._db).create_checkpoint(str(local))
@@ -194,7 +194,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             incremental = options.snapshot_type is SnapshotType.CHECKPOINT
             base = dict(self._base_uploads) if incremental else {}
             write = self._native_writer(checkpoint_id, local, metas, key_serializer, stream_factory, base, incremental)
-        return self._track(AsyncSnapshotTask(write, self._pending.discard))
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
     def _canonical_writer(
         self,
@@ -288,12 +288,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
 
     def compact(self) -> None:
         """Run a full manual compaction of every column family (rewrites SST files; state is unchanged)."""
-        self._check_open()
+        self.check_open()
         for store in self._stores.values():
             store.compact()
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
-    def _release(self) -> None:
+    def release_resources(self) -> None:
         """Close the database and delete every local directory of this instance (RDB-4)."""
         if self._db is not None:
             self._db.close()
