@@ -31,6 +31,12 @@ def add_parser(sub: Any) -> None:
         help="checkpoint storage: filesystem (default, a temporary directory), jobmanager, "
         "or an fsspec URL such as memory://certify",
     )
+    p.add_argument(
+        "--storage-under-test",
+        metavar="NAME",
+        help="certify a checkpoint storage against the storage contract: an entry point in "
+        "statecert.checkpoint_storages or module:attr (with or without a backend)",
+    )
     p.add_argument("--tier", help="comma-separated tiers: contract, model, scenarios (default: contract,model)")
     p.add_argument("--max-examples", type=int, help="hypothesis examples per property (default 25)")
     p.add_argument(
@@ -80,13 +86,14 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         "seed": args.seed,
         "xfail_file": args.xfail,
         "shrink_seconds": args.shrink_seconds,
+        "storage_under_test": args.storage_under_test,
     }
     try:  # fail fast, in one line, on settings or a backend that cannot be loaded
         settings = resolve(cli, Path.cwd())
-        if settings.backend is None:
+        if settings.backend is None and settings.storage_under_test is None:
             raise SettingsError(
                 "no backend to certify: name one (statecert certify NAME) or set backend in "
-                "[tool.statecert] of ./pyproject.toml"
+                "[tool.statecert] of ./pyproject.toml (or certify a storage with --storage-under-test NAME)"
             )
         CertificationSession(settings)
         configured = read_pyproject(Path.cwd()).get("report")
@@ -108,6 +115,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         ("--statecert-seed", args.seed),
         ("--statecert-xfail", args.xfail),
         ("--statecert-shrink-seconds", args.shrink_seconds),
+        ("--statecert-storage-under-test", args.storage_under_test),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -131,11 +139,14 @@ def certify(args: argparse.Namespace, console: Console) -> int:
 
 
 def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
-    backend = data["backend"]
-    console.print(
-        f"[bold]{backend['name']}[/bold] ({backend['factory']}, version {backend['version']}), "
-        f"spec {data['spec_version']}, seed {data['options']['seed']}"
-    )
+    backend, storage = data["backend"], data.get("storage_under_test")
+    contracts = ", ".join(data["contracts"])
+    console.print(f"certified contracts: {contracts}; spec {data['spec_version']}, seed {data['options']['seed']}")
+    if backend["name"]:
+        console.print(f"backend [bold]{backend['name']}[/bold] ({backend['factory']}, version {backend['version']})")
+    if storage:
+        name, factory, version = storage["requested"], storage["factory"], storage["version"]
+        console.print(f"checkpoint storage [bold]{name}[/bold] ({factory}, version {version})")
     table = Table(title="requirements")
     for column in ("chapter", "passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable"):
         table.add_column(column)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import platform
 import re
+import shutil
 import tempfile
 import time
 import uuid
@@ -38,20 +39,25 @@ class CertificationSession:
     def __init__(self, settings: CertifySettings) -> None:
         from statecert.reference.loader import load_state_backend
 
-        assert settings.backend is not None
+        assert settings.backend is not None or settings.storage_under_test is not None
         self.settings = settings
-        self.job_config = {**settings.backend_config, "state.backend.type": settings.backend}
+        self.job_config = {**settings.backend_config, "state.backend.type": settings.backend or "hashmap"}
         probe = load_state_backend(job_config=self.job_config)
-        self.backend_name = str(getattr(probe, "name", settings.backend))
-        self.factory = f"{type(probe).__module__}:{type(probe).__qualname__}"
+        self.backend_name = str(getattr(probe, "name", settings.backend)) if settings.backend else None
+        self.factory = f"{type(probe).__module__}:{type(probe).__qualname__}" if settings.backend else None
         self.capabilities = caps.with_overrides(
             caps.declared(probe), settings.capabilities, "[tool.statecert.capabilities]"
         )
+        self.storage_factory_name: str | None = None
+        if settings.storage_under_test is not None:
+            probe_storage = self.new_storage(f"memory://statecert-probe-{uuid.uuid4().hex}")
+            self.storage_factory_name = f"{type(probe_storage).__module__}:{type(probe_storage).__qualname__}"
         self.expected_failures = load_expected_failures(settings.xfail_file) if settings.xfail_file else {}
         self.matched_expected: set[str] = set()
         self.results: list[TestResult] = []
         self.order: dict[str, int] = {}
         self.stale: list[str] = []
+        self.hypothesis_home = ""
         self.started = time.time()
 
     def new_backend(self, local_dir: Path) -> Any:
@@ -60,8 +66,25 @@ class CertificationSession:
         config = {**self.job_config, "state.backend.rocksdb.localdir": str(local_dir)}
         return load_state_backend(job_config=config)
 
+    def new_storage(self, checkpoint_dir: str) -> Any:
+        """The storage under test, configured for `checkpoint_dir` (and a savepoint directory beside it) on top of
+        the run's configuration, through the loader as a job would get it (LD-3, LD-7)."""
+        from statecert.reference.loader import load_checkpoint_storage
+
+        assert self.settings.storage_under_test is not None
+        config = {
+            **self.settings.backend_config,
+            "state.checkpoint-storage": self.settings.storage_under_test,
+            "state.checkpoints.dir": checkpoint_dir,
+            "state.savepoints.dir": f"{checkpoint_dir}-savepoints",
+        }
+        return load_checkpoint_storage(job_config=config)
+
     def backend_version(self) -> str:
-        top = self.factory.split(":", 1)[0].split(".", 1)[0]
+        return self._version_of(self.factory) if self.factory else "-"
+
+    def _version_of(self, factory: str) -> str:
+        top = factory.split(":", 1)[0].split(".", 1)[0]
         for dist in packages_distributions().get(top, []):
             try:
                 return version(dist)
@@ -75,6 +98,14 @@ class CertificationSession:
             "spec_version": SPEC_VERSION,
             "date": datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(),
+            "contracts": list(self.settings.contracts),
+            "storage_under_test": None
+            if self.storage_factory_name is None
+            else {
+                "requested": self.settings.storage_under_test,
+                "factory": self.storage_factory_name,
+                "version": self._version_of(self.storage_factory_name),
+            },
             "backend": {
                 "name": self.backend_name,
                 "requested": self.settings.backend,
@@ -91,6 +122,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--statecert-backend", default=None, help="backend name (entry point) or module:attr factory")
     group.addoption("--statecert-config", action="append", default=None, help="key=value for the backend factory")
     group.addoption("--statecert-storage", default=None, help="filesystem (default), jobmanager, or an fsspec URL")
+    group.addoption(
+        "--statecert-storage-under-test",
+        default=None,
+        help="certify this checkpoint storage (entry point in statecert.checkpoint_storages, or module:attr)",
+    )
     group.addoption("--statecert-tier", default=None, help="comma-separated tiers: contract, model, scenarios")
     group.addoption("--statecert-max-examples", type=int, default=None, help="hypothesis examples per property")
     group.addoption("--statecert-seed", type=int, default=None, help="hypothesis seed")
@@ -107,6 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "capability(*names, supported=True): run only when every named capability is (not) declared"
     )
     config.addinivalue_line("markers", "tier(name): the tier of a conformance test (default: contract)")
+    config.addinivalue_line("markers", "subject(name): what a conformance test certifies: backend (default) or storage")
     cli = {
         "backend": config.getoption("--statecert-backend"),
         "backend_config": config.getoption("--statecert-config"),
@@ -117,19 +154,20 @@ def pytest_configure(config: pytest.Config) -> None:
         "report": config.getoption("--statecert-report"),
         "xfail_file": config.getoption("--statecert-xfail"),
         "shrink_seconds": config.getoption("--statecert-shrink-seconds"),
+        "storage_under_test": config.getoption("--statecert-storage-under-test"),
     }
     try:
         settings = resolve(cli, Path(config.invocation_params.dir))
-        if settings.backend is None:
+        if settings.backend is None and settings.storage_under_test is None:
             return
         session = CertificationSession(settings)
     except (SettingsError, caps.UnknownCapabilityError, StateCertError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION] = session
-    configure_hypothesis(settings)
+    session.hypothesis_home = configure_hypothesis(settings)
 
 
-def configure_hypothesis(settings: CertifySettings) -> None:
+def configure_hypothesis(settings: CertifySettings) -> str:
     """Reproducible, self-contained property runs: the run's seed drives every hypothesis test (as
     `--hypothesis-seed` would), no example database is read or written (nothing is left in the author's directory,
     and one backend's failures are never replayed against another), and shrinking is time-bounded."""
@@ -148,8 +186,14 @@ def configure_hypothesis(settings: CertifySettings) -> None:
     )
     hypothesis_settings.load_profile("statecert-certify")
     core.global_force_seed = settings.seed  # type: ignore[assignment]
+    # hypothesis also caches under its home directory (default ./.hypothesis): keep it out of the author's project
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    home = tempfile.mkdtemp(prefix="statecert-hypothesis-")
+    set_hypothesis_home_dir(home)
     if hasattr(engine, "MAX_SHRINKING_SECONDS"):
         engine.MAX_SHRINKING_SECONDS = settings.shrink_seconds
+    return home
 
 
 def _session(config: pytest.Config) -> CertificationSession | None:
@@ -163,10 +207,17 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     h = session.header()
     declared = ", ".join(f"{k}={v}" for k, v in h["backend"]["capabilities"].items())
     o = h["options"]
+    lines = [f"statecert {h['statecert_version']} (spec {h['spec_version']}): certifying {', '.join(h['contracts'])}"]
+    if session.settings.backend:
+        lines += [
+            f"backend {h['backend']['name']!r} ({h['backend']['factory']}, version {h['backend']['version']})",
+            f"capabilities: {declared}",
+        ]
+    if h["storage_under_test"]:
+        s = h["storage_under_test"]
+        lines.append(f"checkpoint storage {s['requested']!r} ({s['factory']}, version {s['version']})")
     return [
-        f"statecert {h['statecert_version']} (spec {h['spec_version']}): certifying backend {h['backend']['name']!r} "
-        f"({h['backend']['factory']}, version {h['backend']['version']})",
-        f"capabilities: {declared}",
+        *lines,
         f"options: tiers={','.join(o['tiers'])} storage={o['storage']} max_examples={o['max_examples']} "
         f"seed={o['seed']} shrink_seconds={o['shrink_seconds']} config={o['backend_config'] or '{}'} "
         f"expected_failures={o['expected_failures']}",
@@ -201,6 +252,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         tier_marker = item.get_closest_marker("tier")
         if (tier_marker.args[0] if tier_marker else "contract") not in session.settings.tiers:
+            continue
+        subject = item.get_closest_marker("subject")
+        if (subject.args[0] if subject else "backend") == "backend" and not session.settings.backend:
             continue
         keep.append(item)
         session.order[test_id(item.path.stem, item.name)] = len(session.order)
@@ -276,6 +330,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cert = _session(session.config)
     if cert is None:
         return
+    shutil.rmtree(cert.hypothesis_home, ignore_errors=True)
     requirements = load_requirements()
     unknown: dict[str, list[str]] = {}
     for result in cert.results:

@@ -155,15 +155,20 @@ class Report:
 def certificate(data: dict[str, Any]) -> str:
     """A certificate a person reads and archives: what was tested, with which options, and the verdict."""
     backend = data["backend"]
+    storage = data.get("storage_under_test")
+    subject = backend["name"] or (storage["requested"] if storage else "?")
+    storage_line = f"`{storage['requested']}` ({storage['factory']}, {storage['version']})" if storage else "-"
     lines = [
-        f"# statecert certificate: {backend['name']}",
+        f"# statecert certificate: {subject}",
         "",
         f"**Verdict: {data['verdict'].upper()}**",
         "",
         "| | |",
         "| --- | --- |",
+        f"| contracts certified | {', '.join(data.get('contracts', []))} |",
         f"| backend | `{backend['name']}` ({backend['factory']}) |",
         f"| backend version | {backend['version']} |",
+        f"| checkpoint storage | {storage_line} |",
         f"| statecert | {data['statecert_version']}, spec {data['spec_version']} |",
         f"| date | {data['date']} |",
         f"| python | {data['python']} |",

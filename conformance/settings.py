@@ -32,6 +32,14 @@ class CertifySettings:
     xfail_file: str | None = None
     capabilities: dict[str, Any] = field(default_factory=dict)
     shrink_seconds: int = 30
+    storage_under_test: str | None = None
+
+    @property
+    def contracts(self) -> tuple[str, ...]:
+        """What this run certifies: a state backend, a checkpoint storage, or both."""
+        return (("state backend",) if self.backend else ()) + (
+            ("checkpoint storage",) if self.storage_under_test else ()
+        )
 
     def options(self) -> dict[str, Any]:
         return {
@@ -43,6 +51,7 @@ class CertifySettings:
             "expected_failures": self.xfail_file,
             "capability_overrides": dict(self.capabilities),
             "shrink_seconds": self.shrink_seconds,
+            "storage_under_test": self.storage_under_test,
         }
 
 
@@ -69,6 +78,7 @@ def read_pyproject(directory: Path) -> dict[str, Any]:
         "xfail",
         "capabilities",
         "shrink-seconds",
+        "storage-under-test",
     }
     if unknown:
         raise SettingsError(f"{path}: unknown key(s) in [tool.statecert]: {sorted(unknown)}")
@@ -124,4 +134,5 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         xfail_file=pick("xfail_file", "xfail", None),
         capabilities=dict(capabilities),
         shrink_seconds=shrink_seconds,
+        storage_under_test=pick("storage_under_test", "storage-under-test", None),
     )

@@ -37,7 +37,8 @@ DEFAULT_CHECKPOINT_OPTIONS = CheckpointOptions()
 
 @dataclass(frozen=True)
 class KeyedBackendParameters(Generic[K]):
-    """Everything a keyed backend is created with; `restore_state` may hold handles of any ranges (KB-RESTORE-1)."""
+    """Everything a keyed backend is created with; `restore_state` may hold handles of any ranges (KB-RESTORE-1);
+    `local_dir`, when set, is a local working directory the backend may share with others (KB-LOCAL-1)."""
 
     job_id: str
     operator_id: str
@@ -116,9 +117,13 @@ class KeyedStateBackend(Protocol[K]):
         options: CheckpointOptions = ...,
     ) -> SnapshotTask[KeyedStateHandle]: ...
 
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None: ...
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed: its files may be the base of later snapshots (KB-SNAP-8)."""
+        ...
 
-    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None: ...
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` was aborted: its files are never a base (KB-SNAP-9)."""
+        ...
 
     def close(self) -> None:
         """Release resources and cancel running snapshots (KB-LIFE-1, KB-SNAP-6)."""

@@ -95,7 +95,8 @@ class CheckpointStorageAccess(Protocol):
 
 
 class CheckpointStorage(Protocol):
-    """A checkpoint storage kind, e.g. job-manager or file system (CS-1)."""
+    """A checkpoint storage kind, e.g. job-manager or file system (CS-1). A storage that limits state size also
+    has the attribute `max_state_size: int` (bytes, CS-7); it is loaded by name through a factory (CS-8)."""
 
     def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
         """Resolve a directory or `_metadata` pointer; a directory without `_metadata` is incomplete (FMT-5)."""

@@ -477,6 +477,16 @@ class _SavepointReusesShared(RocksDBKeyedStateBackend):
         return super()._native_writer(*head, dict(self._base_uploads), incremental)
 
 
+# 36. configure() lets configuration override what the backend already decided (an explicit setting).
+class _ConfigWins(EmbeddedRocksDBStateBackend):
+    def configure(self, config: Mapping[str, object]) -> Any:
+        from dataclasses import replace
+
+        from statecert.reference.rocksdb.settings import settings_from_config
+
+        return replace(self, incremental=settings_from_config(config).incremental)
+
+
 def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:
     class Broken(EmbeddedRocksDBStateBackend):
         def create_keyed_state_backend(self, params: Any) -> Any:
@@ -520,6 +530,7 @@ close_cancels_only_unstarted = _factory(_CancelsOnlyUnstarted)
 rocksdb_deletes_retained_shared = _rocksdb_factory(_DeletesOldShared)
 rocksdb_aborted_is_base = _rocksdb_factory(_AbortedIsBase)
 rocksdb_savepoint_reuses_shared = _rocksdb_factory(_SavepointReusesShared)
+configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
     "shared_snapshot": "KB-SNAP-3",
@@ -557,4 +568,5 @@ CAUGHT_BY = {
     "rocksdb_deletes_retained_shared": "KB-SNAP-8",
     "rocksdb_aborted_is_base": "KB-SNAP-9",
     "rocksdb_savepoint_reuses_shared": "SP-4",
+    "configure_drops_explicit_settings": "LD-2",
 }

@@ -4,6 +4,7 @@ rejected naming the requirement it violates, and settings, expected failures and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,16 +15,19 @@ import pytest
 
 from statecert.spec.requirements import load_requirements
 from tests.broken_backends import CAUGHT_BY
+from tests.broken_storages import CAUGHT_BY as STORAGE_CAUGHT_BY
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTCOMES = {"passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable"}
 
 
 def certify(*args: str, cwd: Path = ROOT, report: str | None = None) -> tuple[int, dict[str, Any], str]:
-    """Run `statecert certify` as a user would; returns exit status, the JSON report (read from `--report`, or from
-    `report` when the settings name it) and the output."""
+    """Run `statecert certify` as a user would (with this project's `tests` importable from any directory);
+    returns exit status, the JSON report (read from `--report`, or from `report` when the settings name it) and
+    the output."""
     argv = [sys.executable, "-m", "statecert.cli.main", "certify", *args]
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
     path = Path(cwd, report or (args[args.index("--report") + 1] if "--report" in args else "missing.json"))
     data = json.loads(path.read_text()) if path.is_file() else {}
     return done.returncode, data, done.stdout + done.stderr
@@ -204,3 +208,64 @@ def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
     assert lines[0].startswith("statecert: error: ") and problem in lines[0], lines[0]
+
+
+def test_backend_declaring_every_optional_capability_false_is_certified(tmp_path: Path) -> None:
+    code, report, output = certify(
+        "tests.restricted_backends:nothing_optional", "--max-examples", "5", "--report", str(tmp_path / "r.json")
+    )
+    assert code == 0, output
+    assert report["verdict"] == "certified"
+    for rid in ("TTL-1", "TTL-2", "OS-1"):
+        assert report["requirements"][rid]["outcome"] == "unsupported", (rid, report["requirements"][rid])
+    assert report["requirements"]["SB-3"]["outcome"] == "passed"
+
+
+@pytest.mark.parametrize("storage", ["filesystem", "jobmanager"])
+def test_reference_storages_certify_without_a_backend(tmp_path: Path, storage: str) -> None:
+    code, report, output = certify("--storage-under-test", storage, "--report", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert code == 0, output
+    assert report["verdict"] == "certified" and report["contracts"] == ["checkpoint storage"]
+    assert report["storage_under_test"]["requested"] == storage
+    assert {t["id"].split("::")[0] for t in report["tests"]} == {"test_storage_contract"}
+    assert "certified contracts: checkpoint storage" in output
+
+
+@pytest.mark.parametrize("name", sorted(STORAGE_CAUGHT_BY))
+def test_broken_storage_is_rejected_naming_the_requirement(tmp_path: Path, name: str) -> None:
+    code, report, output = certify(
+        "--storage-under-test", f"tests.broken_storages:{name}", "--report", str(tmp_path / "r.json")
+    )
+    assert code == 1, output
+    assert STORAGE_CAUGHT_BY[name] in failed_requirements(report), (name, sorted(failed_requirements(report)))
+    assert f"VIOLATED {STORAGE_CAUGHT_BY[name]}" in output
+
+
+def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
+    """Two runs with one seed give the same verdicts and failing tests; neither leaves `.hypothesis/` behind."""
+    reports = []
+    for run in ("a", "b"):
+        code, report, output = certify(
+            "tests.broken_backends:map_iteration_pages",
+            "--tier",
+            "contract,model",
+            "--max-examples",
+            "5",
+            "--seed",
+            "1234",
+            "--report",
+            f"{run}.json",
+            cwd=tmp_path,
+        )
+        assert code == 1, output
+        reports.append(report)
+    first, second = ({t["id"]: (t["outcome"], t["violated"]) for t in r["tests"]} for r in reports)
+    assert first == second, "same seed, different test outcomes"
+    assert {k: v["outcome"] for k, v in reports[0]["requirements"].items()} == {
+        k: v["outcome"] for k, v in reports[1]["requirements"].items()
+    }
+    cause = reports[0]["likely_root_cause"]
+    assert cause and cause["test"].startswith("test_keyed_state_properties::"), cause
+    assert "KS-MAP-2" in cause["requirements"]
+    assert [t for t in reports[0]["requirements"]["KS-MAP-2"]["failing_tests"] if "KS-MAP-2" in t["message"]]
+    assert not (tmp_path / ".hypothesis").exists(), "certify left an example database in the author's directory"

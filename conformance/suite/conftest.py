@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +60,26 @@ def checkpoint_dir(certification: CertificationSession, tmp_path: Path) -> Itera
 
 
 @pytest.fixture
-def storage(certification: CertificationSession, checkpoint_dir: str) -> Any:
-    """The checkpoint storage the run was asked to use (file system storage unless told otherwise)."""
-    if certification.settings.storage == "jobmanager":
-        return JobManagerCheckpointStorage(checkpoint_dir=checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
-    return FileSystemCheckpointStorage(checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
+def storage_factory(certification: CertificationSession) -> Callable[[str], Any]:
+    """Makes the run's checkpoint storage for a checkpoint directory URL: the storage under test when one is
+    certified, else the reference storage the run was asked to use (file system storage unless told otherwise)."""
+
+    def make(checkpoint_dir: str) -> Any:
+        if certification.settings.storage_under_test is not None:
+            return certification.new_storage(checkpoint_dir)
+        if certification.settings.storage == "jobmanager":
+            return JobManagerCheckpointStorage(
+                checkpoint_dir=checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints"
+            )
+        return FileSystemCheckpointStorage(checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
+
+    return make
+
+
+@pytest.fixture
+def storage(storage_factory: Callable[[str], Any], checkpoint_dir: str) -> Any:
+    """The checkpoint storage of this test (see `storage_factory`)."""
+    return storage_factory(checkpoint_dir)
 
 
 @pytest.fixture

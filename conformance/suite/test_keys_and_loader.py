@@ -42,3 +42,23 @@ def test_application_backend_beats_configuration(state_backend: Any) -> None:
         f"load_state_backend(application backend {state_backend.name!r}, configured type "
         f"'statecert-no-such-backend') gave {chosen!r}"
     )
+
+
+@pytest.mark.requirement("LD-2")
+def test_configure_keeps_the_backends_settings(state_backend: Any) -> None:
+    """The backend under test came from its factory, configured: configuring it again with other values (as the
+    loader does for an application's backend) changes nothing it already decided."""
+    from statecert.spec.backend import ConfigurableStateBackend
+
+    if not isinstance(state_backend, ConfigurableStateBackend):
+        pytest.skip("the backend takes no configuration (no configure())")
+    caps = state_backend.capabilities
+    other = {
+        "state.backend.incremental": str(not caps.incremental_checkpoints).lower(),
+        "execution.checkpointing.incremental": str(not caps.incremental_checkpoints).lower(),
+    }
+    again = state_backend.configure(other)
+    assert again.capabilities == caps, (
+        f"LD-2: configure({other}) changed the capabilities of a configured backend: {caps} -> {again.capabilities}"
+    )
+    assert again.name == state_backend.name

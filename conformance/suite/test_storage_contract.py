@@ -1,14 +1,31 @@
-"""The checkpoint storage contract, runnable against any storage the run is given (CS-2, CS-3, CS-4, CS-6)."""
+"""The checkpoint storage contract (chapters CS and FMT), runnable against any storage: the reference storage a
+backend certification uses, or the storage under test (`statecert certify --storage-under-test NAME`)."""
 
 from __future__ import annotations
 
 import os
+import struct
+import zlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
 
+from statecert.spec.errors import (
+    CheckpointNotFoundError,
+    IncompleteCheckpointError,
+    StateCertError,
+    StateSizeLimitError,
+    UnsafePathError,
+)
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyGroupsStateHandle
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.metadata import CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.storage import CheckpointedStateScope
+
+pytestmark = pytest.mark.subject("storage")
 
 
 @pytest.mark.requirement("CS-3", "CS-4")
@@ -61,3 +78,116 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     kept.close_and_get_handle()
     location.dispose_on_failure()
     assert not fs.exists(directory)
+
+
+def _metadata(checkpoint_id: int, path: str | None = None) -> CheckpointMetadata:
+    """A one-operator checkpoint; with `path`, its single key-group handle is a file at that URL."""
+    delegate: Any = FileStateHandle(path, 10) if path else ByteStreamStateHandle("inline", b"0123456789")
+    handle = KeyGroupsStateHandle(KeyGroupRange(0, 0), (0,), delegate)
+    operator = OperatorState("op", 1, 1, {0: OperatorSubtaskState((handle,))})
+    return CheckpointMetadata(checkpoint_id, (operator,))
+
+
+def _metadata_files(fs: Any, root: str) -> list[str]:
+    return sorted(p for p in fs.find(root) if p.rsplit("/", 1)[-1] == "_metadata") if fs.exists(root) else []
+
+
+@pytest.mark.requirement("FMT-7", "FMT-5")
+@pytest.mark.parametrize("fault", ["write", "rename"])
+def test_a_failed_metadata_write_leaves_no_metadata(
+    storage_factory: Callable[[str], Any], tmp_path: Path, fault: str
+) -> None:
+    faulty = fsspec.filesystem("faulty")
+    storage = storage_factory(f"faulty://{tmp_path}/c")
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    if fault == "write":
+        faulty.fail_writes(f"{tmp_path}/*", after_bytes=6, times=-1)
+    else:
+        faulty.fail_moves(f"{tmp_path}/*", times=-1)
+    failed = False
+    try:
+        location.write_metadata(_metadata(1))
+    except OSError:
+        failed = True
+    finally:
+        faulty.clear_faults()
+    if fault == "write":
+        assert failed, "FMT-7: a write failure while writing _metadata was not reported"
+    if not failed:
+        return  # the storage does not rename: its write was already complete
+    left = _metadata_files(faulty, f"{tmp_path}/c")
+    assert left == [], f"FMT-7: a {fault} failure while writing _metadata left {left}: a torn file looks complete"
+    with pytest.raises(StateCertError):
+        storage.load_checkpoint(location.pointer)
+
+
+@pytest.mark.requirement("FMT-7")
+def test_existing_metadata_is_never_overwritten(storage: Any) -> None:
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    pointer = location.write_metadata(_metadata(1))
+    with pytest.raises(Exception):  # noqa: B017 - the spec names no type; what matters is below
+        location.write_metadata(_metadata(99))
+    loaded = storage.load_checkpoint(pointer)
+    assert loaded.checkpoint_id == 1, f"FMT-7: _metadata was overwritten (checkpoint id {loaded.checkpoint_id})"
+
+
+@pytest.mark.requirement("FMT-4", "FMT-5", "CS-2", "CS-8")
+def test_locations_are_distinct_and_resolve(storage: Any) -> None:
+    a, b = storage.create_checkpoint_storage("job-a"), storage.create_checkpoint_storage("job-b")
+    locations = [a.initialize_location_for_checkpoint(1), a.initialize_location_for_checkpoint(2)]
+    locations += [b.initialize_location_for_checkpoint(1), a.initialize_location_for_savepoint(3)]
+    pointers = [loc.pointer for loc in locations]
+    assert len(set(pointers)) == 4, f"CS-2: locations of different checkpoints and jobs coincide: {pointers}"
+    with pytest.raises((IncompleteCheckpointError, CheckpointNotFoundError)):
+        storage.resolve_checkpoint(locations[0].pointer)
+    for i, location in enumerate(locations, start=1):
+        pointer = location.write_metadata(_metadata(i))
+        resolved = storage.resolve_checkpoint(pointer)
+        assert resolved.metadata_path.endswith("/_metadata"), f"FMT-5: {pointer} resolved to {resolved}"
+        assert storage.load_checkpoint(pointer) == _metadata(i), "FMT-4: _metadata does not read back equal"
+
+
+@pytest.mark.requirement("FMT-10", "FMT-9")
+def test_handle_paths_outside_the_checkpoint_are_refused(storage: Any) -> None:
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    inside = "state-file-0123456789"
+    pointer = location.write_metadata(_metadata(1, f"{location.pointer.rstrip('/')}/{inside}"))
+    fs, metadata_path = fsspec.core.url_to_fs(storage.resolve_checkpoint(pointer).metadata_path)
+    data = fs.cat_file(metadata_path)
+    magic, version, length = struct.unpack_from(">IIQ", data)
+    payload = data[16 : 16 + length]
+    assert inside.encode() in payload, f"FMT-9: the handle path is not stored relative in {metadata_path}"
+    for hostile in (
+        "../../../../outside01",
+        "../../../../../../../../etc/passwd"[: len(inside)].ljust(len(inside), "x"),
+    ):
+        patched = payload.replace(inside.encode(), hostile.encode())
+        crafted = struct.pack(">IIQ", magic, version, len(patched)) + patched + struct.pack(">I", zlib.crc32(patched))
+        with fs.open(metadata_path, "wb") as f:
+            f.write(crafted)
+        try:
+            storage.load_checkpoint(pointer)
+        except UnsafePathError:
+            continue
+        except Exception as exc:
+            pytest.fail(f"FMT-10: a handle path {hostile!r}: expected UnsafePathError, got {exc!r}")
+        pytest.fail(f"FMT-10: load_checkpoint followed the handle path {hostile!r} out of the checkpoint")
+
+
+@pytest.mark.requirement("CS-JM-2", "CS-7")
+def test_maximum_state_size_is_enforced(storage: Any) -> None:
+    limit = getattr(storage, "max_state_size", None)
+    if not isinstance(limit, int) or limit > 64 * 1024 * 1024:
+        pytest.skip("the storage declares no maximum state size of at most 64 MiB (CS-7)")
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    chunk = b"x" * (1 << 20)
+    try:  # the limit may bite at any write or at the close
+        with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+            written = 0
+            while written <= limit:
+                out.write(chunk[: limit + 1 - written] if limit + 1 - written < len(chunk) else chunk)
+                written = out.tell()
+            out.close_and_get_handle()
+    except StateSizeLimitError:
+        return
+    pytest.fail(f"CS-7: a stream of {limit + 1} bytes was accepted by a storage declaring max_state_size={limit}")

@@ -1,0 +1,638 @@
+"""A state backend written from statecert's spec alone: the protocols in `statecert.spec` and the interchange
+chapter (spec/chapters/16-interchange.md). It imports nothing from `statecert.reference`.
+
+State lives in plain dicts of serialized bytes, one dict per state: `(key group, key bytes, namespace bytes)` ->
+bytes (value, reducing, aggregating), list of bytes (list) or dict of bytes (map). A snapshot copies the dicts in
+its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. It
+declares what it leaves out (TTL, operator state, schema evolution) and fails with the documented errors (SB-3).
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import IO, Any
+
+import mmh3
+import msgpack
+
+from statecert.spec.backend import BackendCapabilities
+from statecert.spec.errors import (
+    BackendClosedError,
+    CheckpointFormatError,
+    IllegalStateError,
+    InvalidStateValueError,
+    SnapshotCancelledError,
+    StateMigrationError,
+    UnsupportedFeatureError,
+    UnsupportedSnapshotError,
+)
+from statecert.spec.handles import CANONICAL_FORMAT, FileStateHandle, KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
+from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group
+from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
+from statecert.spec.state import VOID_NAMESPACE, StateDescriptor, StateKind
+from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
+
+Key = tuple[int, bytes, bytes]  # key group, key bytes, namespace bytes
+_PREFIX = struct.Struct(">4sHI")  # IF-2
+_LEN = struct.Struct(">I")
+
+
+# -- serializers the descriptors may leave out (IF-1) ---------------------------------------------------------------
+class _PlainSerializer:
+    """Shared: snapshot, compatibility (same id and version: as is), murmur3 key hash of the bytes (IF-1)."""
+
+    serializer_id = ""
+
+    def serialize(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def key_hash(self, value: Any) -> int:
+        return int(mmh3.hash(self.serialize(value), 0, signed=True))
+
+    def snapshot_configuration(self) -> SerializerSnapshot:
+        return SerializerSnapshot(self.serializer_id, 1, {})
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        if (old.serializer_id, old.version) == (self.serializer_id, 1):
+            return SchemaCompatibility.as_is()
+        return SchemaCompatibility.incompatible(f"written by {old.serializer_id!r} v{old.version}")
+
+
+class MsgpackSerializer(_PlainSerializer):
+    serializer_id = "msgpack"
+
+    def serialize(self, value: Any) -> bytes:
+        return bytes(msgpack.packb(value, use_bin_type=True))
+
+    def deserialize(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class VoidNamespaceSerializer(_PlainSerializer):
+    serializer_id = "void-namespace"
+
+    def serialize(self, value: Any) -> bytes:
+        return b""
+
+    def deserialize(self, data: bytes) -> Any:
+        return VOID_NAMESPACE
+
+
+DEFAULT = MsgpackSerializer()
+VOID = VoidNamespaceSerializer()
+ROLES = {
+    StateKind.VALUE: ("value",),
+    StateKind.REDUCING: ("value",),
+    StateKind.AGGREGATING: ("value",),
+    StateKind.LIST: ("element",),
+    StateKind.MAP: ("user_key", "user_value"),
+}
+
+
+def serializers_of(descriptor: Any) -> dict[str, TypeSerializer[Any]]:
+    """The descriptor's serializers by role (IF-3)."""
+    kind = descriptor.kind
+    if kind is StateKind.AGGREGATING:
+        return {"value": descriptor.accumulator_serializer or DEFAULT}
+    if kind is StateKind.LIST:
+        return {"element": descriptor.element_serializer or DEFAULT}
+    if kind is StateKind.MAP:
+        return {
+            "user_key": descriptor.user_key_serializer or DEFAULT,
+            "user_value": descriptor.user_value_serializer or DEFAULT,
+        }
+    return {"value": descriptor.serializer or DEFAULT}
+
+
+def check_compatible(what: str, new: TypeSerializer[Any], old: SerializerSnapshot) -> None:
+    """This backend reads old bytes with the new serializer only when they are compatible as is."""
+    result = new.resolve_compatibility(old)
+    if result.kind is not Compatibility.COMPATIBLE_AS_IS:
+        raise StateMigrationError(f"{what}: {result.kind.value} ({result.reason}); this backend does not migrate")
+
+
+# -- one registered (or restored) state --------------------------------------------------------------------------
+@dataclass
+class Table:
+    name: str
+    kind: StateKind
+    namespace: SerializerSnapshot
+    serializers: dict[str, SerializerSnapshot]
+    entries: dict[Key, Any] = field(default_factory=dict)
+
+    def header(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "namespace_serializer": self.namespace.to_plain(),
+            "serializers": {role: s.to_plain() for role, s in self.serializers.items()},
+            "ttl": False,
+        }
+
+
+class _State:
+    """State bound to the backend's current key and its own namespace (KS-3)."""
+
+    def __init__(self, backend: SpecOnlyKeyedBackend, table: Table, descriptor: Any, ns: TypeSerializer[Any]):
+        self.backend, self.table, self.descriptor, self.ns = backend, table, descriptor, ns
+        self.ser = serializers_of(descriptor)
+        self.ns_bytes: bytes | None = b"" if ns is VOID else None
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        if namespace is None:
+            raise InvalidStateValueError("the namespace may not be None (KS-NS-1)")
+        self.ns_bytes = self.ns.serialize(namespace)
+
+    def _key(self, ns_bytes: bytes | None = None) -> Key:
+        group, key = self.backend.current()
+        ns = self.ns_bytes if ns_bytes is None else ns_bytes
+        if ns is None:
+            raise IllegalStateError(f"state {self.table.name!r}: no namespace set")
+        return group, key, ns
+
+    def clear(self) -> None:
+        self.table.entries.pop(self._key(), None)
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """KS-MERGE-1..3: pop each source, fold it into the target."""
+        group, key = self.backend.current()
+        popped = [self.table.entries.pop((group, key, self.ns.serialize(s)), None) for s in sources]
+        popped = [p for p in popped if p is not None]
+        if not popped:
+            return
+        self.set_current_namespace(target)
+        for stored in popped:
+            self._fold(stored)
+
+    def _fold(self, stored: Any) -> None:
+        raise NotImplementedError
+
+
+class ValueState(_State):
+    def value(self) -> Any:
+        stored = self.table.entries.get(self._key())
+        if stored is None:
+            default = self.descriptor.default
+            return None if default is None else copy.deepcopy(default)  # KS-VALUE-2
+        return self.ser["value"].deserialize(stored)
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+        else:
+            self.table.entries[self._key()] = self.ser["value"].serialize(value)
+
+
+class ReducingState(_State):
+    def get(self) -> Any:
+        stored = self.table.entries.get(self._key())
+        return None if stored is None else self.ser["value"].deserialize(stored)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise InvalidStateValueError("reducing state does not accept None (KS-RED-2)")
+        current = self.get()
+        merged = value if current is None else self.descriptor.reduce_function(current, value)
+        self.table.entries[self._key()] = self.ser["value"].serialize(merged)
+
+    def _fold(self, stored: Any) -> None:
+        self.add(self.ser["value"].deserialize(stored))
+
+
+class AggregatingState(_State):
+    def _acc(self) -> Any:
+        stored = self.table.entries.get(self._key())
+        return None if stored is None else self.ser["value"].deserialize(stored)
+
+    def get(self) -> Any:
+        acc = self._acc()
+        return None if acc is None else self.descriptor.aggregate_function.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        fn = self.descriptor.aggregate_function
+        acc = self._acc()
+        acc = fn.add(value, fn.create_accumulator() if acc is None else acc)
+        self.table.entries[self._key()] = self.ser["value"].serialize(acc)
+
+    def _fold(self, stored: Any) -> None:
+        fn = self.descriptor.aggregate_function
+        acc, other = self._acc(), self.ser["value"].deserialize(stored)
+        self.table.entries[self._key()] = self.ser["value"].serialize(other if acc is None else fn.merge(acc, other))
+
+
+class ListState(_State):
+    def _encode(self, values: Iterable[Any]) -> list[bytes]:
+        values = list(values)
+        if any(v is None for v in values):
+            raise InvalidStateValueError("list state does not accept None elements (KS-LIST-3)")
+        return [self.ser["element"].serialize(v) for v in values]
+
+    def get(self) -> list[Any] | None:
+        stored = self.table.entries.get(self._key())
+        return None if not stored else [self.ser["element"].deserialize(e) for e in stored]
+
+    def add(self, value: Any) -> None:
+        self.add_all([value])
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        encoded = self._encode(values)
+        if encoded:
+            self.table.entries.setdefault(self._key(), []).extend(encoded)
+
+    def update(self, values: Iterable[Any]) -> None:
+        encoded = self._encode(values)
+        if encoded:
+            self.table.entries[self._key()] = encoded
+        else:
+            self.clear()
+
+    def _fold(self, stored: Any) -> None:
+        self.table.entries.setdefault(self._key(), []).extend(stored)
+
+
+class MapState(_State):
+    def _map(self) -> dict[bytes, bytes]:
+        return self.table.entries.get(self._key(), {})  # type: ignore[no-any-return]
+
+    def get(self, user_key: Any) -> Any:
+        stored = self._map().get(self.ser["user_key"].serialize(user_key))
+        return None if stored is None else self.ser["user_value"].deserialize(stored)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self.put_all({user_key: value})
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        if entries:
+            target = self.table.entries.setdefault(self._key(), {})
+            for k, v in entries.items():
+                target[self.ser["user_key"].serialize(k)] = self.ser["user_value"].serialize(v)
+
+    def remove(self, user_key: Any) -> None:
+        key = self._key()
+        entries = self.table.entries.get(key)
+        if entries is not None:
+            entries.pop(self.ser["user_key"].serialize(user_key), None)
+            if not entries:
+                del self.table.entries[key]  # KS-MAP-4
+
+    def contains(self, user_key: Any) -> bool:
+        return self.ser["user_key"].serialize(user_key) in self._map()
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        kser, vser = self.ser["user_key"], self.ser["user_value"]
+        return ((kser.deserialize(k), vser.deserialize(v)) for k, v in list(self._map().items()))
+
+    def keys(self) -> Iterator[Any]:
+        return (k for k, _ in self.items())
+
+    def values(self) -> Iterator[Any]:
+        return (v for _, v in self.items())
+
+    def is_empty(self) -> bool:
+        return not self._map()
+
+    def iterator(self) -> MapIterator:
+        return MapIterator(self)
+
+
+class MapIterator(Iterator[tuple[Any, Any]]):
+    def __init__(self, state: MapState) -> None:
+        self.state, self.items, self.last = state, state.items(), None
+
+    def __next__(self) -> tuple[Any, Any]:
+        self.last = next(self.items)
+        return self.last
+
+    def remove(self) -> None:
+        if self.last is None:
+            raise IllegalStateError("remove() before next() or twice for one entry (KS-MAP-5)")
+        self.state.remove(self.last[0])
+        self.last = None
+
+
+KINDS: dict[StateKind, type[_State]] = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.MAP: MapState,
+    StateKind.REDUCING: ReducingState,
+    StateKind.AGGREGATING: AggregatingState,
+}
+
+
+# -- snapshots ---------------------------------------------------------------------------------------------------
+class SnapshotTask:
+    """The asynchronous part: writes the canonical stream; `cancel()` makes it stop and discard (KB-SNAP-6)."""
+
+    def __init__(self, write: Callable[[Callable[[], bool]], KeyedStateHandle | None]) -> None:
+        self._write, self._cancelled, self._done = write, threading.Event(), threading.Event()
+
+    def run(self) -> KeyedStateHandle | None:
+        try:
+            if self._cancelled.is_set():
+                raise SnapshotCancelledError("cancelled before it ran")
+            return self._write(self._cancelled.is_set)
+        finally:
+            self._done.set()
+
+    def cancel(self) -> bool:
+        self._cancelled.set()
+        return not self._done.is_set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+
+def write_canonical(
+    factory: CheckpointStreamFactory,
+    key_serializer: SerializerSnapshot,
+    tables: list[Table],
+    key_group_range: KeyGroupRange,
+    cancelled: Callable[[], bool],
+) -> KeyGroupsStateHandle:
+    """IF-2..IF-4: header, then one block per key group; returns the key-groups handle (IF-7)."""
+    by_group: dict[int, list[list[Any]]] = {}
+    for index, table in enumerate(tables):
+        for (group, key, ns), stored in table.entries.items():
+            payload = [[k, v] for k, v in stored.items()] if table.kind is StateKind.MAP else stored
+            by_group.setdefault(group, []).append([index, key, ns, payload])
+    header = {
+        "backend": "spec-only",
+        "key_serializer": key_serializer.to_plain(),
+        "states": [t.header() for t in tables],
+    }
+    with factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        head = msgpack.packb(header, use_bin_type=True)
+        out.write(_PREFIX.pack(b"SCKG", 1, len(head)) + head)
+        offsets = []
+        for group in key_group_range:
+            if cancelled():
+                raise SnapshotCancelledError("cancelled while writing")  # the stream discards what it wrote
+            offsets.append(out.tell())
+            block = msgpack.packb(by_group.get(group, []), use_bin_type=True)
+            out.write(_LEN.pack(len(block)) + block)
+        delegate = out.close_and_get_handle()
+    assert delegate is not None
+    return KeyGroupsStateHandle(key_group_range, tuple(offsets), delegate, CANONICAL_FORMAT)
+
+
+class CanonicalStream:
+    """Reads one canonical stream; every problem is a CheckpointFormatError naming it (FMT-8)."""
+
+    def __init__(self, handle: KeyGroupsStateHandle) -> None:
+        self.handle = handle
+        self.name = handle.delegate.path if isinstance(handle.delegate, FileStateHandle) else "<inline state>"
+        self.file: IO[bytes] = handle.delegate.open()
+        magic, version, length = _PREFIX.unpack(self._read(_PREFIX.size))
+        if (magic, version) != (b"SCKG", 1):
+            raise CheckpointFormatError(self.name, f"not a canonical stream ({magic!r} v{version})")
+        try:
+            self.header = msgpack.unpackb(self._read(length), raw=False)
+            self.tables = [
+                Table(
+                    s["name"],
+                    StateKind(s["kind"]),
+                    SerializerSnapshot.from_plain(s["namespace_serializer"]),
+                    {r: SerializerSnapshot.from_plain(p) for r, p in s["serializers"].items()},
+                )
+                for s in self.header["states"]
+            ]
+            if any(s["ttl"] for s in self.header["states"]):
+                raise UnsupportedFeatureError(f"{self.name}: state with TTL, which this backend does not support")
+            self.key_serializer = SerializerSnapshot.from_plain(self.header["key_serializer"])
+        except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+            raise CheckpointFormatError(self.name, f"malformed header: {exc}") from None
+
+    def _read(self, size: int) -> bytes:
+        data = self.file.read(size)
+        if len(data) != size:
+            raise CheckpointFormatError(self.name, f"truncated: {size} bytes expected, {len(data)} present")
+        return bytes(data)
+
+    def block(self, group: int) -> list[Any]:
+        self.file.seek(self.handle.offsets[group - self.handle.key_group_range.start])
+        (size,) = _LEN.unpack(self._read(_LEN.size))
+        try:
+            entries = msgpack.unpackb(self._read(size), raw=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise CheckpointFormatError(self.name, f"corrupt key group {group}: {exc}") from None
+        if not isinstance(entries, list) or not all(isinstance(e, list) and len(e) == 4 for e in entries):
+            raise CheckpointFormatError(self.name, f"malformed key group {group}")
+        return entries
+
+
+# -- the keyed backend -------------------------------------------------------------------------------------------
+class SpecOnlyKeyedBackend:
+    def __init__(self, params: KeyedBackendParameters[Any]) -> None:
+        self.params = params
+        self._key_serializer: TypeSerializer[Any] = params.key_serializer
+        self._tables: dict[str, Table] = {}
+        self._states: dict[str, _State] = {}
+        self._current: tuple[int, bytes] | None = None
+        self._current_key: Any = None
+        self._tasks: list[SnapshotTask] = []
+        self._closed = False
+        self._restore(params.restore_state)
+
+    # keys (KB-KEY-1, KB-KEY-2, KG-2)
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.params.key_group_range
+
+    @property
+    def number_of_key_groups(self) -> int:
+        return self.params.max_parallelism
+
+    @property
+    def key_serializer(self) -> TypeSerializer[Any]:
+        return self._key_serializer
+
+    def set_current_key(self, key: Any) -> None:
+        self._check_open()
+        if key is None:
+            raise IllegalStateError("the current key may not be None")
+        group = assign_to_key_group(self._key_serializer.key_hash(key), self.params.max_parallelism)
+        if group not in self.key_group_range:
+            raise IllegalStateError(f"key {key!r} is in key group {group}, outside {self.key_group_range}")
+        self._current, self._current_key = (group, self._key_serializer.serialize(key)), key
+
+    def get_current_key(self) -> Any:
+        return self._current_key
+
+    @property
+    def current_key_group(self) -> int:
+        return self._current[0] if self._current else -1
+
+    def current(self) -> tuple[int, bytes]:
+        self._check_open()
+        if self._current is None:
+            raise IllegalStateError("no current key")
+        return self._current
+
+    # state registration (KB-STATE-1, KS-2, SER-7)
+    def get_or_create_state(self, descriptor: StateDescriptor, namespace_serializer: Any = None) -> Any:
+        self._check_open()
+        if descriptor.ttl is not None:
+            raise UnsupportedFeatureError(f"state {descriptor.name!r}: this backend does not support TTL")
+        ns = namespace_serializer or VOID
+        existing = self._states.get(descriptor.name)
+        if existing is not None and existing.table.kind is descriptor.kind and existing.ns == ns:
+            return existing
+        serializers = serializers_of(descriptor)
+        table = self._tables.get(descriptor.name)
+        if table is None:
+            snapshots = {role: s.snapshot_configuration() for role, s in serializers.items()}
+            table = Table(descriptor.name, descriptor.kind, ns.snapshot_configuration(), snapshots)
+            self._tables[descriptor.name] = table
+        else:
+            if table.kind is not descriptor.kind:
+                raise StateMigrationError(
+                    f"state {descriptor.name!r} is {table.kind.value}, not {descriptor.kind.value}"
+                )
+            check_compatible(f"state {descriptor.name!r} namespace", ns, table.namespace)
+            for role, serializer in serializers.items():
+                check_compatible(f"state {descriptor.name!r} {role} serializer", serializer, table.serializers[role])
+        state = KINDS[descriptor.kind](self, table, descriptor, ns)
+        self._states[descriptor.name] = state
+        return state
+
+    def get_partitioned_state(
+        self, namespace: Any, descriptor: StateDescriptor, namespace_serializer: Any = None
+    ) -> Any:
+        state = self.get_or_create_state(descriptor, namespace_serializer)
+        state.set_current_namespace(namespace)
+        return state
+
+    def _namespace_serializer(self, name: str) -> Any:
+        if name in self._states:
+            return self._states[name].ns
+        if self._tables[name].namespace.serializer_id == VOID.serializer_id:
+            return VOID
+        raise KeyError(f"state {name!r}: register it to read its namespaces")
+
+    def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
+        self._check_open()
+        ns = self._namespace_serializer(state_name).serialize(namespace)
+        keys = [k for (_, k, n) in self._tables[state_name].entries if n == ns] if state_name in self._tables else []
+        return (self._key_serializer.deserialize(k) for k in keys)
+
+    def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        self._check_open()
+        if state_name not in self._tables:
+            return iter(())
+        ns = self._namespace_serializer(state_name)
+        pairs = list(self._tables[state_name].entries)
+        return ((self._key_serializer.deserialize(k), ns.deserialize(n)) for (_, k, n) in pairs)
+
+    def num_state_entries(self, state_name: str | None = None) -> int:
+        tables = (
+            [self._tables[state_name]] if state_name in self._tables else [] if state_name else self._tables.values()
+        )
+        return sum(len(t.entries) for t in tables)
+
+    # snapshots (KB-SNAP-1..7)
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        timestamp_ms: int,
+        stream_factory: CheckpointStreamFactory,
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
+    ) -> SnapshotTask:
+        self._check_open()
+        tables = [copy.deepcopy(t) for _, t in sorted(self._tables.items()) if t.entries]  # the synchronous part
+        key_serializer, key_group_range = self._key_serializer.snapshot_configuration(), self.key_group_range
+
+        def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
+            if not tables:
+                return None
+            return write_canonical(stream_factory, key_serializer, tables, key_group_range, cancelled)
+
+        task = SnapshotTask(write)
+        self._tasks = [t for t in self._tasks if not t.done] + [task]
+        return task
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to release: every snapshot is self-contained."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Nothing to release."""
+
+    # restore (KB-RESTORE-1..5, SER-6)
+    def _restore(self, handles: Sequence[KeyedStateHandle]) -> None:
+        for handle in handles:
+            if not isinstance(handle, KeyGroupsStateHandle) or handle.snapshot_format != CANONICAL_FORMAT:
+                fmt = getattr(handle, "snapshot_format", type(handle).__name__)
+                raise UnsupportedSnapshotError(f"cannot restore {fmt!r} handles; use a canonical savepoint")
+            own = handle.key_group_range.intersection(self.key_group_range)
+            if own.is_empty:
+                continue
+            stream = CanonicalStream(handle)
+            try:
+                check_compatible("key serializer", self._key_serializer, stream.key_serializer)
+                tables = [self._tables.setdefault(t.name, t) for t in stream.tables]
+                for group in own:
+                    for index, key, ns, payload in stream.block(group):
+                        table = tables[index]
+                        if table.kind is StateKind.MAP:
+                            payload = {k: v for k, v in payload}
+                        table.entries[(group, key, ns)] = payload
+            finally:
+                stream.file.close()
+
+    # lifecycle (KB-LIFE-1, KB-LIFE-2)
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendClosedError("the backend is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for task in self._tasks:
+                task.cancel()
+            self._tables.clear()
+            self._states.clear()
+
+    def dispose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> SpecOnlyKeyedBackend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class SpecOnlyStateBackend:
+    name = "spec-only"
+    capabilities = BackendCapabilities(
+        async_snapshots=True,
+        incremental_checkpoints=False,
+        canonical_savepoints=True,
+        native_savepoint_format=None,
+        rescaling=True,
+        operator_state=False,
+        ttl=False,
+        schema_evolution=False,
+    )
+
+    def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> SpecOnlyKeyedBackend:
+        return SpecOnlyKeyedBackend(params)
+
+    def create_operator_state_backend(self, params: OperatorBackendParameters) -> Any:
+        raise UnsupportedFeatureError("the spec-only backend has no operator state")
+
+
+def factory(config: Mapping[str, object]) -> SpecOnlyStateBackend:
+    return SpecOnlyStateBackend()

@@ -1,0 +1,221 @@
+"""Mutation testing of the reference backends: how many mutants of their code the conformance suite kills.
+
+Each mutant (see `operators.py`) replaces one module of the installed package through an import hook, and the
+conformance suite's contract and model tiers run against the backend in a fresh process, stopping at the first
+failure. A mutant is killed when the suite fails (or the run times out); it survives when the suite passes.
+Prints the kill rate per module and overall and every survivor; writes a JSON report and a PNG beside it.
+
+    python mutation/run.py --backend hashmap [--jobs 2] [--report PATH]
+    python mutation/run.py --backend rocksdb
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from operators import Mutant, mutants_of
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {
+    "hashmap": [
+        "reference/heap/backend.py",
+        "reference/heap/keyed_backend.py",
+        "reference/heap/state_table.py",
+        "reference/heap/ttl.py",
+        "reference/keyed_states.py",
+        "reference/keyed_backend_base.py",
+        "reference/migration.py",
+        "reference/snapshot_task.py",
+        "reference/format/canonical.py",
+    ],
+    "rocksdb": [
+        "reference/rocksdb/backend.py",
+        "reference/rocksdb/keyed_backend.py",
+        "reference/rocksdb/column_family_store.py",
+        "reference/rocksdb/key_layout.py",
+        "reference/rocksdb/files.py",
+    ],
+}
+# Configurations each mutant is certified under; it is killed when any of them fails.
+CONFIGS = {"hashmap": [[]], "rocksdb": [[], ["--statecert-config", "state.backend.incremental=true"]]}
+
+SITECUSTOMIZE = """
+import importlib.machinery, os, sys
+
+_MODULE = os.environ.get("STATECERT_MUTANT_MODULE")
+_SOURCE = os.environ.get("STATECERT_MUTANT_SOURCE")
+
+
+class _MutantLoader(importlib.machinery.SourceFileLoader):
+    def get_code(self, fullname):
+        with open(_SOURCE, encoding="utf-8") as f:
+            return compile(f.read(), self.path, "exec")
+
+
+class _MutantFinder:
+    def find_spec(self, name, path, target=None):
+        if name != _MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.origin:
+            spec.loader = _MutantLoader(name, spec.origin)
+        return spec
+
+
+if _MODULE and _SOURCE:
+    sys.meta_path.insert(0, _MutantFinder())
+"""
+
+
+def module_name(path: str) -> str:
+    parts = Path(path).with_suffix("").parts
+    return "statecert." + ".".join(parts)
+
+
+def suite_command(backend: str, config: list[str], report: Path, max_examples: int) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", "--pyargs", "statecert.conformance.suite",
+        "--statecert-backend", backend, *config,
+        "--statecert-tier", "contract,model", "--statecert-max-examples", str(max_examples),
+        "--statecert-shrink-seconds", "0", "--statecert-report", str(report),
+        "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+    ]  # fmt: skip
+
+
+def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float, max_examples: int) -> dict[str, Any]:
+    """Certify under every configuration until one fails; returns the outcome and the first failing test."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), os.environ.get("PYTHONPATH", "")])}
+    if mutant is not None:
+        source = Path(tempfile.mkstemp(prefix="mutant-", suffix=".py", dir=workdir)[1])
+        source.write_text(mutant.source, encoding="utf-8")
+        env |= {"STATECERT_MUTANT_MODULE": module_name(mutant.module), "STATECERT_MUTANT_SOURCE": str(source)}
+    started = time.monotonic()
+    try:
+        for config in CONFIGS[backend]:
+            report = Path(tempfile.mkstemp(prefix="report-", suffix=".json", dir=workdir)[1])
+            try:
+                done = subprocess.run(
+                    suite_command(backend, config, report, max_examples),
+                    cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                return {"outcome": "killed", "by": f"timeout after {timeout:.0f} s", "seconds": timeout}
+            if done.returncode != 0:
+                by = f"pytest exit {done.returncode}"
+                if report.stat().st_size:
+                    failing = [t["id"] for t in json.loads(report.read_text())["tests"] if t["outcome"] == "failed"]
+                    by = failing[0] if failing else by
+                return {"outcome": "killed", "by": by, "seconds": time.monotonic() - started}
+        return {"outcome": "survived", "by": "", "seconds": time.monotonic() - started}
+    finally:
+        if mutant is not None:
+            source.unlink(missing_ok=True)
+
+
+def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modules = sorted({r["module"] for r in results})
+    killed = [sum(1 for r in results if r["module"] == m and r["outcome"] == "killed") for m in modules]
+    survived = [sum(1 for r in results if r["module"] == m and r["outcome"] == "survived") for m in modules]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(modules) + 1.5))
+    names = [m.removeprefix("reference/") for m in modules]
+    ax.barh(names, killed, color="#3a7d44", label="killed")
+    ax.barh(names, survived, left=killed, color="#c0392b", label="survived")
+    ax.set_xlabel("mutants")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=sorted(TARGETS), required=True)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--max-examples", type=int, default=5)
+    parser.add_argument("--report", help="JSON report path (PNG beside it)")
+    parser.add_argument("--only", help="mutate only modules whose path contains this")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.max_examples < 1:
+        parser.error("--jobs and --max-examples must be at least 1")
+    console = Console()
+    mutants = [
+        m
+        for path in TARGETS[args.backend]
+        if not args.only or args.only in path
+        for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
+    ]
+    report = Path(args.report or ROOT / ".tox" / "reports" / f"mutation-{args.backend}.json")
+    report.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="statecert-mutation-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+        baseline = run_suite(args.backend, workdir, None, 1800, args.max_examples)
+        if baseline["outcome"] != "survived":
+            console.print(f"[red]the suite fails without any mutant ({baseline['by']}): nothing to measure[/red]")
+            return 2
+        timeout = max(60.0, 5 * baseline["seconds"])
+        console.print(
+            f"{args.backend}: {len(mutants)} mutants of {len(TARGETS[args.backend])} modules; an unmutated run "
+            f"takes {baseline['seconds']:.1f} s (timeout {timeout:.0f} s per mutant)"
+        )
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        results: list[dict[str, Any]] = []
+        with Progress(*columns, console=console) as progress, ThreadPoolExecutor(args.jobs) as pool:
+            task = progress.add_task("mutants", total=len(mutants))
+
+            def one(mutant: Mutant) -> dict[str, Any]:
+                outcome = run_suite(args.backend, workdir, mutant, timeout, args.max_examples)
+                progress.advance(task)
+                return {"module": mutant.module, "line": mutant.line, "mutation": mutant.description, **outcome}
+
+            results = list(pool.map(one, mutants))
+    counts = Counter(r["outcome"] for r in results)
+    rate = counts["killed"] / len(results) if results else 0.0
+    by_module = {
+        m: {o: sum(1 for r in results if r["module"] == m and r["outcome"] == o) for o in ("killed", "survived")}
+        for m in sorted({r["module"] for r in results})
+    }
+    for module, c in by_module.items():
+        console.print(f"  {module}: {c['killed']}/{c['killed'] + c['survived']} killed")
+    console.print(f"[bold]{args.backend}: {counts['killed']} of {len(results)} mutants killed ({rate:.1%})[/bold]")
+    for r in results:
+        if r["outcome"] == "survived":
+            console.print(f"  SURVIVED {r['module']}:{r['line']} {r['mutation']}", markup=False, highlight=False)
+    data = {
+        "backend": args.backend,
+        "mutants": len(results),
+        "killed": counts["killed"],
+        "survived": counts["survived"],
+        "kill_rate": round(rate, 4),
+        "baseline_seconds": round(baseline["seconds"], 1),
+        "by_module": by_module,
+        "results": results,
+    }
+    report.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    plot(results, report.with_suffix(".png"), f"{args.backend}: {rate:.1%} of {len(results)} mutants killed")
+    console.print(f"report {report} (plot {report.with_suffix('.png')})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
