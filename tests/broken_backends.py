@@ -22,6 +22,8 @@ from statecert.reference.loader import load_state_backend
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.rescale import restricted
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
+from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
+from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
 from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
@@ -477,6 +479,23 @@ class _SavepointReusesShared(RocksDBKeyedStateBackend):
         return super()._native_writer(*head, dict(self._base_uploads), incremental)
 
 
+# 37. RocksDB: clearing one key's map deletes the range of the key in every namespace (the prefix stops short).
+class _WideMapClearStore(ColumnFamilyStore):
+    def delete(self, key_group: int, key: Any) -> None:
+        if self.meta.kind is StateKind.MAP:
+            raw = composite_key(key_group, *key)
+            self._delete_prefix(raw[: len(raw) - len(key[1]) - 4])
+        else:
+            super().delete(key_group, key)
+
+
+class _WideMapClear(RocksDBKeyedStateBackend):
+    def create_store(self, meta: Any) -> Any:
+        store = super().create_store(meta)
+        store.__class__ = _WideMapClearStore
+        return store
+
+
 # 36. configure() lets configuration override what the backend already decided (an explicit setting).
 class _ConfigWins(EmbeddedRocksDBStateBackend):
     def configure(self, config: Mapping[str, object]) -> Any:
@@ -530,6 +549,7 @@ close_cancels_only_unstarted = _factory(_CancelsOnlyUnstarted)
 rocksdb_deletes_retained_shared = _rocksdb_factory(_DeletesOldShared)
 rocksdb_aborted_is_base = _rocksdb_factory(_AbortedIsBase)
 rocksdb_savepoint_reuses_shared = _rocksdb_factory(_SavepointReusesShared)
+rocksdb_map_clear_too_wide = _rocksdb_factory(_WideMapClear)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -569,4 +589,5 @@ CAUGHT_BY = {
     "rocksdb_aborted_is_base": "KB-SNAP-9",
     "rocksdb_savepoint_reuses_shared": "SP-4",
     "configure_drops_explicit_settings": "LD-2",
+    "rocksdb_map_clear_too_wide": "KS-4",
 }

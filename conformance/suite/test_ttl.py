@@ -185,3 +185,25 @@ def test_ttl_state_moves_between_backends_through_a_canonical_savepoint(
     got = READ[kind](state)
     assert got is None, f"TTL-6 ({direction}): {kind} state returned 1100 ms into a 1000 ms TTL (got {got!r})"
     restored.dispose()
+
+
+@pytest.mark.requirement("SER-5", "TTL-6")
+@pytest.mark.capability("ttl", "schema_evolution")
+def test_ttl_state_migrates_and_keeps_its_timestamps(state_backend: Any, storage: Any, clock: ManualClock) -> None:
+    from statecert.reference.serializers import RecordSerializer
+
+    v1 = RecordSerializer([("name", StringSerializer(), "")])
+    v2 = RecordSerializer([("name", StringSerializer(), ""), ("visits", LongSerializer(), 0)])
+    ttl = TtlConfig(100)
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        backend.get_or_create_state(ValueStateDescriptor("p", ttl=ttl, serializer=v1)).update({"name": "ada"})
+        handle = snapshot_now(backend, location_for(storage))
+    clock.advance(60)
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(ValueStateDescriptor("p", ttl=ttl, serializer=v2))
+        got = state.value()
+        assert got == {"name": "ada", "visits": 0}, f"SER-5: TTL state after migration reads {got!r}"
+        clock.advance(50)
+        assert state.value() is None, "TTL-6: migrating TTL state reset its timestamp"
