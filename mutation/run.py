@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-examples", type=int, default=5)
     parser.add_argument("--report", help="JSON report path (PNG beside it)")
     parser.add_argument("--only", help="mutate only modules whose path contains this")
+    parser.add_argument("--sample", type=int, help="run a seeded random sample of this many mutants")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument(
+        "--rerun",
+        help="a previous report of this script: run only its survivors again and carry its killed mutants over "
+        "(valid when the suite has only grown since)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.max_examples < 1:
         parser.error("--jobs and --max-examples must be at least 1")
@@ -164,6 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         if not args.only or args.only in path
         for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
     ]
+    carried: list[dict[str, Any]] = []
+    if args.rerun:
+        previous = json.loads(Path(args.rerun).read_text(encoding="utf-8"))
+        survivors = {(r["module"], r["line"], r["mutation"]) for r in previous["results"] if r["outcome"] == "survived"}
+        carried = [
+            r
+            for r in previous["results"]
+            if r["outcome"] == "killed" and (r["module"], r["line"], r["mutation"]) not in survivors
+        ]
+        mutants = [m for m in mutants if (m.module, m.line, m.description) in survivors]
+    if args.sample is not None and args.sample < len(mutants):
+        mutants = random.Random(args.seed).sample(mutants, args.sample)
     report = Path(args.report or ROOT / ".tox" / "reports" / f"mutation-{args.backend}.json")
     report.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecert-mutation-") as tmp:
@@ -188,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.advance(task)
                 return {"module": mutant.module, "line": mutant.line, "mutation": mutant.description, **outcome}
 
-            results = list(pool.map(one, mutants))
+            results = carried + list(pool.map(one, mutants))
     counts = Counter(r["outcome"] for r in results)
     rate = counts["killed"] / len(results) if results else 0.0
     by_module = {
@@ -207,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "killed": counts["killed"],
         "survived": counts["survived"],
         "kill_rate": round(rate, 4),
+        "sampled": args.sample,
+        "carried_over_from": args.rerun,
         "baseline_seconds": round(baseline["seconds"], 1),
         "by_module": by_module,
         "results": results,

@@ -195,6 +195,8 @@ def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) 
         ([], "no backend to certify"),
         (["hashmap", "--tier", "bogus"], "--tier: unknown tier(s) ['bogus']"),
         (["hashmap", "--xfail", "missing.toml"], "missing.toml: expected-failures file not found"),
+        (["--storage-under-test", "bogus"], "unknown checkpoint storage 'bogus'"),
+        (["hashmap", "--shrink-seconds", "-1"], "--shrink-seconds: must be at least 0"),
     ],
 )
 def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem: str) -> None:

@@ -20,6 +20,7 @@ from statecert.spec.errors import (
 )
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
+    VOID_NAMESPACE,
     ListStateDescriptor,
     MapStateDescriptor,
     TtlConfig,
@@ -222,6 +223,48 @@ def test_closed_backend_refuses_access(state_backend: Any, storage: Any) -> None
         backend.snapshot(1, 0, location_for(storage))
     with pytest.raises(BackendClosedError):
         backend.set_current_key("k")
+    for call in (
+        lambda: backend.get_or_create_state(LIST),
+        lambda: list(backend.get_keys("v", VOID_NAMESPACE)),
+        lambda: list(backend.get_keys_and_namespaces("v")),
+    ):
+        with pytest.raises(BackendClosedError):
+            call()
+    disposed = keyed_backend(state_backend)
+    disposed.dispose()
+    with pytest.raises(BackendClosedError):
+        disposed.set_current_key("k")
+
+
+@pytest.mark.requirement("KB-1")
+def test_backend_reports_what_it_was_created_with(state_backend: Any) -> None:
+    with keyed_backend(state_backend, parallelism=3, index=1, max_parallelism=256) as backend:
+        assert backend.number_of_key_groups == 256, f"KB-1: number_of_key_groups {backend.number_of_key_groups}"
+        assert backend.key_group_range == KeyGroupRange(86, 170), f"KB-1: key_group_range {backend.key_group_range}"
+        assert backend.key_serializer.snapshot_configuration() == StringSerializer().snapshot_configuration()
+
+
+@pytest.mark.requirement("KB-1", "KG-4", "ERR-3")
+@pytest.mark.parametrize(
+    ("max_parallelism", "key_groups"), [(128, KeyGroupRange(0, 128)), (0, KeyGroupRange(0, 0)), (40000, None)]
+)
+def test_invalid_creation_parameters_are_rejected(state_backend: Any, max_parallelism: int, key_groups: Any) -> None:
+    from statecert.spec.keyed_backend import KeyedBackendParameters
+
+    rng = key_groups or KeyGroupRange(0, 10)
+    params = KeyedBackendParameters("job", "op", StringSerializer(), max_parallelism, rng)
+    with pytest.raises(REJECTED):
+        state_backend.create_keyed_state_backend(params).dispose()
+
+
+@pytest.mark.requirement("KB-SNAP-2")
+def test_snapshot_task_reports_done(state_backend: Any, storage: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(5))
+        task = backend.snapshot(1, 0, location_for(storage))
+        assert not task.done, "KB-SNAP-2: a snapshot task is done before run()"
+        task.run()
+        assert task.done, "KB-SNAP-2: a snapshot task is not done after run() returned"
 
 
 # -- schema evolution on restore ---------------------------------------------------------------------------------

@@ -103,6 +103,19 @@ def test_clear_leaves_no_entry(backend: Any, descriptor: Any) -> None:
     assert backend.num_state_entries() == 0
 
 
+@pytest.mark.requirement("KS-4")
+def test_entry_counts_are_per_state(backend: Any) -> None:
+    value, lst = backend.get_or_create_state(VALUE), backend.get_or_create_state(LIST)
+    for i in range(5):
+        backend.set_current_key(f"k{i}")
+        value.update(i)
+        if i < 2:
+            lst.add("x")
+    counts = (backend.num_state_entries("v"), backend.num_state_entries("l"), backend.num_state_entries())
+    assert counts == (5, 2, 7), f"KS-4: num_state_entries('v'), ('l'), () gave {counts}, expected (5, 2, 7)"
+    assert backend.num_state_entries("never-registered") == 0
+
+
 @pytest.mark.requirement("KS-NS-1")
 def test_none_namespace_is_rejected(backend: Any) -> None:
     state = backend.get_or_create_state(VALUE, NS)

@@ -4,14 +4,16 @@ restore rescales."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
 
 from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, snapshot_now
 from statecert.reference.checkpointing import take_snapshot
-from statecert.reference.serializers import DoubleSerializer, LongSerializer, StringSerializer
+from statecert.reference.serializers import BaseSerializer, DoubleSerializer, LongSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError
+from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot
 from statecert.spec.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -121,3 +123,76 @@ def test_changed_key_serializer_fails_a_rescaling_restore(state_backend: Any, st
         for s in create_subtasks(state_backend, L, new, 128, restore_from=operator):
             s.keyed.get_or_create_state(ValueStateDescriptor("v", serializer=L))
             s.dispose()
+
+
+class VersionedCount(BaseSerializer):
+    """Integers as decimal text in version 1 and as 8 big-endian bytes in version 2: bytes of one version do not
+    read under the other, so only a real migration (SER-5) keeps the values."""
+
+    serializer_id = "statecert-suite-versioned-count"
+
+    def __init__(self, version: int = 2) -> None:
+        self.format_version = version
+
+    def serialize(self, value: int) -> bytes:
+        return str(value).encode() if self.format_version == 1 else struct.pack(">q", value)
+
+    def deserialize(self, data: bytes) -> int:
+        if self.format_version == 1:
+            return int(bytes(data).decode("ascii"))
+        if len(data) != 8:
+            raise ValueError(f"VersionedCount v2: expected 8 bytes, got {len(data)}")
+        return int(struct.unpack(">q", data)[0])
+
+    def snapshot_configuration(self) -> SerializerSnapshot:
+        return SerializerSnapshot(self.serializer_id, self.format_version, {})
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SerializerSnapshot) -> VersionedCount:
+        return cls(snapshot.version)
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        if old.serializer_id != self.serializer_id:
+            return SchemaCompatibility.incompatible(f"written by {old.serializer_id}")
+        if old.version != self.format_version:
+            return SchemaCompatibility.after_migration(f"v{old.version} -> v{self.format_version}")
+        return SchemaCompatibility.as_is()
+
+
+def _versioned(version: int) -> list[Any]:
+    count = VersionedCount(version)
+    return [
+        ValueStateDescriptor("mv", serializer=count),
+        ListStateDescriptor("ml", element_serializer=count),
+        MapStateDescriptor("mm", user_key_serializer=count, user_value_serializer=count),
+        MapStateDescriptor("mu", user_key_serializer=S, user_value_serializer=count),  # one role migrates
+    ]
+
+
+@pytest.mark.requirement("SER-5", "SER-2")
+@pytest.mark.capability("schema_evolution")
+def test_every_value_survives_a_real_migration(state_backend: Any, storage: Any) -> None:
+    keys = [f"key-{i}" for i in range(40)]
+    with keyed_backend(state_backend) as backend:
+        value, lst, mapping, by_name = (backend.get_or_create_state(d) for d in _versioned(1))
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            value.update(i)
+            lst.add_all([i, -i])
+            mapping.put(i, 10 * i)
+            by_name.put(f"u{i}", i)
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        value, lst, mapping, by_name = (restored.get_or_create_state(d) for d in _versioned(2))
+        for i, key in enumerate(keys):
+            restored.set_current_key(key)
+            got = (value.value(), lst.get(), sorted(mapping.items()), sorted(by_name.items()))
+            expected = (i, [i, -i], [(i, 10 * i)], [(f"u{i}", i)])
+            assert got == expected, f"SER-5: key {key} after migrating v1 -> v2 reads {got}, expected {expected}"
+        counts = [restored.num_state_entries(d.name) for d in _versioned(2)]
+        assert counts == [40] * 4, f"SER-5: entry counts after migration {counts}, expected 40 each"
+        again = snapshot_now(restored, location_for(storage, 2))
+    with keyed_backend(state_backend, restore=[again]) as final:
+        value = final.get_or_create_state(_versioned(2)[0])
+        final.set_current_key(keys[7])
+        assert value.value() == 7, "SER-2: the migrated state's snapshot does not read back under v2"

@@ -33,7 +33,7 @@ from statecert.spec.errors import (
 )
 from statecert.spec.handles import CANONICAL_FORMAT, FileStateHandle, KeyedStateHandle, KeyGroupsStateHandle
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
-from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group
+from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, check_max_parallelism
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, StateDescriptor, StateKind
@@ -434,6 +434,10 @@ class CanonicalStream:
 # -- the keyed backend -------------------------------------------------------------------------------------------
 class SpecOnlyKeyedBackend:
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
+        check_max_parallelism(params.max_parallelism)  # KB-1, KG-4
+        rng = params.key_group_range
+        if not rng.is_empty and not 0 <= rng.start <= rng.end < params.max_parallelism:
+            raise ValueError(f"key-group range {rng} is not within max parallelism {params.max_parallelism}")
         self.params = params
         self._key_serializer: TypeSerializer[Any] = params.key_serializer
         self._tables: dict[str, Table] = {}
