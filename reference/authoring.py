@@ -10,7 +10,9 @@ themselves (the recommended route in the README). Everything here is documented,
 - `CanonicalHeader`, `write_canonical_snapshot`: write the canonical key-group stream (chapter IF).
 - `AsyncSnapshotTask`: a cancellable asynchronous snapshot part.
 - `DefaultOperatorStateBackend`: operator state (split, union, broadcast) with the operator state stream (IF).
-- The default serializers (`StringSerializer`, `LongSerializer`, `MsgpackSerializer`, ...; chapter IF).
+- The default serializers (`StringSerializer`, `LongSerializer`, `MsgpackSerializer`, ...; chapter IF), their base
+  `BaseSerializer` (a subclass with a `serializer_id` registers itself) and `restore_serializer(snapshot)`, which
+  rebuilds the serializer that wrote a snapshot from registered ids only (SER-4).
 
 A backend may instead implement the protocols in `statecert.spec` directly and import nothing from here
 ; the formats it must write are normative in `spec/chapters/16-interchange.md`.
@@ -23,12 +25,14 @@ from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInf
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase, descriptor_serializers
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import (
+    BaseSerializer,
     BooleanSerializer,
     BytesSerializer,
     DoubleSerializer,
     LongSerializer,
     MsgpackSerializer,
     StringSerializer,
+    restore_serializer,
 )
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey, Payload, StateStore
@@ -36,6 +40,7 @@ from statecert.reference.state_store import EntryKey, Payload, StateStore
 __all__ = [
     "SERIALIZER_ROLES",
     "AsyncSnapshotTask",
+    "BaseSerializer",
     "BooleanSerializer",
     "BytesSerializer",
     "CanonicalHeader",
@@ -51,5 +56,6 @@ __all__ = [
     "StateStore",
     "StringSerializer",
     "descriptor_serializers",
+    "restore_serializer",
     "write_canonical_snapshot",
 ]

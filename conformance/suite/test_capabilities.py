@@ -75,11 +75,14 @@ def test_schema_evolution_unsupported_is_a_migration_error(state_backend: Any, s
 
 @pytest.mark.requirement("SB-3")
 @pytest.mark.capability("incremental_checkpoints", supported=False)
-def test_without_incremental_checkpoints_nothing_is_shared(state_backend: Any, storage: Any) -> None:
+def test_without_incremental_checkpoints_nothing_is_shared(state_backend: Any, tmp_path: Any) -> None:
     """A backend without incremental checkpoints writes a self-contained snapshot each time: nothing in the shared
-    scope, which an incremental backend would use."""
+    scope, which an incremental backend would use (no inlining, so every stream is a file)."""
     import fsspec
 
+    from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     with filled(state_backend) as backend:
         snapshot_now(backend, location_for(storage, 1))
         second = snapshot_now(backend, location_for(storage, 2))

@@ -368,11 +368,14 @@ def test_backend_is_a_factory_declaring_capabilities(state_backend: Any) -> None
 
 
 @pytest.mark.requirement("SB-3")
-def test_undeclared_incremental_checkpoints_do_not_pretend(state_backend: Any, storage: Any) -> None:
+def test_undeclared_incremental_checkpoints_do_not_pretend(state_backend: Any, tmp_path: Any) -> None:
     """A backend without incremental checkpoints writes a full, self-contained snapshot each time: nothing in the
-    shared scope, which an incremental backend would use."""
+    shared scope, which an incremental backend would use (no inlining, so every stream is a file)."""
+    from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+
     if state_backend.capabilities.incremental_checkpoints:
         pytest.skip("backend declares incremental checkpoints")
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     with keyed_backend(state_backend) as backend:
         fill(backend, range(30))
         snapshot_now(backend, location_for(storage, 1))

@@ -282,25 +282,25 @@ def test_clearing_one_key_keeps_keys_that_share_its_prefix(
     }[kind]
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         state = backend.get_or_create_state(descriptor, NS)
-        for ns in ("n", "n2"):
+        for ns in ("n1", "n2", "n10"):
             state.set_current_namespace(ns)
             for i, key in enumerate(PREFIX_KEYS):
                 backend.set_current_key(key)
                 write(state, i)
         expected = {}
-        for ns in ("n", "n2"):
+        for ns in ("n1", "n2", "n10"):
             state.set_current_namespace(ns)
             for key in PREFIX_KEYS:
                 backend.set_current_key(key)
                 expected[(key, ns)] = read(state)
         backend.set_current_key(cleared)
-        state.set_current_namespace("n")
+        state.set_current_namespace("n1")  # "n2" differs in its last byte only, "n10" extends it
         state.clear()
-        expected[(cleared, "n")] = [] if kind == "map" else None
+        expected[(cleared, "n1")] = [] if kind == "map" else None
         for (key, ns), value in expected.items():
             backend.set_current_key(key)
             state.set_current_namespace(ns)
             assert read(state) == value, (
-                f"KS-4: after clear() of key {cleared!r} in namespace 'n', key {key!r} in {ns!r} reads "
+                f"KS-4: after clear() of key {cleared!r} in namespace 'n1', key {key!r} in {ns!r} reads "
                 f"{read(state)!r}, expected {value!r}"
             )
