@@ -32,6 +32,16 @@ def key_group_of(key: Any, max_parallelism: int = 128, key_serializer: TypeSeria
     return assign_to_key_group(key_serializer.key_hash(key), max_parallelism)
 
 
+def owner_of(
+    subtasks: Sequence[Subtask], key: Any, max_parallelism: int = 128, key_serializer: TypeSerializer[Any] = KEYS
+) -> Any:
+    """The keyed backend of the subtask whose key-group range holds `key` (KG-6, KG-7), with `key` current."""
+    key_group = key_group_of(key, max_parallelism, key_serializer)
+    keyed = next(s.keyed for s in subtasks if key_group in s.keyed.key_group_range)
+    keyed.set_current_key(key)
+    return keyed
+
+
 def create_subtasks(backend: Any, key_serializer: TypeSerializer[Any], *args: Any, **kwargs: Any) -> list[Subtask]:
     """The reference glue's subtasks, working in the test's local directory."""
     kwargs.setdefault("local_dir", LOCAL_DIR.get())
@@ -70,11 +80,8 @@ def savepoint(storage: Any, state_backend: Any, parallelism: int = 4, keys: int 
     subtasks = create_subtasks(state_backend, KEYS, parallelism, 128)
     expected = {}
     for i in range(keys):
-        for s in subtasks:
-            if key_group_of(f"k{i}") in s.keyed.key_group_range:
-                s.keyed.set_current_key(f"k{i}")
-                s.keyed.get_or_create_state(COUNT).update(i)
-                expected[f"k{i}"] = i
+        owner_of(subtasks, f"k{i}").get_or_create_state(COUNT).update(i)
+        expected[f"k{i}"] = i
     location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
     pointer = take_snapshot(subtasks, location, 1, 128, kind=CheckpointKind.SAVEPOINT_CANONICAL)
     for s in subtasks:

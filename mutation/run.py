@@ -101,13 +101,17 @@ def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float
     """Certify under every configuration until one fails; returns the outcome and the first failing test."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), os.environ.get("PYTHONPATH", "")])}
     if mutant is not None:
-        source = Path(tempfile.mkstemp(prefix="mutant-", suffix=".py", dir=workdir)[1])
+        fd, name = tempfile.mkstemp(prefix="mutant-", suffix=".py", dir=workdir)
+        os.close(fd)
+        source = Path(name)
         source.write_text(mutant.source, encoding="utf-8")
         env |= {"STATECERT_MUTANT_MODULE": module_name(mutant.module), "STATECERT_MUTANT_SOURCE": str(source)}
     started = time.monotonic()
     try:
         for config in CONFIGS[backend]:
-            report = Path(tempfile.mkstemp(prefix="report-", suffix=".json", dir=workdir)[1])
+            fd, name = tempfile.mkstemp(prefix="report-", suffix=".json", dir=workdir)
+            os.close(fd)
+            report = Path(name)
             try:
                 done = subprocess.run(
                     suite_command(backend, config, report, max_examples),

@@ -231,7 +231,13 @@ class _IgnoresForeign(HeapKeyedStateBackend):
 
 
 # 16. Restored state is registered without any serializer compatibility check.
-class _NoSerializerCheck(HeapKeyedStateBackend):
+class _RegistersRestoredWith(HeapKeyedStateBackend):
+    """Registers a restored, not yet registered state with the serializers `checked` returns, instead of the full
+    compatibility check; the hook the serializer mutants below replace."""
+
+    def checked(self, store: Any, descriptor: Any, serializers: dict[str, Any], ns: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
     def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
         from statecert.reference.keyed_backend_base import descriptor_serializers
         from statecert.reference.serializers import VOID_NAMESPACE_SERIALIZER
@@ -240,9 +246,15 @@ class _NoSerializerCheck(HeapKeyedStateBackend):
         if store is None or descriptor.name in self._states:
             return super().get_or_create_state(descriptor, namespace_serializer)
         ns = namespace_serializer or VOID_NAMESPACE_SERIALIZER
-        state = self._create_state(descriptor, store, ns, descriptor_serializers(descriptor))
+        serializers = self.checked(store, descriptor, descriptor_serializers(descriptor), ns)
+        state = self._create_state(descriptor, store, ns, serializers)
         self._states[descriptor.name] = state
         return state
+
+
+class _NoSerializerCheck(_RegistersRestoredWith):
+    def checked(self, store: Any, descriptor: Any, serializers: dict[str, Any], ns: Any) -> dict[str, Any]:
+        return serializers
 
 
 # 17. Reducing state accepts None.
@@ -323,22 +335,12 @@ class _LittleEndianTimestamps(HeapKeyedStateBackend):
 
 
 # 23. Only the first serializer role is checked on restore: a map's user value or a list's element may change.
-class _FirstRoleOnly(HeapKeyedStateBackend):
-    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
-        from statecert.reference.keyed_backend_base import descriptor_serializers
+class _FirstRoleOnly(_RegistersRestoredWith):
+    def checked(self, store: Any, descriptor: Any, serializers: dict[str, Any], ns: Any) -> dict[str, Any]:
         from statecert.reference.migration import resolve_state_serializers
-        from statecert.reference.serializers import VOID_NAMESPACE_SERIALIZER
 
-        store = self._stores.get(descriptor.name)
-        if store is None or descriptor.name in self._states:
-            return super().get_or_create_state(descriptor, namespace_serializer)
-        ns = namespace_serializer or VOID_NAMESPACE_SERIALIZER
-        serializers = descriptor_serializers(descriptor)
         first = next(iter(serializers))
-        serializers.update(resolve_state_serializers(store, descriptor, {first: serializers[first]}, ns))
-        state = self._create_state(descriptor, store, ns, serializers)
-        self._states[descriptor.name] = state
-        return state
+        return {**serializers, **resolve_state_serializers(store, descriptor, {first: serializers[first]}, ns)}
 
 
 # 24. The key serializer is checked only when the restore keeps the range (the fast path).

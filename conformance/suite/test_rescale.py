@@ -10,12 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.capabilities import declared, supports
-from statecert.conformance.helpers import create_subtasks
+from statecert.conformance.helpers import create_subtasks, owner_of
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import StateMigrationError
-from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
@@ -39,11 +38,7 @@ def write_checkpoint(
     [100i, 100i+1], union element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
     subtasks = create_subtasks(state_backend, KEYS, parallelism, max_parallelism)
     for i, key in enumerate(keys):
-        owner = operator_index_for_key_group(
-            max_parallelism, parallelism, assign_to_key_group(KEYS.key_hash(key), max_parallelism)
-        )
-        keyed = subtasks[owner].keyed
-        keyed.set_current_key(key)
+        keyed = owner_of(subtasks, key, max_parallelism)
         keyed.get_or_create_state(VALUE).update(i)
         keyed.get_or_create_state(LIST).add_all([i, i + 1])
     for s in subtasks if supports(declared(state_backend), "operator_state") else ():

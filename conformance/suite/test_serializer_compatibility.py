@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, owner_of, snapshot_now
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BaseSerializer, DoubleSerializer, LongSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError
@@ -109,12 +109,7 @@ def test_the_same_serializers_register_again(state_backend: Any, storage: Any, r
 def test_changed_key_serializer_fails_a_rescaling_restore(state_backend: Any, storage: Any, old: int, new: int) -> None:
     subtasks = create_subtasks(state_backend, S, old, 128)
     for i in range(60):
-        for s in subtasks:
-            try:
-                s.keyed.set_current_key(f"k{i}")
-            except Exception:
-                continue
-            s.keyed.get_or_create_state(ValueStateDescriptor("v", serializer=L)).update(i)
+        owner_of(subtasks, f"k{i}").get_or_create_state(ValueStateDescriptor("v", serializer=L)).update(i)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
     operator = storage.load_checkpoint(take_snapshot(subtasks, location, 1, 128)).operator("op")
     for s in subtasks:

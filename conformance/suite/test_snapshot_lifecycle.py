@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for
+from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, owner_of
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -113,13 +113,7 @@ def test_large_snapshots_restore_key_group_by_key_group(state_backend: Any, tmp_
     keys = [f"key-{i}" for i in range(2000)]
     subtasks = create_subtasks(state_backend, KEYS, old, max_parallelism)
     for i, key in enumerate(keys):
-        for s in subtasks:
-            try:
-                s.keyed.set_current_key(key)
-            except Exception:
-                continue
-            s.keyed.get_or_create_state(BLOB).update(f"{i:08d}" + "x" * 640)
-            break
+        owner_of(subtasks, key, max_parallelism).get_or_create_state(BLOB).update(f"{i:08d}" + "x" * 640)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
     pointer = take_snapshot(subtasks, location, 1, max_parallelism)
     for s in subtasks:
