@@ -1,5 +1,6 @@
 """`statecert inspect PATH`: what a checkpoint or savepoint holds (format version, operators, subtasks, key-group
-ranges, handle kinds and sizes), as a table or as JSON."""
+ranges, handle kinds and sizes), as a table or as JSON; with `--verify`, also whether every file it references is
+there, intact and readable (FMT-14)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,15 @@ from importlib.metadata import version
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from statecert.cli.arguments import OneLineArgumentParser, int_between
 from statecert.spec.errors import StateCertError
+
+MAX_PARALLELISM = 32768  # Flink's upper bound on max parallelism (KG-3)
+MAX_DEMO_RECORDS = 100_000_000
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="statecert", description="Contracts and checks for state backends.")
+    parser = OneLineArgumentParser(prog="statecert", description="Contracts and checks for state backends.")
     parser.add_argument("--version", action="version", version=f"statecert {version('statecert')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -28,11 +32,11 @@ def _parser() -> argparse.ArgumentParser:
         "--backend", default=None, help="state backend name or module:attr (default: the loader's, hashmap)"
     )
     demo.add_argument("--checkpoint-dir", default=None, help="fsspec URL (default: a temporary directory)")
-    demo.add_argument("--records", type=int, default=100_000)
-    demo.add_argument("--parallelism", type=int, default=4)
-    demo.add_argument("--rescale-to", type=int, default=2)
-    demo.add_argument("--max-parallelism", type=int, default=128)
-    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--records", type=int_between(1, MAX_DEMO_RECORDS), default=100_000)
+    demo.add_argument("--parallelism", type=int_between(1, MAX_PARALLELISM), default=4)
+    demo.add_argument("--rescale-to", type=int_between(1, MAX_PARALLELISM), default=2)
+    demo.add_argument("--max-parallelism", type=int_between(1, MAX_PARALLELISM), default=128)
+    demo.add_argument("--seed", type=int_between(0, 2**63 - 1), default=1)
 
     from statecert.cli.certify_cmd import add_parser as add_certify
 
@@ -49,7 +53,36 @@ def _parser() -> argparse.ArgumentParser:
     insp = sub.add_parser("inspect", help="print a checkpoint's or savepoint's metadata")
     insp.add_argument("path", help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)")
     insp.add_argument("--json", action="store_true", help="machine-readable output")
+    insp.add_argument(
+        "--verify",
+        action="store_true",
+        help="also read every referenced file (existence, size, checksum, content); exit status 2 on any problem",
+    )
     return parser
+
+
+def _inspect(args: argparse.Namespace, console: Console, err: Console) -> int:
+    from statecert.cli.inspect_cmd import describe_checkpoint, print_description
+
+    info = describe_checkpoint(args.path)
+    if not args.verify:
+        print_description(info, args.json, console)
+        return 0
+    from statecert.reference.format.verify import verify_checkpoint
+
+    with Progress(
+        TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), console=err, transient=True
+    ) as progress:
+        bar = progress.add_task("streams", total=None)
+        report = verify_checkpoint(args.path, lambda done, total: progress.update(bar, completed=done, total=total))
+    info["verified"] = {"streams": report.streams_checked, "problems": list(report.problems)}
+    print_description(info, args.json, console)
+    if not args.json:
+        for problem in report.problems:
+            err.print(f"statecert: error: {problem}", markup=False, highlight=False, soft_wrap=True)
+        if report.ok:
+            console.print(f"[green]verified[/green]: {report.streams_checked} state streams read, no problem")
+    return 0 if report.ok else 2
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
@@ -106,8 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:  # what follows -- goes to pytest (certify)
         extra = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     args.pytest_args = extra
+    if args.command == "demo":
+        for option in ("parallelism", "rescale_to"):
+            if getattr(args, option) > args.max_parallelism:
+                parser.error(
+                    f"argument --{option.replace('_', '-')}: {getattr(args, option)} exceeds --max-parallelism "
+                    f"{args.max_parallelism}"
+                )
     console = Console(soft_wrap=True)
     err = Console(stderr=True)
     try:
@@ -125,10 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from statecert.cli.certify_cmd import certify
 
             return certify(args, console)
-        from statecert.cli.inspect_cmd import describe_checkpoint, print_description
-
-        print_description(describe_checkpoint(args.path), args.json, console)
-        return 0
+        return _inspect(args, console, err)
     except (StateCertError, OSError, ValueError) as exc:
         err.print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fsspec
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -120,13 +122,15 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         raise SettingsError(f"--shrink-seconds: must be at least 0, got {shrink_seconds}")
     if not 0 <= seed < 2**64:
         raise SettingsError(f"--seed: must lie in 0..2**64-1, got {seed}")
+    storage = str(pick("storage", "storage", "filesystem"))
+    check_storage(storage, "--storage" if cli.get("storage") else where)
     capabilities = file.get("capabilities", {})
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")
     return CertifySettings(
         backend=pick("backend", "backend", None),
         backend_config=config,
-        storage=str(pick("storage", "storage", "filesystem")),
+        storage=storage,
         tiers=parse_tiers(pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), "--tier" if cli.get("tiers") else where),
         max_examples=max_examples,
         seed=seed,
@@ -136,3 +140,20 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         shrink_seconds=shrink_seconds,
         storage_under_test=pick("storage_under_test", "storage-under-test", None),
     )
+
+
+def check_storage(storage: str, where: str) -> None:
+    """`filesystem`, `jobmanager`, or a URL of a file system fsspec knows; anything else is a settings error, never
+    a directory name (a typo would otherwise be created as a directory and blamed on the backend)."""
+    if storage in ("filesystem", "jobmanager"):
+        return
+    protocol, sep, rest = storage.partition("://")
+    if not sep or not protocol or not rest:
+        raise SettingsError(
+            f"{where}: storage must be filesystem, jobmanager or an fsspec URL such as memory://certify, "
+            f"got {storage!r}"
+        )
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as exc:
+        raise SettingsError(f"{where}: no file system for {protocol}:// ({exc})") from None

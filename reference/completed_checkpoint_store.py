@@ -1,13 +1,13 @@
 """The retained completed checkpoints (CKP-1): the newest N are kept; an older one is subsumed, which deletes its
-exclusive directory and releases its shared state. Savepoints never enter the store (CKP-3)."""
+exclusive directory and releases its shared state, `_metadata` first (FMT-13). Savepoints never enter the store
+(CKP-3)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import fsspec
-
 from statecert.reference.shared_state_registry import SharedStateRegistry
+from statecert.reference.storage.discard import remove_directory, retract_metadata
 from statecert.spec.metadata import CheckpointMetadata
 
 
@@ -36,10 +36,11 @@ class CompletedCheckpointStore:
         subsumed = []
         while len(self._retained) > self.max_retained:
             oldest = self._retained.pop(0)
+            # `_metadata` first: a crash at any later point leaves an incomplete checkpoint, never a complete-looking
+            # one whose shared files are gone (FMT-13).
+            retract_metadata(oldest.pointer)
             self.registry.release(oldest.metadata)
-            fs, directory = fsspec.core.url_to_fs(oldest.pointer)
-            if fs.exists(directory):
-                fs.rm(directory, recursive=True)
+            remove_directory(oldest.pointer)
             subsumed.append(oldest)
         return subsumed
 

@@ -11,6 +11,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from statecert.reference.format.canonical import CanonicalReader
+from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInfo
 from statecert.reference.heap.ttl import TtlPolicy
 from statecert.reference.keyed_states import (
@@ -271,8 +272,12 @@ class KeyedStateBackendBase:
             with CanonicalReader(handle) as reader:
                 self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
                 stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
+                validator = EntryValidator(
+                    reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
+                )
                 for key_group, entries in reader.entries(self.key_group_range):
                     for index, key, ns, payload in entries:
+                        validator.check(key_group, index, key, ns, payload)
                         stores[index].put_payload(key_group, (key, ns), payload)
 
     def _restored_store(self, meta: StateMetaInfo, source: str) -> Any:

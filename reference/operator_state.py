@@ -7,10 +7,18 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from statecert.reference.format.canonical import describe
+from statecert.reference.format.entry_check import DECODE_ERRORS
 from statecert.reference.format.operator_stream import read_operator_states, write_operator_states
 from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, TupleSerializer, restore_serializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
-from statecert.spec.errors import BackendClosedError, InvalidStateValueError, StateMigrationError
+from statecert.spec.errors import (
+    BackendClosedError,
+    CheckpointFormatError,
+    InvalidStateValueError,
+    StateCertError,
+    StateMigrationError,
+)
 from statecert.spec.handles import CANONICAL_FORMAT, OperatorStateHandle, OperatorStateMode
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -91,6 +99,21 @@ class BroadcastStateImpl:
         self._state.elements.clear()
 
 
+def check_elements(name: str, snapshot: SerializerSnapshot, elements: list[bytes], source: str) -> None:
+    """Every restored element decodes with the serializer that wrote it, when this process knows it (FMT-8)."""
+    try:
+        serializer = restore_serializer(snapshot)
+    except StateCertError:
+        return  # a serializer of the user's own: checked when the state is registered
+    for element in elements:
+        try:
+            serializer.deserialize(element)
+        except DECODE_ERRORS as exc:
+            raise CheckpointFormatError(
+                source, f"operator state {name!r}: an element cannot be read ({exc!r})"
+            ) from None
+
+
 class DefaultOperatorStateBackend:
     def __init__(self, params: OperatorBackendParameters) -> None:
         self._params = params
@@ -102,6 +125,13 @@ class DefaultOperatorStateBackend:
             if handle.snapshot_format != CANONICAL_FORMAT:
                 raise StateMigrationError(f"unsupported operator state format {handle.snapshot_format!r}")
             for name, (mode, snap, elements) in read_operator_states(handle).items():
+                check_elements(name, snap, elements, describe(handle.delegate))
+                if name in self._restored and self._restored[name][0] is not mode:
+                    raise CheckpointFormatError(
+                        describe(handle.delegate),
+                        f"operator state {name!r} is {mode.value} state here, {self._restored[name][0].value} "
+                        "in another handle",
+                    )
                 if name in self._restored:
                     if mode is OperatorStateMode.BROADCAST:
                         continue  # every copy of broadcast state is the same; keep one (OS-3)

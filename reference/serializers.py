@@ -29,6 +29,14 @@ def _to_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def unpack_plain(data: bytes, who: str) -> Any:
+    """msgpack bytes to plain data; malformed input raises ValueError, as every default serializer does (IF-1)."""
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (TypeError, RecursionError, msgpack.UnpackException) as exc:
+        raise ValueError(f"{who}: not a msgpack value: {exc!r}") from None
+
+
 class BaseSerializer:
     """Shared behaviour: key hash = murmur3-32 of the serialized bytes; same id and version = as is."""
 
@@ -114,6 +122,8 @@ class LongSerializer(BaseSerializer):
             raise ValueError(f"LongSerializer: {value} does not fit in 64 bits") from None
 
     def deserialize(self, data: bytes) -> int:
+        if len(data) != self._STRUCT.size:
+            raise ValueError(f"LongSerializer: {len(data)} bytes, expected {self._STRUCT.size}")
         return int(self._STRUCT.unpack(data)[0])
 
     def key_hash(self, value: int) -> int:
@@ -129,6 +139,8 @@ class DoubleSerializer(BaseSerializer):
         return self._STRUCT.pack(value)
 
     def deserialize(self, data: bytes) -> float:
+        if len(data) != self._STRUCT.size:
+            raise ValueError(f"DoubleSerializer: {len(data)} bytes, expected {self._STRUCT.size}")
         return float(self._STRUCT.unpack(data)[0])
 
 
@@ -165,6 +177,8 @@ class VoidNamespaceSerializer(BaseSerializer):
         return b""
 
     def deserialize(self, data: bytes) -> VoidNamespace:
+        if data:
+            raise ValueError(f"VoidNamespaceSerializer: the void namespace is zero bytes, got {len(data)}")
         return VOID_NAMESPACE
 
 
@@ -177,7 +191,7 @@ class MsgpackSerializer(BaseSerializer):
         return msgpack.packb(value, use_bin_type=True)
 
     def deserialize(self, data: bytes) -> Any:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return unpack_plain(data, "MsgpackSerializer")
 
 
 class TupleSerializer(BaseSerializer):
@@ -194,9 +208,13 @@ class TupleSerializer(BaseSerializer):
         return msgpack.packb([f.serialize(v) for f, v in zip(self.fields, value, strict=False)], use_bin_type=True)
 
     def deserialize(self, data: bytes) -> tuple[Any, ...]:
-        parts = msgpack.unpackb(data)
-        if not isinstance(parts, list) or len(parts) != len(self.fields):
-            raise ValueError(f"TupleSerializer: expected {len(self.fields)} fields")
+        parts = unpack_plain(data, "TupleSerializer")
+        if (
+            not isinstance(parts, list)
+            or len(parts) != len(self.fields)
+            or not all(isinstance(p, bytes) for p in parts)
+        ):
+            raise ValueError(f"TupleSerializer: expected {len(self.fields)} fields of bytes")
         return tuple(f.deserialize(p) for f, p in zip(self.fields, parts, strict=False))
 
     def config(self) -> dict[str, Any]:
@@ -236,6 +254,8 @@ class EnumSerializer(BaseSerializer):
             raise ValueError(f"EnumSerializer: {value!r} is not one of {self.values}") from None
 
     def deserialize(self, data: bytes) -> str:
+        if len(data) != 4:
+            raise ValueError(f"EnumSerializer: {len(data)} bytes, expected 4")
         (ordinal,) = struct.unpack(">i", data)
         if not 0 <= ordinal < len(self.values):
             raise ValueError(f"EnumSerializer: ordinal {ordinal} out of range")
@@ -281,9 +301,9 @@ class RecordSerializer(BaseSerializer):
         )
 
     def deserialize(self, data: bytes) -> dict[str, Any]:
-        raw = msgpack.unpackb(data, raw=False)
-        if not isinstance(raw, dict):
-            raise ValueError("RecordSerializer: expected a map")
+        raw = unpack_plain(data, "RecordSerializer")
+        if not isinstance(raw, dict) or not all(isinstance(v, bytes) for v in raw.values()):
+            raise ValueError("RecordSerializer: expected a map of field bytes")
         return {name: ser.deserialize(raw[name]) if name in raw else default for name, ser, default in self.fields}
 
     def config(self) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from statecert.scenarios.model import (
     Run,
     Scenario,
 )
-from statecert.spec.errors import ScenarioError
+from statecert.reference.loader import LEGACY_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
+from statecert.spec.errors import ScenarioError, StateCertError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,6 +49,34 @@ def _non_negative(v: Any) -> bool:
 
 def _below(limit: int) -> Check:
     return lambda v: bool(0 <= v < limit)
+
+
+def _between(low: int, high: int) -> Check:
+    return lambda v: bool(low <= v <= high)
+
+
+# Caps on a scenario's size, so that a typo cannot start a run of hours (a scenario is a test, not a load test).
+MAX_PARALLELISM = 256
+MAX_SOURCES = 64
+MAX_RECORDS_PER_SOURCE = 1_000_000
+MAX_KEYS_PER_SOURCE = 1_000_000
+MAX_EPOCH = 10_000
+MAX_COUNT = 1_000
+CAPPED = "(scenario sizes are capped so that a run ends in minutes)"
+
+
+def check_backend_name(name: str, fail: Callable[[str], NoReturn]) -> None:
+    """A backend the loader can resolve: a built-in or registered name, or an importable `module:attr`."""
+    if name in registered_names(STATE_BACKEND_GROUP) or name in LEGACY_BACKENDS:
+        return
+    if ":" in name:
+        try:
+            load_factory(name, STATE_BACKEND_GROUP, "state backend")
+        except StateCertError as exc:
+            fail(str(exc))
+        return
+    known = sorted({*registered_names(STATE_BACKEND_GROUP), *LEGACY_BACKENDS})
+    fail(f"unknown state backend {name!r}; known names are {known}, or a module:attr factory path")
 
 
 class _Reader:
@@ -113,6 +142,8 @@ def load_scenario(file: str | Path) -> Scenario:
     backends = tuple(head.get("backends", []))
     if not all(isinstance(b, str) for b in backends):
         head.fail("scenario.backends", "expected an array of backend names")
+    for name in backends:
+        check_backend_name(name, lambda problem: head.fail("scenario.backends", problem))
     job = _job(path, data.get("job", {}))
     source = _input(path, data.get("input", {}))
     checkpointing = _checkpointing(path, data.get("checkpointing", {}))
@@ -150,8 +181,10 @@ def _job(path: Path, table: Any) -> JobConfig:
     )
     start_from = r.get("start_from", None)
     job = JobConfig(
-        sources=r.get("sources", 2, _positive, "a number >= 1"),
-        parallelism=r.get("parallelism", 2, _positive, "a number >= 1"),
+        sources=r.get("sources", 2, _between(1, MAX_SOURCES), f"a number in 1..{MAX_SOURCES} {CAPPED}"),
+        parallelism=r.get(
+            "parallelism", 2, _between(1, MAX_PARALLELISM), f"a number in 1..{MAX_PARALLELISM} {CAPPED}"
+        ),
         max_parallelism=r.get("max_parallelism", 128, lambda v: 1 <= v <= 32768, "a number in 1..32768"),
         operator=r.get("operator", "count", choices=OPERATORS),
         key_selector=r.get("key_selector", "key", choices=KEY_SELECTORS),
@@ -163,6 +196,7 @@ def _job(path: Path, table: Any) -> JobConfig:
     )
     if job.parallelism > job.max_parallelism:
         r.fail("job.parallelism", f"expected at most max_parallelism ({job.max_parallelism}), got {job.parallelism}")
+    check_backend_name(job.backend, lambda problem: r.fail("job.backend", problem))
     if job.start_from is not None and not job.start_from.exists():
         r.fail("job.start_from", f"expected an existing savepoint directory, got {start_from!r} (no such path)")
     return job
@@ -174,8 +208,15 @@ def _input(path: Path, table: Any) -> InputConfig:
     )
     return InputConfig(
         seed=r.get("seed", 0, _non_negative, "a number >= 0"),
-        keys_per_source=r.get("keys_per_source", 10, _positive, "a number >= 1"),
-        records_per_source=r.get("records_per_source", 300, _positive, "a number >= 1"),
+        keys_per_source=r.get(
+            "keys_per_source", 10, _between(1, MAX_KEYS_PER_SOURCE), f"a number in 1..{MAX_KEYS_PER_SOURCE} {CAPPED}"
+        ),
+        records_per_source=r.get(
+            "records_per_source",
+            300,
+            _between(1, MAX_RECORDS_PER_SOURCE),
+            f"a number in 1..{MAX_RECORDS_PER_SOURCE} {CAPPED}",
+        ),
         key_skew=r.get("key_skew", 1.0, lambda v: v >= 1.0, "a number >= 1"),
     )
 
@@ -276,10 +317,18 @@ def _runs(path: Path, entries: Any, job: JobConfig) -> tuple[Run, ...]:
                 action,
                 source=r.get("from", "savepoint", choices=("savepoint", "checkpoint")),
                 backend=r.get("backend", None, lambda v: bool(v), 'a backend name or "other"'),
-                parallelism=r.get("parallelism", None, _positive, "a number >= 1"),
+                parallelism=r.get(
+                    "parallelism",
+                    None,
+                    _between(1, min(MAX_PARALLELISM, job.max_parallelism)),
+                    f"a number in 1..{min(MAX_PARALLELISM, job.max_parallelism)} (at most job.max_parallelism, "
+                    f"{job.max_parallelism}, and {MAX_PARALLELISM})",
+                ),
                 serializer_version=r.get("serializer_version", None, choices=(1, 2)),
                 relocate=r.get("relocate", False),
             )
+            if event.backend not in (None, "other"):
+                check_backend_name(event.backend, lambda problem: r.fail(f"{where}.backend", problem))
             runs.append(Run(tuple(events), resume))
             events, resume, ended = [], event, False
             parallelism = event.parallelism or parallelism
@@ -288,10 +337,10 @@ def _runs(path: Path, entries: Any, job: JobConfig) -> tuple[Run, ...]:
             r.fail(where, f"the run already ended at an earlier {events[-1].action.value}; add a resume before this")
         event = Event(
             action,
-            epoch=r.get("epoch", 1, _positive, "a number >= 1"),
+            epoch=r.get("epoch", 1, _between(1, MAX_EPOCH), f"a number in 1..{MAX_EPOCH} {CAPPED}"),
             phase=Phase(r.get("phase", "processing", choices=[p.value for p in Phase])),
             task=r.get("task", 0, _below(parallelism), f"a subtask index below {parallelism}"),
-            count=r.get("count", 1, _positive, "a number >= 1"),
+            count=r.get("count", 1, _between(1, MAX_COUNT), f"a number in 1..{MAX_COUNT} {CAPPED}"),
             format=r.get("format", "canonical", choices=("canonical", "native")),
         )
         if events and event.epoch < events[-1].epoch:
@@ -315,7 +364,10 @@ def _bound(r: _Reader, key: str, default: Bound) -> Bound:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()
     )
     if counts and value and set(value) <= {"min", "max"}:
-        return Bound(value.get("min"), value.get("max"))
+        low, high = value.get("min"), value.get("max")
+        if low is not None and high is not None and low > high:
+            r.fail(name, f"min ({low}) exceeds max ({high}): no count satisfies it")
+        return Bound(low, high)
     r.fail(name, f"expected a count >= 0 or a table {{ min = N, max = M }}, got {value!r}")
 
 

@@ -20,6 +20,11 @@ class CheckpointFormatError(StateCertError):
         self.problem = problem
 
 
+class CheckpointCorruptedError(CheckpointFormatError):
+    """A state file's size or checksum differs from what `_metadata` recorded, or a native file fails its own
+    checksum: the bytes changed after they were written (FMT-12). Never restored as a smaller state."""
+
+
 class UnknownFormatVersionError(CheckpointFormatError):
     """The file has our magic number but a format version this reader does not know (FMT-3)."""
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
+import crc32c
 import fsspec
 
 from statecert.spec.keygroups import KeyGroupRange
@@ -34,13 +35,58 @@ class ByteStreamStateHandle:
 
 @dataclass(frozen=True)
 class FileStateHandle:
-    """State in a file at an fsspec URL. In `_metadata` the path is stored relative to the checkpoint (FMT-9)."""
+    """State in a file at an fsspec URL. In `_metadata` the path is stored relative to the checkpoint (FMT-9).
+
+    `checksum` is the CRC-32C of the file's bytes, computed by the storage as it writes (CS-9); `open()` refuses a
+    file that is missing, not a regular file, of another size, or whose checksum differs (FMT-12).
+    """
 
     path: str
     size: int
+    checksum: int | None = None
 
     def open(self) -> IO[bytes]:
-        return fsspec.open(self.path, "rb").open()  # type: ignore[no-any-return]
+        from statecert.spec.errors import CheckpointCorruptedError, CheckpointFormatError
+
+        fs, path = fsspec.core.url_to_fs(self.path)
+        try:
+            info = fs.info(path)
+        except (OSError, ValueError) as exc:
+            raise CheckpointFormatError(self.path, f"state file missing or unreadable: {exc}") from None
+        if info.get("islink") or info.get("type") != "file":
+            raise CheckpointFormatError(self.path, f"not a regular file (a {info.get('type')}, or a link)")
+        if info.get("size") != self.size:
+            raise CheckpointCorruptedError(
+                self.path, f"size {info.get('size')} bytes, but the checkpoint recorded {self.size}"
+            )
+        try:
+            f: IO[bytes] = fs.open(path, "rb")
+        except (OSError, ValueError) as exc:
+            raise CheckpointFormatError(self.path, f"cannot open state file: {exc}") from None
+        if self.checksum is not None:
+            try:
+                actual = file_checksum(f)
+                f.seek(0)
+            except BaseException:
+                f.close()
+                raise
+            if actual != self.checksum:
+                f.close()
+                raise CheckpointCorruptedError(
+                    self.path, f"CRC-32C 0x{actual:08x}, but the checkpoint recorded 0x{self.checksum:08x}"
+                )
+        return f
+
+
+CHUNK_SIZE = 1 << 20
+
+
+def file_checksum(f: IO[bytes]) -> int:
+    """The CRC-32C of everything `f` yields from its current position (CS-9)."""
+    value = 0
+    while chunk := f.read(CHUNK_SIZE):
+        value = crc32c.crc32c(chunk, value)
+    return value
 
 
 StreamStateHandle = ByteStreamStateHandle | FileStateHandle

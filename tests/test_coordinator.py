@@ -44,7 +44,8 @@ class Recorder:
 
 def subtask_state(operator_id: str, index: int, parallelism: int) -> OperatorSubtaskState:
     rng = key_group_range_for_operator(128, parallelism, index)
-    handle = KeyGroupsStateHandle(rng, (0,) * len(rng), ByteStreamStateHandle(f"{operator_id}-{index}", b"x"))
+    offsets = tuple(range(0, 4 * len(rng), 4))  # one empty block (a 4-byte length) per key group
+    handle = KeyGroupsStateHandle(rng, offsets, ByteStreamStateHandle(f"{operator_id}-{index}", bytes(4 * len(rng))))
     return OperatorSubtaskState((handle,))
 
 

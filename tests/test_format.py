@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from statecert.spec.handles import (
     OperatorStateMode,
     OperatorStatePartitions,
 )
-from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.keygroups import KeyGroupRange, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.state import ValueStateDescriptor
 
@@ -45,17 +46,29 @@ COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 
 # -- generated metadata ------------------------------------------------------------------------------------------
-def streams(directory: str) -> st.SearchStrategy[Any]:
+def streams(directory: str, size: int) -> st.SearchStrategy[Any]:
+    """A stream handle of `size` bytes: inline, a file of the checkpoint, or a shared file (with a checksum)."""
     names = st.text("abcdef0123456789", min_size=1, max_size=12)
-    return st.one_of(
-        st.builds(ByteStreamStateHandle, names, st.binary(max_size=40)),
-        st.builds(lambda n, s: FileStateHandle(f"{directory}/{n}", s), names, st.integers(0, 2**40)),
-        st.builds(lambda n, s: FileStateHandle(f"file:///ckpt/job/shared/{n}", s), names, st.integers(0, 2**40)),
-    )
+    checksums = st.none() | st.integers(0, 2**32 - 1)
+    files = [
+        st.builds(lambda n, c: FileStateHandle(f"{directory}/{n}", size, c), names, checksums),
+        st.builds(lambda n, c: FileStateHandle(f"file:///ckpt/job/shared/{n}", size, c), names, checksums),
+    ]
+    if size <= 4096:
+        files.append(st.builds(lambda n, b: ByteStreamStateHandle(n, bytes([b]) * size), names, st.integers(0, 255)))
+    return st.one_of(files)
+
+
+def ascending_offsets(draw: st.DrawFn, count: int) -> tuple[tuple[int, ...], int]:
+    """`count` ascending stream positions and a stream size that holds them."""
+    limit = draw(st.sampled_from([4096, 2**40]))
+    offsets = sorted(draw(st.sets(st.integers(0, limit - 1), min_size=count, max_size=count)))
+    return tuple(offsets), (offsets[-1] if offsets else 0) + draw(st.integers(1, 100))
 
 
 @st.composite
 def metadata(draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> CheckpointMetadata:
+    """Valid metadata: each keyed handle inside its subtask's key groups (FMT-11), offsets inside their stream."""
     directory = DIRECTORY
     operators = []
     for op_index in range(draw(st.integers(0, 3))):
@@ -63,30 +76,62 @@ def metadata(draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT) 
         parallelism = draw(st.integers(1, min(max_parallelism, 8)))
         subtasks = {}
         for i in draw(st.sets(st.integers(0, parallelism - 1))):
-            start = draw(st.integers(0, max_parallelism - 1))
-            end = draw(st.integers(start, max_parallelism - 1))
-            offsets = tuple(draw(st.lists(st.integers(0, 2**40), min_size=end - start + 1, max_size=end - start + 1)))
-            keyed = KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, draw(streams(directory)))
+            owned = key_group_range_for_operator(max_parallelism, parallelism, i)
+            start = draw(st.integers(owned.start, owned.end))
+            end = draw(st.integers(start, owned.end))
+            offsets, size = ascending_offsets(draw, end - start + 1)
+            keyed = KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, draw(streams(directory, size)))
+            element_offsets, size = ascending_offsets(draw, draw(st.integers(0, 5)))
             operator = OperatorStateHandle(
                 {
                     draw(st.text(max_size=8)): OperatorStatePartitions(
-                        draw(st.sampled_from(list(OperatorStateMode))),
-                        tuple(draw(st.lists(st.integers(0, 10**6)))),
+                        draw(st.sampled_from(list(OperatorStateMode))), element_offsets
                     )
                 },
-                draw(streams(directory)),
+                draw(streams(directory, size)),
             )
             subtasks[i] = OperatorSubtaskState((keyed,), (operator,))
         operators.append(OperatorState(f"op-{op_index}", parallelism, max_parallelism, subtasks))
     return CheckpointMetadata(draw(st.integers(0, 2**62)), tuple(operators), kind, draw(st.integers(0, 2**62)))
 
 
+def without_checksums(meta: CheckpointMetadata) -> CheckpointMetadata:
+    """`meta` as a format that records no checksums (V1, V2) decodes it."""
+
+    def plain(stream: Any) -> Any:
+        return FileStateHandle(stream.path, stream.size) if isinstance(stream, FileStateHandle) else stream
+
+    operators = tuple(
+        OperatorState(
+            op.operator_id,
+            op.parallelism,
+            op.max_parallelism,
+            {
+                i: OperatorSubtaskState(
+                    tuple(replace(h, delegate=plain(h.delegate)) for h in s.managed_keyed_state),
+                    tuple(replace(h, delegate=plain(h.delegate)) for h in s.managed_operator_state),
+                )
+                for i, s in op.subtask_states.items()
+            },
+        )
+        for op in meta.operators
+    )
+    return replace(meta, operators=operators)
+
+
 @pytest.mark.requirement("FMT-4", "FMT-2")
 @given(metadata())
 def test_metadata_round_trips(meta: CheckpointMetadata) -> None:
     data = encode_metadata(meta, DIRECTORY)
-    assert struct.unpack(">II", data[:8]) == (MAGIC, 2)
+    assert struct.unpack(">II", data[:8]) == (MAGIC, 3)
     assert decode_metadata(data, "mem", DIRECTORY) == meta
+
+
+@pytest.mark.requirement("FMT-3")
+@given(metadata())
+def test_version_2_encoding_stays_readable(meta: CheckpointMetadata) -> None:
+    data = encode_metadata(meta, DIRECTORY, version=2)
+    assert decode_metadata(data, "mem", DIRECTORY) == without_checksums(meta)
 
 
 @pytest.mark.requirement("FMT-3")
@@ -103,7 +148,7 @@ def test_version_1_encoding_stays_readable(meta: CheckpointMetadata) -> None:
         return  # savepoints reference nothing outside their directory
     data = encode_metadata(meta, DIRECTORY, version=1)
     decoded = decode_metadata(data, "mem", DIRECTORY)
-    assert decoded == CheckpointMetadata(meta.checkpoint_id, meta.operators, meta.kind, 0)
+    assert decoded == CheckpointMetadata(meta.checkpoint_id, without_checksums(meta).operators, meta.kind, 0)
 
 
 # -- bad input -----------------------------------------------------------------------------------------------------
@@ -122,8 +167,8 @@ def test_foreign_magic_is_rejected() -> None:
 @pytest.mark.requirement("FMT-3")
 def test_unknown_version_is_rejected() -> None:
     data = sample_bytes()
-    with pytest.raises(UnknownFormatVersionError, match="unknown _metadata format version 3"):
-        decode_metadata(data[:4] + struct.pack(">I", 3) + data[8:], "m", DIRECTORY)
+    with pytest.raises(UnknownFormatVersionError, match="unknown _metadata format version 4"):
+        decode_metadata(data[:4] + struct.pack(">I", 4) + data[8:], "m", DIRECTORY)
 
 
 @pytest.mark.requirement("FMT-2", "FMT-8")

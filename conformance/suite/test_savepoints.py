@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
 from statecert.conformance.helpers import KEYS, counts, create_subtasks, key_group_of, keyed_backend, savepoint
-from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import FileStateHandle
+from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
 
@@ -55,10 +57,10 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
     second_half = handle.offset_of(64)
     data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
     path.write_bytes(bytes(data))
-    operator = metadata.operators[0]
-    with keyed_backend(
-        state_backend, parallelism=2, index=0, restore=keyed_handles_for_subtask(operator, 2, 0)
-    ) as first_half:
+    # Re-record the file's checksum (CS-9), so that only reading key groups 64..127 could notice the damage.
+    rerecorded = replace(handle, delegate=replace(handle.delegate, checksum=crc32c.crc32c(bytes(data))))
+    first_handles = [h.intersection(KeyGroupRange(0, 63)) for h in [rerecorded]]
+    with keyed_backend(state_backend, parallelism=2, index=0, restore=first_handles) as first_half:
         state = first_half.get_or_create_state(COUNT)
         restored = {}
         for key in list(first_half.get_keys("count", VOID_NAMESPACE)):

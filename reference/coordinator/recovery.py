@@ -10,6 +10,7 @@ import fsspec
 
 from statecert.reference.completed_checkpoint_store import CompletedCheckpointStore
 from statecert.reference.format.paths import join_url
+from statecert.reference.storage.discard import remove_directory
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import StateCertError
 from statecert.spec.storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
@@ -43,7 +44,7 @@ def recover_from_storage(job_dir: str, retained: int) -> RecoveredState:
                 complete.append((checkpoint_id, pointer))
             else:
                 incomplete.append(pointer)
-                fs.rm(entry, recursive=True)
+                remove_directory(pointer)
     for _, pointer in sorted(complete):
         try:
             store.add(pointer, load_checkpoint_metadata(pointer))

@@ -31,6 +31,8 @@ VERSION = 1
 _PREFIX = struct.Struct(">4sHI")
 _LEN = struct.Struct(">I")
 MAX_BLOCK = 1 << 31
+MAX_HEADER = 1 << 26
+READ_ERRORS = (OSError, ValueError, OverflowError)
 
 Entry = list[Any]  # [state index, key bytes, namespace bytes, payload]
 
@@ -97,7 +99,11 @@ class CanonicalReader:
         self.handle = handle
         self.name = describe(handle.delegate)
         self._file: IO[bytes] = handle.delegate.open()
-        self.header = self._read_header()
+        try:
+            self.header = self._read_header()
+        except BaseException:
+            self._file.close()
+            raise
 
     def __enter__(self) -> CanonicalReader:
         return self
@@ -109,7 +115,10 @@ class CanonicalReader:
         return CheckpointFormatError(self.name, problem)
 
     def _read_exact(self, size: int, what: str) -> bytes:
-        data = self._file.read(size)
+        try:
+            data = self._file.read(size)
+        except READ_ERRORS as exc:
+            raise self._fail(f"cannot read {what}: {exc}") from None
         if len(data) != size:
             raise self._fail(f"truncated: {what} needs {size} bytes, {len(data)} present")
         return bytes(data)
@@ -120,33 +129,48 @@ class CanonicalReader:
             raise self._fail(f"not a canonical key-groups stream (magic {magic!r})")
         if version != VERSION:
             raise self._fail(f"unknown canonical stream version {version}")
+        if length > MAX_HEADER:
+            raise self._fail(f"implausible canonical header length {length}")
         plain = self._unpack(self._read_exact(length, "the canonical header"))
         try:
-            return CanonicalHeader(
+            header = CanonicalHeader(
                 field(plain, "backend", str),
                 SerializerSnapshot.from_plain(field(plain, "key_serializer", dict)),
                 tuple(StateMetaInfo.from_plain(s) for s in field(plain, "states", list)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._fail(f"malformed canonical header: {exc}") from None
+        names = [s.name for s in header.states]
+        if len(set(names)) != len(names):
+            raise self._fail("malformed canonical header: a state is described twice")
+        return header
 
     def _unpack(self, data: bytes) -> Any:
         try:
-            return msgpack.unpackb(data, raw=False, strict_map_key=False)
-        except (ValueError, msgpack.UnpackException) as exc:
-            raise self._fail(f"corrupt block: {exc}") from None
+            return msgpack.unpackb(data, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+            raise self._fail(f"corrupt block: {exc!r}") from None
 
     def key_group(self, key_group: int) -> list[Entry]:
         """The entries of one key group, validated against the header."""
-        self._file.seek(self.handle.offset_of(key_group))
+        offset = self.handle.offset_of(key_group)
+        try:
+            self._file.seek(offset)
+        except READ_ERRORS as exc:
+            raise self._fail(f"key group {key_group}: cannot seek to offset {offset}: {exc}") from None
         (length,) = _LEN.unpack(self._read_exact(_LEN.size, f"key group {key_group}"))
         if length > MAX_BLOCK:
             raise self._fail(f"key group {key_group}: implausible block length {length}")
         entries = self._unpack(self._read_exact(length, f"key group {key_group}"))
         if not isinstance(entries, list):
             raise self._fail(f"key group {key_group}: block is not a list")
+        seen: set[tuple[int, bytes, bytes]] = set()
         for entry in entries:
             self._check_entry(entry, key_group)
+            identity = (entry[0], entry[1], entry[2])
+            if identity in seen:
+                raise self._fail(f"key group {key_group}: the same key and namespace appear twice in one state")
+            seen.add(identity)
         return entries
 
     def _check_entry(self, entry: Any, key_group: int) -> None:
@@ -164,9 +188,13 @@ class CanonicalReader:
             if kind is StateKind.LIST:
                 ok = isinstance(payload, list) and all(isinstance(e, bytes) for e in payload)
             elif kind is StateKind.MAP:
-                ok = isinstance(payload, list) and all(
-                    isinstance(p, list) and len(p) == 2 and isinstance(p[0], bytes) and isinstance(p[1], bytes)
-                    for p in payload
+                ok = (
+                    isinstance(payload, list)
+                    and all(
+                        isinstance(p, list) and len(p) == 2 and isinstance(p[0], bytes) and isinstance(p[1], bytes)
+                        for p in payload
+                    )
+                    and len({p[0] for p in payload}) == len(payload)
                 )
             else:
                 ok = isinstance(payload, bytes)

@@ -1,8 +1,9 @@
 """State handles <-> plain data (dicts, lists, ints, str, bytes), shared by the `_metadata` versions.
 
 Decoding treats the data as untrusted: every field is type-checked and a file path may not leave the restore
-root (FMT-8, FMT-10). Problems raise ValueError (or UnsafePathError), which the codec turns into one
-CheckpointFormatError naming the file.
+root (FMT-8, FMT-10). Numbers are bounded: sizes and offsets fit a 63-bit file position, offsets lie inside
+their stream and ascend, names are plain file names. Problems raise ValueError (or UnsafePathError), which the
+codec turns into one CheckpointFormatError naming the file. Format version 3 records each file's CRC-32C (FMT-12).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from statecert.spec.handles import (
+    CANONICAL_FORMAT,
     ByteStreamStateHandle,
     FileStateHandle,
     IncrementalKeyedStateHandle,
@@ -42,28 +44,63 @@ def field(data: Any, name: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
-def non_negative_ints(values: Any, name: str) -> tuple[int, ...]:
+MAX_POSITION = 2**63 - 1  # the largest file size or offset a reader seeks to
+MAX_CHECKSUM = 2**32 - 1
+
+
+def bounded_int(data: Any, name: str, low: int = 0, high: int = MAX_POSITION) -> int:
+    """`data[name]`, an int within `low..high`."""
+    value = field(data, name, int)
+    if not low <= value <= high:
+        raise ValueError(f"field {name!r} = {value} is outside {low}..{high}")
+    return int(value)
+
+
+def offsets_within(values: Any, name: str, size: int, strict: bool) -> tuple[int, ...]:
+    """A list of stream positions inside a stream of `size` bytes, ascending (`strict`: each one past the last, as
+    in the canonical format where every key group's block has a length field), else never descending."""
     if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise ValueError(f"field {name!r} must be a list of integers")
-    if any(v < 0 for v in values):
-        raise ValueError(f"field {name!r} holds a negative offset")
+    previous = -1
+    for v in values:
+        if not 0 <= v < size + (0 if strict else 1):
+            raise ValueError(f"field {name!r}: offset {v} lies outside the stream of {size} bytes")
+        if v < previous or (strict and v == previous):
+            raise ValueError(f"field {name!r}: offsets must ascend, {v} follows {previous}")
+        previous = v
     return tuple(values)
 
 
-class HandleCodec:
-    """Encodes handles for one `_metadata` file; `binary` False stores bytes as base64 (format V1)."""
+def plain_file_name(name: Any) -> str:
+    """A state file name as RocksDB handles record it: a non-empty plain name, never a path (FMT-10)."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or any(c in name for c in "/\\\x00")
+        or len(name.encode("utf-8", "surrogatepass")) > 255
+    ):
+        raise ValueError(f"state file name {name!r} is not a plain file name")
+    return name
 
-    def __init__(self, encode_path: PathEncoder, decode_path: PathDecoder, binary: bool = True) -> None:
+
+class HandleCodec:
+    """Encodes handles for one `_metadata` file of format `version`: V1 stores bytes as base64, V3 adds checksums."""
+
+    def __init__(self, encode_path: PathEncoder, decode_path: PathDecoder, version: int) -> None:
         self._encode_path = encode_path
         self._decode_path = decode_path
-        self._binary = binary
+        self._binary = version != 1
+        self._checksums = version >= 3
 
     # -- encoding ---------------------------------------------------------------------------------------------
     def stream(self, handle: StreamStateHandle) -> dict[str, Any]:
         if isinstance(handle, ByteStreamStateHandle):
             data: Any = handle.data if self._binary else base64.b64encode(handle.data).decode("ascii")
             return {"type": "bytes", "name": handle.handle_name, "data": data}
-        return {"type": "file", "path": self._encode_path(handle.path), "size": handle.size}
+        plain: dict[str, Any] = {"type": "file", "path": self._encode_path(handle.path), "size": handle.size}
+        if self._checksums and handle.checksum is not None:
+            plain["crc32c"] = handle.checksum
+        return plain
 
     def keyed(self, handle: KeyedStateHandle) -> dict[str, Any]:
         if isinstance(handle, IncrementalKeyedStateHandle):
@@ -102,53 +139,58 @@ class HandleCodec:
         kind = field(data, "type", str)
         if kind == "bytes":
             raw = field(data, "data", bytes if self._binary else str)
-            payload = raw if self._binary else base64.b64decode(raw, validate=True)
+            try:
+                payload = raw if self._binary else base64.b64decode(raw, validate=True)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"inline state is not valid base64: {exc}") from None
             return ByteStreamStateHandle(field(data, "name", str), bytes(payload))
         if kind == "file":
-            size = field(data, "size", int)
-            if size < 0:
-                raise ValueError("negative file size")
-            return FileStateHandle(self._decode_path(field(data, "path", str)), size)
+            size = bounded_int(data, "size")
+            checksum = None
+            if self._checksums and "crc32c" in data:
+                checksum = bounded_int(data, "crc32c", 0, MAX_CHECKSUM)
+            return FileStateHandle(self._decode_path(field(data, "path", str)), size, checksum)
         raise ValueError(f"unknown stream handle type {kind!r}")
 
-    def decode_keyed(self, data: Any) -> KeyedStateHandle:
+    def decode_keyed(self, data: Any, max_parallelism: int) -> KeyedStateHandle:
         kind = field(data, "type", str)
         if kind not in ("key-groups", "incremental-key-groups"):
             raise ValueError(f"unknown keyed state handle type {kind!r}")
-        start, end = field(data, "start", int), field(data, "end", int)
-        if start < 0 or end < start:
-            raise ValueError(f"invalid key-group range [{start}, {end}]")
+        start, end = bounded_int(data, "start"), bounded_int(data, "end")
+        if not start <= end < max_parallelism:
+            raise ValueError(f"key-group range [{start}, {end}] is not within [0, {max_parallelism - 1}]")
         if kind == "incremental-key-groups":
             return IncrementalKeyedStateHandle(
                 field(data, "backend_id", str),
                 KeyGroupRange(start, end),
-                field(data, "checkpoint_id", int),
+                bounded_int(data, "checkpoint_id"),
                 self._streams(field(data, "shared", dict)),
                 self._streams(field(data, "private", dict)),
                 self.decode_stream(field(data, "meta", dict)),
                 field(data, "format", str),
             )
-        offsets = non_negative_ints(field(data, "offsets", list), "offsets")
-        return KeyGroupsStateHandle(
-            KeyGroupRange(start, end),
-            offsets,
-            self.decode_stream(field(data, "stream", dict)),
-            field(data, "format", str),
-        )
+        stream = self.decode_stream(field(data, "stream", dict))
+        snapshot_format = field(data, "format", str)
+        strict = snapshot_format == CANONICAL_FORMAT
+        offsets = offsets_within(field(data, "offsets", list), "offsets", stream.size, strict)
+        if len(offsets) != end - start + 1:
+            raise ValueError(f"{len(offsets)} offsets for the {end - start + 1} key groups of [{start}, {end}]")
+        return KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, stream, snapshot_format)
 
     def _streams(self, data: dict[Any, Any]) -> dict[str, StreamStateHandle]:
-        if not all(isinstance(name, str) and "/" not in name for name in data):
-            raise ValueError("state file names must be plain strings")
-        return {name: self.decode_stream(h) for name, h in data.items()}
+        return {plain_file_name(name): self.decode_stream(h) for name, h in data.items()}
 
     def decode_operator(self, data: Any) -> OperatorStateHandle:
         kind = field(data, "type", str)
         if kind != "operator":
             raise ValueError(f"unknown operator state handle type {kind!r}")
+        stream = self.decode_stream(field(data, "stream", dict))
         states = {}
         for name, part in field(data, "states", dict).items():
             if not isinstance(name, str):
                 raise ValueError("operator state names must be strings")
             mode = OperatorStateMode(field(part, "mode", str))
-            states[name] = OperatorStatePartitions(mode, non_negative_ints(field(part, "offsets", list), "offsets"))
-        return OperatorStateHandle(states, self.decode_stream(field(data, "stream", dict)), field(data, "format", str))
+            states[name] = OperatorStatePartitions(
+                mode, offsets_within(field(part, "offsets", list), "offsets", stream.size, False)
+            )
+        return OperatorStateHandle(states, stream, field(data, "format", str))

@@ -1,8 +1,11 @@
 """The `_metadata` file: magic number, format version, payload (FMT-1..FMT-4).
 
-Version 2 (current): `>I magic | >I version | >Q payload length | msgpack payload | >I crc32(payload)`.
+Version 3 (current): `>I magic | >I version | >Q payload length | msgpack payload | >I crc32(payload)`, every
+file handle recording the CRC-32C of its file (FMT-12).
+Version 2 (read only): the same without file checksums.
 Version 1 (read only): `>I magic | >I version | UTF-8 JSON payload`, bytes as base64, no checksum.
-Writers exist only for the newest version; V1 encoding is kept for producing golden test files (FMT-3).
+The checkpoint code writes only the newest version; V1 and V2 encoding is kept for producing golden test files
+(FMT-3). Decoding validates types, bounds and key-group coverage before anything is used (FMT-8, FMT-11).
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ from typing import Any
 
 import msgpack
 
-from statecert.reference.format.handle_codec import HandleCodec, field
+from statecert.reference.format.coverage import check_operators
+from statecert.reference.format.handle_codec import HandleCodec, bounded_int, field
 from statecert.reference.format.paths import parent_url, relativize, resolve_relative
 from statecert.spec.errors import CheckpointFormatError, UnknownFormatVersionError
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 
 MAGIC = 0x53434D44  # "SCMD"
-CURRENT_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+CURRENT_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 _HEADER = struct.Struct(">II")
 _V2_LENGTH = struct.Struct(">Q")
 _V2_CRC = struct.Struct(">I")
 MAX_PAYLOAD = 1 << 31
+MAX_CHECKPOINT_ID = 2**63 - 1
 
 
 def restore_root(directory: str, kind: CheckpointKind) -> str:
@@ -68,33 +73,40 @@ def _from_plain(plain: Any, version: int, make_codec: Callable[[CheckpointKind],
         timestamp = 0
     else:
         kind = CheckpointKind(field(plain, "kind", str))
-        timestamp = field(plain, "timestamp_ms", int)
+        timestamp = bounded_int(plain, "timestamp_ms")
     codec = make_codec(kind)
-    checkpoint_id = field(plain, "checkpoint_id", int)
+    checkpoint_id = bounded_int(plain, "checkpoint_id", 0, MAX_CHECKPOINT_ID)
     operators = []
     for op in field(plain, "operators", list):
+        operator_id = field(op, "id", str)
         parallelism, max_parallelism = field(op, "parallelism", int), field(op, "max_parallelism", int)
         if not 1 <= parallelism <= max_parallelism <= 32768:
-            raise ValueError(f"invalid parallelism {parallelism} / max parallelism {max_parallelism}")
+            raise ValueError(
+                f"operator {operator_id!r}: invalid parallelism {parallelism} / max parallelism {max_parallelism}"
+            )
         subtasks = {}
         for st in field(op, "subtasks", list):
-            subtasks[field(st, "index", int)] = OperatorSubtaskState(
-                tuple(codec.decode_keyed(h) for h in field(st, "keyed", list)),
+            index = bounded_int(st, "index", 0, parallelism - 1)
+            if index in subtasks:
+                raise ValueError(f"operator {operator_id!r}: subtask {index} appears twice")
+            subtasks[index] = OperatorSubtaskState(
+                tuple(codec.decode_keyed(h, max_parallelism) for h in field(st, "keyed", list)),
                 tuple(codec.decode_operator(h) for h in field(st, "operator", list)),
             )
-        operators.append(OperatorState(field(op, "id", str), parallelism, max_parallelism, subtasks))
+        operators.append(OperatorState(operator_id, parallelism, max_parallelism, subtasks))
+    check_operators(operators)
     return CheckpointMetadata(checkpoint_id, tuple(operators), kind, timestamp)
 
 
 def encode_metadata(metadata: CheckpointMetadata, directory: str, version: int = CURRENT_VERSION) -> bytes:
     """Bytes of `_metadata` for a checkpoint whose directory is `directory` (file handles made relative)."""
     root = restore_root(directory, metadata.kind)
-    codec = HandleCodec(lambda url: relativize(url, directory, root), lambda rel: rel, binary=version != 1)
+    if version not in SUPPORTED_VERSIONS:
+        raise ValueError(f"cannot write _metadata format version {version}")
+    codec = HandleCodec(lambda url: relativize(url, directory, root), lambda rel: rel, version)
     plain = _to_plain(metadata, codec, version)
     if version == 1:
         return _HEADER.pack(MAGIC, 1) + json.dumps(plain, sort_keys=True).encode("utf-8")
-    if version != CURRENT_VERSION:
-        raise ValueError(f"cannot write _metadata format version {version}")
     payload = msgpack.packb(plain, use_bin_type=True)
     return _HEADER.pack(MAGIC, version) + _V2_LENGTH.pack(len(payload)) + payload + _V2_CRC.pack(zlib.crc32(payload))
 
@@ -118,6 +130,8 @@ def _payload(data: bytes, version: int, path: str) -> Any:
     if version == 1:
         try:
             return json.loads(body.decode("utf-8"))
+        except RecursionError:
+            raise CheckpointFormatError(path, "corrupt V1 payload: nested too deeply") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointFormatError(path, f"corrupt or truncated V1 payload: {exc}") from None
     if len(body) < _V2_LENGTH.size:
@@ -135,9 +149,9 @@ def _payload(data: bytes, version: int, path: str) -> Any:
     if zlib.crc32(payload) != crc:
         raise CheckpointFormatError(path, "corrupt: payload checksum mismatch")
     try:
-        return msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise CheckpointFormatError(path, f"corrupt payload: {exc}") from None
+        return msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+        raise CheckpointFormatError(path, f"corrupt payload: {exc!r}") from None
 
 
 def decode_metadata(data: bytes, metadata_path: str, directory: str) -> CheckpointMetadata:
@@ -150,12 +164,12 @@ def decode_metadata(data: bytes, metadata_path: str, directory: str) -> Checkpoi
         return HandleCodec(
             lambda url: url,
             lambda rel: resolve_relative(rel, directory, root, metadata_path),
-            binary=version != 1,
+            version,
         )
 
     try:
         return _from_plain(plain, version, make_codec)
     except CheckpointFormatError:
         raise
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise CheckpointFormatError(metadata_path, f"malformed metadata: {exc}") from None

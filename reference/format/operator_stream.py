@@ -39,30 +39,55 @@ def write_operator_states(
     return partitions
 
 
+MAX_HEADER = 1 << 26
+READ_ERRORS = (OSError, ValueError, OverflowError)
+
+
+def _header(f: IO[bytes], name: str) -> dict[str, tuple[OperatorStateMode, SerializerSnapshot]]:
+    prefix = f.read(_PREFIX.size)
+    if len(prefix) != _PREFIX.size:
+        raise CheckpointFormatError(name, "truncated operator state header")
+    magic, version, length = _PREFIX.unpack(prefix)
+    if magic != MAGIC or version != VERSION:
+        raise CheckpointFormatError(name, f"not an operator state stream (magic {magic!r}, version {version})")
+    if length > MAX_HEADER:
+        raise CheckpointFormatError(name, f"implausible operator state header length {length}")
+    raw = f.read(length)
+    if len(raw) != length:
+        raise CheckpointFormatError(name, f"truncated operator state header: {len(raw)} of {length} bytes")
+    try:
+        header: Any = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a map")
+        return {
+            str(state): (
+                OperatorStateMode(field(info, "mode", str)),
+                SerializerSnapshot.from_plain(field(info, "serializer", dict)),
+            )
+            for state, info in header.items()
+        }
+    except (ValueError, TypeError, AttributeError, RecursionError, msgpack.UnpackException) as exc:
+        raise CheckpointFormatError(name, f"malformed operator state header: {exc!r}") from None
+
+
 def read_operator_states(
     handle: OperatorStateHandle,
 ) -> dict[str, tuple[OperatorStateMode, SerializerSnapshot, list[bytes]]]:
-    """The elements this handle selects, per state, with the serializer snapshot that wrote them."""
+    """The elements this handle selects, per state, with the serializer snapshot that wrote them; the stream's
+    header must describe every selected state in the handle's mode (FMT-8)."""
     name = describe(handle.delegate)
     f: IO[bytes] = handle.delegate.open()
     try:
-        prefix = f.read(_PREFIX.size)
-        if len(prefix) != _PREFIX.size:
-            raise CheckpointFormatError(name, "truncated operator state header")
-        magic, version, length = _PREFIX.unpack(prefix)
-        if magic != MAGIC or version != VERSION:
-            raise CheckpointFormatError(name, f"not an operator state stream (magic {magic!r}, version {version})")
-        try:
-            header: Any = msgpack.unpackb(f.read(length), raw=False)
-            serializers = {
-                state: SerializerSnapshot.from_plain(field(info, "serializer", dict)) for state, info in header.items()
-            }
-        except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
-            raise CheckpointFormatError(name, f"malformed operator state header: {exc}") from None
+        header = _header(f, name)
         result = {}
         for state, partitions in handle.states.items():
-            if state not in serializers:
+            if state not in header:
                 raise CheckpointFormatError(name, f"operator state {state!r} is not in the stream header")
+            mode, serializer = header[state]
+            if mode is not partitions.mode:
+                raise CheckpointFormatError(
+                    name, f"operator state {state!r}: the handle says {partitions.mode.value}, the stream {mode.value}"
+                )
             elements = []
             for offset in partitions.offsets:
                 f.seek(offset)
@@ -72,7 +97,11 @@ def read_operator_states(
                 if size < 0 or len(data) != size:
                     raise CheckpointFormatError(name, f"truncated element of operator state {state!r} at {offset}")
                 elements.append(data)
-            result[state] = (partitions.mode, serializers[state], elements)
+            result[state] = (partitions.mode, serializer, elements)
         return result
+    except READ_ERRORS as exc:
+        if isinstance(exc, CheckpointFormatError):
+            raise
+        raise CheckpointFormatError(name, f"cannot read the operator state stream: {exc}") from None
     finally:
         f.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 
 from statecert.spec.errors import UnsafePathError
 
@@ -53,10 +54,35 @@ def relativize(url: str, directory: str, root: str) -> str:
 
 
 def resolve_relative(relative: str, directory: str, root: str, metadata_path: str) -> str:
-    """The URL of a relative handle path, refusing anything that escapes `root` (FMT-10)."""
-    if "://" in relative or relative.startswith("/") or "\\" in relative or "\x00" in relative:
-        raise UnsafePathError(metadata_path, f"state handle path {relative!r} is not a relative path")
+    """The URL of a relative handle path, refusing anything that escapes `root` (FMT-10): by its string, and on
+    the local file system also by its real path, so a symbolic link (in the file's name or any parent directory)
+    cannot lead outside, and a special file is refused."""
+    if (
+        "://" in relative
+        or relative.startswith("/")
+        or "\\" in relative
+        or "\x00" in relative
+        or posixpath.normpath(relative) in ("", ".", "..")
+        or relative.endswith("/")
+    ):
+        raise UnsafePathError(metadata_path, f"state handle path {relative!r} is not a relative path to a file")
     url = join_url(directory, relative)
-    if not is_within(url, root):
+    if not is_within(url, root) or url == normalize_url(root):
         raise UnsafePathError(metadata_path, f"state handle path {relative!r} escapes the checkpoint directory {root}")
+    proto, path = split_url(url)
+    if proto in ("file", "local"):
+        check_local_confinement(path, split_url(root)[1], relative, metadata_path)
     return url
+
+
+def check_local_confinement(path: str, root: str, relative: str, metadata_path: str) -> None:
+    """On a local disk: the real path stays under the real root, and what exists there is a regular file."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        raise UnsafePathError(
+            metadata_path, f"state handle path {relative!r} leads outside {root} through a symbolic link"
+        )
+    if os.path.islink(path):
+        raise UnsafePathError(metadata_path, f"state handle path {relative!r} is a symbolic link")
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise UnsafePathError(metadata_path, f"state handle path {relative!r} is not a regular file")

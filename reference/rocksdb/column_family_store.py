@@ -12,10 +12,19 @@ import rocksdict
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.rocksdb.key_layout import composite_key, prefix_end, split_composite_key
 from statecert.reference.state_store import EntryKey, Payload
-from statecert.spec.errors import StateSizeLimitError
+from statecert.spec.errors import CheckpointCorruptedError, StateSizeLimitError
 from statecert.spec.state import StateKind
 
 MAX_VALUE_BYTES = 2**31 - 1  # RocksDB's (JNI's, in Flink) limit on one value (RDB-5)
+
+
+def check_iterator(it: Any, where: str) -> None:
+    """An iterator that stops early because of a corrupt block reports it only through `status()`; without this
+    check a flipped bit silently truncates iteration (RDB-7)."""
+    try:
+        it.status()
+    except Exception as exc:  # rocksdict raises a bare Exception("Corruption: ...")
+        raise CheckpointCorruptedError(where, f"RocksDB iteration stopped early: {exc}") from None
 
 
 class ColumnFamilyStore:
@@ -52,13 +61,21 @@ class ColumnFamilyStore:
                 break
             yield raw, it.value()
             it.next()
+        check_iterator(it, f"RocksDB column family of state {self.meta.name!r}")
 
     def _delete_prefix(self, prefix: bytes) -> None:
         self._cf.delete_range(prefix, prefix_end(prefix))
 
     # -- StateStore ------------------------------------------------------------------------------------------------
+    def _read(self, raw: bytes) -> bytes | None:
+        """A point lookup; RocksDB's bare Exception on a corrupt block becomes CheckpointCorruptedError (RDB-7)."""
+        try:
+            return self._cf.get(raw)  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise CheckpointCorruptedError(f"RocksDB column family of state {self.meta.name!r}", str(exc)) from None
+
     def get(self, key_group: int, key: EntryKey) -> bytes | None:
-        return self._cf.get(composite_key(key_group, *key))
+        return self._read(composite_key(key_group, *key))
 
     def put(self, key_group: int, key: EntryKey, value: bytes) -> None:
         self._cf[composite_key(key_group, *key)] = self._check(value)
@@ -71,7 +88,7 @@ class ColumnFamilyStore:
             del self._cf[raw]
 
     def get_list(self, key_group: int, key: EntryKey) -> list[bytes] | None:
-        stored = self._cf.get(composite_key(key_group, *key))
+        stored = self._read(composite_key(key_group, *key))
         return None if stored is None else list(msgpack.unpackb(stored))
 
     def set_list(self, key_group: int, key: EntryKey, elements: list[bytes]) -> None:
@@ -85,7 +102,7 @@ class ColumnFamilyStore:
         self.set_list(key_group, key, (self.get_list(key_group, key) or []) + elements)
 
     def map_get(self, key_group: int, key: EntryKey, user_key: bytes) -> bytes | None:
-        return self._cf.get(composite_key(key_group, *key) + user_key)
+        return self._read(composite_key(key_group, *key) + user_key)
 
     def map_put(self, key_group: int, key: EntryKey, entries: Mapping[bytes, bytes]) -> None:
         prefix = composite_key(key_group, *key)
@@ -102,7 +119,7 @@ class ColumnFamilyStore:
         return [(raw[len(prefix) :], value) for raw, value in self._range(prefix)]
 
     def entries(self) -> Iterator[tuple[int, bytes, bytes, Payload]]:
-        return iterate_entries(self._cf, self.meta.kind)
+        return iterate_entries(self._cf, self.meta.kind, where=f"RocksDB column family of state {self.meta.name!r}")
 
     def put_payload(self, key_group: int, key: EntryKey, payload: Payload) -> None:
         if self.meta.kind is StateKind.MAP:
@@ -122,13 +139,21 @@ class ColumnFamilyStore:
     def is_empty(self) -> bool:
         it = self._cf.iter()
         it.seek_to_first()
-        return not it.valid()
+        empty = not it.valid()
+        if empty:
+            check_iterator(it, f"RocksDB column family of state {self.meta.name!r}")
+        return empty
 
 
 def iterate_entries(
-    column_family: Any, kind: StateKind, start: bytes | None = None, end: bytes | None = None
+    column_family: Any,
+    kind: StateKind,
+    start: bytes | None = None,
+    end: bytes | None = None,
+    where: str = "RocksDB column family",
 ) -> Iterator[tuple[int, bytes, bytes, Payload]]:
-    """Entries of a column family in key order, from `start` up to (excluding) `end`, as canonical payloads."""
+    """Entries of a column family in key order, from `start` up to (excluding) `end`, as canonical payloads; a
+    corrupt block raises CheckpointCorruptedError naming `where` (RDB-7)."""
     it = column_family.iter()
     if start is None:
         it.seek_to_first()
@@ -140,17 +165,28 @@ def iterate_entries(
         raw = it.key()
         if end is not None and raw >= end:
             break
-        key_group, key, ns, user_key = split_composite_key(raw)
+        try:
+            key_group, key, ns, user_key = split_composite_key(raw)
+            if kind is not StateKind.MAP and user_key:
+                raise ValueError("trailing bytes after the namespace of a non-map entry")
+            value = it.value()
+            if kind is StateKind.LIST:
+                elements = msgpack.unpackb(value, raw=False)
+                if not isinstance(elements, list) or not all(isinstance(e, bytes) for e in elements):
+                    raise ValueError("a list entry is not an array of byte strings")
+        except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+            raise CheckpointCorruptedError(where, f"malformed RocksDB entry {raw[:32]!r}: {exc!r}") from None
         if kind is StateKind.MAP:
             if current != (key_group, key, ns):
                 if current is not None:
                     yield (*current, pairs)
                 current, pairs = (key_group, key, ns), []
-            pairs.append([user_key, it.value()])
+            pairs.append([user_key, value])
         elif kind is StateKind.LIST:
-            yield key_group, key, ns, list(msgpack.unpackb(it.value()))
+            yield key_group, key, ns, elements
         else:
-            yield key_group, key, ns, it.value()
+            yield key_group, key, ns, value
         it.next()
+    check_iterator(it, where)
     if current is not None:
         yield (*current, pairs)

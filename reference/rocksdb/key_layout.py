@@ -22,12 +22,19 @@ def composite_key(key_group: int, key: bytes, namespace: bytes) -> bytes:
 
 
 def split_composite_key(raw: bytes) -> tuple[int, bytes, bytes, bytes]:
-    """(key group, key, namespace, rest): `rest` is a map entry's user key, empty otherwise."""
+    """(key group, key, namespace, rest): `rest` is a map entry's user key, empty otherwise. Raises ValueError
+    when the lengths do not fit `raw` (a corrupt or foreign key)."""
+    if len(raw) < 10:
+        raise ValueError(f"composite key of {len(raw)} bytes is too short")
     (key_group,) = _KG.unpack_from(raw, 0)
     (key_len,) = _LEN.unpack_from(raw, 2)
+    if 10 + key_len > len(raw):
+        raise ValueError(f"composite key announces a key of {key_len} bytes, {len(raw) - 10} present")
     key = raw[6 : 6 + key_len]
     (ns_len,) = _LEN.unpack_from(raw, 6 + key_len)
     ns_start = 10 + key_len
+    if ns_start + ns_len > len(raw):
+        raise ValueError(f"composite key announces a namespace of {ns_len} bytes, {len(raw) - ns_start} present")
     return key_group, key, raw[ns_start : ns_start + ns_len], raw[ns_start + ns_len :]
 
 

@@ -16,13 +16,19 @@ import msgpack
 import rocksdict
 
 from statecert.reference.format.canonical import CanonicalHeader, Entry, describe, write_canonical_snapshot
-from statecert.reference.format.handle_codec import field
+from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
 from statecert.reference.migration import check_key_serializer
 from statecert.reference.rocksdb.column_family_store import MAX_VALUE_BYTES, ColumnFamilyStore, iterate_entries
-from statecert.reference.rocksdb.files import download_files, upload_file
+from statecert.reference.rocksdb.files import upload_file
 from statecert.reference.rocksdb.key_layout import key_group_prefix
+from statecert.reference.rocksdb.native_restore import (
+    column_family_name,
+    open_database,
+    open_native_files,
+    read_native_meta,
+)
 from statecert.reference.rocksdb.settings import RocksDBSettings
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.errors import CheckpointFormatError
@@ -44,16 +50,6 @@ from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
 
 SST_SUFFIX = ".sst"
-
-
-def column_family_name(state_name: str) -> str:
-    return f"state:{state_name}"
-
-
-def open_database(path: Path, options: rocksdict.Options) -> rocksdict.Rdict:
-    """Open a RocksDB directory with every column family it holds (RocksDB refuses to open a subset)."""
-    names = [n for n in rocksdict.Rdict.list_cf(str(path), options) if n != "default"]
-    return rocksdict.Rdict(str(path), options, column_families={n: options for n in names})
 
 
 def discard_handles(handles: list[StreamStateHandle]) -> None:
@@ -119,23 +115,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                 return handle
         return None
 
-    def _read_meta(self, handle: IncrementalKeyedStateHandle) -> tuple[SerializerSnapshot, list[StateMetaInfo]]:
-        name = describe(handle.meta_state)
-        with handle.meta_state.open() as f:
-            raw = f.read()
-        try:
-            plain = msgpack.unpackb(raw, raw=False)
-            key_serializer = SerializerSnapshot.from_plain(field(plain, "key_serializer", dict))
-            metas = [StateMetaInfo.from_plain(m) for m in field(plain, "states", list)]
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise CheckpointFormatError(name, f"malformed RocksDB state meta data: {exc}") from None
-        return key_serializer, metas
-
     def _open_from_files(self, handle: IncrementalKeyedStateHandle) -> None:
-        key_serializer, metas = self._read_meta(handle)
+        key_serializer, metas = read_native_meta(handle)
         self._key_serializer = check_key_serializer(self._key_serializer, key_serializer)
-        download_files({**handle.shared_state, **handle.private_state}, self._db_dir)
-        self._db = open_database(self._db_dir, self._options)
+        self._db = open_native_files(handle, self._db_dir, self._options)
+        column_families = set(rocksdict.Rdict.list_cf(str(self._db_dir), self._options)) - {"default"}
+        if not {column_family_name(m.name) for m in metas} <= column_families:
+            raise CheckpointFormatError(
+                describe(handle.meta_state), "the state meta data names a state the RocksDB files do not hold"
+            )
         for meta in metas:
             self._stores[meta.name] = self.create_store(meta)
         self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
@@ -152,15 +140,20 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             common = handle.key_group_range.intersection(self.key_group_range)
             if common.is_empty:
                 continue
-            key_serializer, metas = self._read_meta(handle)
+            key_serializer, metas = read_native_meta(handle)
             self._key_serializer = check_key_serializer(self._key_serializer, key_serializer)
             temp = self.instance_dir / f"restore-{uuid.uuid4().hex}"
-            download_files({**handle.shared_state, **handle.private_state}, temp)
-            source = open_database(temp, self._options)
+            source = open_native_files(handle, temp, self._options)
+            name = describe(handle.meta_state)
             try:
+                validator = EntryValidator(metas, self._key_serializer, self._params.max_parallelism, name)
                 for meta in metas:
-                    target = self._restored_store(meta, describe(handle.meta_state))
-                    copy_key_groups(source.get_column_family(column_family_name(meta.name)), target, common)
+                    target = self._restored_store(meta, name)
+                    try:
+                        column_family = source.get_column_family(column_family_name(meta.name))
+                    except Exception as exc:  # rocksdict: bare Exception for a missing column family
+                        raise CheckpointFormatError(name, f"state {meta.name!r} has no column family: {exc}") from None
+                    copy_key_groups(column_family, target, common, validator, metas.index(meta))
             finally:
                 source.close()
                 del source
@@ -301,9 +294,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         shutil.rmtree(self.instance_dir, ignore_errors=True)
 
 
-def copy_key_groups(source: Any, target: ColumnFamilyStore, key_groups: KeyGroupRange) -> None:
-    """Copy the raw entries of `key_groups` from a source column family: the key layout keeps them contiguous."""
+def copy_key_groups(
+    source: Any, target: ColumnFamilyStore, key_groups: KeyGroupRange, validator: EntryValidator, index: int
+) -> None:
+    """Copy the raw entries of `key_groups` from a source column family (the key layout keeps them contiguous),
+    each validated like a canonical entry (FMT-8)."""
     for key_group, key, ns, payload in iterate_entries(
-        source, target.meta.kind, key_group_prefix(key_groups.start), key_group_prefix(key_groups.end + 1)
+        source,
+        target.meta.kind,
+        key_group_prefix(key_groups.start),
+        key_group_prefix(key_groups.end + 1),
+        where=f"restored RocksDB files of state {target.meta.name!r}",
     ):
+        validator.check(key_group, index, key, ns, payload)
         target.put_payload(key_group, (key, ns), payload)

@@ -8,6 +8,7 @@ import fsspec
 
 from statecert.reference.format.metadata_codec import decode_metadata, encode_metadata
 from statecert.reference.format.paths import basename_url, join_url, normalize_url, parent_url
+from statecert.reference.storage.discard import discard_checkpoint_directory
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
 from statecert.spec.errors import (
     CheckpointNotFoundError,
@@ -72,9 +73,7 @@ class CheckpointStorageLocationImpl:
         return self.pointer
 
     def dispose_on_failure(self) -> None:
-        fs, directory = fsspec.core.url_to_fs(self.directory)
-        if fs.exists(directory):
-            fs.rm(directory, recursive=True)
+        discard_checkpoint_directory(self.directory)
 
 
 class CheckpointStorageAccessImpl:

@@ -7,6 +7,7 @@ import uuid
 from types import TracebackType
 from typing import IO
 
+import crc32c
 import fsspec
 
 from statecert.reference.format.paths import join_url
@@ -16,7 +17,8 @@ from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, Strea
 
 class CheckpointStateOutputStreamImpl:
     """State of one task for one checkpoint. At most `inline_threshold` bytes stay inline in `_metadata`; more
-    goes to a uniquely named file in `directory`. `max_size` bounds the whole stream (job-manager storage)."""
+    goes to a uniquely named file in `directory`, whose handle carries the CRC-32C of its bytes (CS-9). `max_size`
+    bounds the whole stream (job-manager storage)."""
 
     def __init__(self, directory: str, inline_threshold: float, max_size: int | None = None) -> None:
         self._directory = directory
@@ -26,12 +28,14 @@ class CheckpointStateOutputStreamImpl:
         self._file: IO[bytes] | None = None
         self._path: str | None = None
         self._pos = 0
+        self._crc = 0
         self._closed = False
 
     def write(self, data: bytes) -> int:
         if self._closed:
             raise ValueError("write to a closed checkpoint stream")
         self._pos += len(data)
+        self._crc = crc32c.crc32c(data, self._crc)
         if self._max_size is not None and self._pos > self._max_size:
             self.discard()
             raise StateSizeLimitError(
@@ -62,7 +66,7 @@ class CheckpointStateOutputStreamImpl:
         self._closed = True
         if self._file is not None and self._path is not None:
             self._file.close()
-            return FileStateHandle(self._path, self._pos)
+            return FileStateHandle(self._path, self._pos, self._crc)
         if self._pos == 0:
             return None
         return ByteStreamStateHandle(uuid.uuid4().hex, self._buffer.getvalue())

@@ -1,0 +1,33 @@
+"""Command-line parsing that fails closed in one line: `statecert: error: <option>: <problem>` on stderr and exit
+status 2, with no usage dump (bad command-line values, ERR-2)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the option; subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"statecert: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer within `low..high`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must lie in {low}..{high}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse

@@ -1,0 +1,31 @@
+"""Deleting a checkpoint so that it is complete or visibly incomplete at every instant (FMT-13): `_metadata` goes
+first, because a directory without it is an incomplete checkpoint that recovery ignores and deletes (FMT-5,
+COORD-8); only then its state files and directory. Deleting in listing order instead can leave a `_metadata`
+whose state files are gone: a checkpoint that looks complete and does not restore."""
+
+from __future__ import annotations
+
+import fsspec
+
+from statecert.spec.storage import METADATA_FILE_NAME
+
+
+def retract_metadata(directory_url: str) -> None:
+    """Delete the `_metadata` of a checkpoint directory, if any: from now on it is incomplete."""
+    fs, directory = fsspec.core.url_to_fs(directory_url)
+    metadata = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
+    if fs.exists(metadata):
+        fs.rm_file(metadata)
+
+
+def remove_directory(directory_url: str) -> None:
+    """Delete what is left of a checkpoint directory whose `_metadata` is already gone."""
+    fs, directory = fsspec.core.url_to_fs(directory_url)
+    if fs.exists(directory):
+        fs.rm(directory, recursive=True)
+
+
+def discard_checkpoint_directory(directory_url: str) -> None:
+    """`_metadata` first, then everything else in the directory."""
+    retract_metadata(directory_url)
+    remove_directory(directory_url)
