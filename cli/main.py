@@ -70,9 +70,7 @@ def _inspect(args: argparse.Namespace, console: Console, err: Console) -> int:
         return 0
     from statecert.reference.format.verify import verify_checkpoint
 
-    with Progress(
-        TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), console=err, transient=True
-    ) as progress:
+    with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as progress:
         bar = progress.add_task("streams", total=None)
         report = verify_checkpoint(args.path, lambda done, total: progress.update(bar, completed=done, total=total))
     info["verified"] = {"streams": report.streams_checked, "problems": list(report.problems)}

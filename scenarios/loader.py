@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.loader import LEGACY_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
 from statecert.scenarios.model import (
     Action,
     Bound,
@@ -21,7 +22,6 @@ from statecert.scenarios.model import (
     Run,
     Scenario,
 )
-from statecert.reference.loader import LEGACY_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
 from statecert.spec.errors import ScenarioError, StateCertError
 
 if sys.version_info >= (3, 11):
@@ -65,18 +65,19 @@ MAX_COUNT = 1_000
 CAPPED = "(scenario sizes are capped so that a run ends in minutes)"
 
 
-def check_backend_name(name: str, fail: Callable[[str], NoReturn]) -> None:
-    """A backend the loader can resolve: a built-in or registered name, or an importable `module:attr`."""
+def backend_problem(name: str) -> str | None:
+    """Why the loader cannot resolve backend `name` (a built-in or registered name, or an importable
+    `module:attr`), or None when it can."""
     if name in registered_names(STATE_BACKEND_GROUP) or name in LEGACY_BACKENDS:
-        return
+        return None
     if ":" in name:
         try:
             load_factory(name, STATE_BACKEND_GROUP, "state backend")
         except StateCertError as exc:
-            fail(str(exc))
-        return
+            return str(exc)
+        return None
     known = sorted({*registered_names(STATE_BACKEND_GROUP), *LEGACY_BACKENDS})
-    fail(f"unknown state backend {name!r}; known names are {known}, or a module:attr factory path")
+    return f"unknown state backend {name!r}; known names are {known}, or a module:attr factory path"
 
 
 class _Reader:
@@ -143,7 +144,8 @@ def load_scenario(file: str | Path) -> Scenario:
     if not all(isinstance(b, str) for b in backends):
         head.fail("scenario.backends", "expected an array of backend names")
     for name in backends:
-        check_backend_name(name, lambda problem: head.fail("scenario.backends", problem))
+        if problem := backend_problem(name):
+            head.fail("scenario.backends", problem)
     job = _job(path, data.get("job", {}))
     source = _input(path, data.get("input", {}))
     checkpointing = _checkpointing(path, data.get("checkpointing", {}))
@@ -182,9 +184,7 @@ def _job(path: Path, table: Any) -> JobConfig:
     start_from = r.get("start_from", None)
     job = JobConfig(
         sources=r.get("sources", 2, _between(1, MAX_SOURCES), f"a number in 1..{MAX_SOURCES} {CAPPED}"),
-        parallelism=r.get(
-            "parallelism", 2, _between(1, MAX_PARALLELISM), f"a number in 1..{MAX_PARALLELISM} {CAPPED}"
-        ),
+        parallelism=r.get("parallelism", 2, _between(1, MAX_PARALLELISM), f"a number in 1..{MAX_PARALLELISM} {CAPPED}"),
         max_parallelism=r.get("max_parallelism", 128, lambda v: 1 <= v <= 32768, "a number in 1..32768"),
         operator=r.get("operator", "count", choices=OPERATORS),
         key_selector=r.get("key_selector", "key", choices=KEY_SELECTORS),
@@ -196,7 +196,8 @@ def _job(path: Path, table: Any) -> JobConfig:
     )
     if job.parallelism > job.max_parallelism:
         r.fail("job.parallelism", f"expected at most max_parallelism ({job.max_parallelism}), got {job.parallelism}")
-    check_backend_name(job.backend, lambda problem: r.fail("job.backend", problem))
+    if problem := backend_problem(job.backend):
+        r.fail("job.backend", problem)
     if job.start_from is not None and not job.start_from.exists():
         r.fail("job.start_from", f"expected an existing savepoint directory, got {start_from!r} (no such path)")
     return job
@@ -327,8 +328,8 @@ def _runs(path: Path, entries: Any, job: JobConfig) -> tuple[Run, ...]:
                 serializer_version=r.get("serializer_version", None, choices=(1, 2)),
                 relocate=r.get("relocate", False),
             )
-            if event.backend not in (None, "other"):
-                check_backend_name(event.backend, lambda problem: r.fail(f"{where}.backend", problem))
+            if event.backend not in (None, "other") and (problem := backend_problem(event.backend)):
+                r.fail(f"{where}.backend", problem)
             runs.append(Run(tuple(events), resume))
             events, resume, ended = [], event, False
             parallelism = event.parallelism or parallelism

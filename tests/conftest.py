@@ -52,3 +52,10 @@ def spark() -> Iterator[Any]:
     session = spark_session()
     yield session
     session.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write the reader fuzz tallies where `STATECERT_FUZZ_REPORT` says (tox -e fuzz)."""
+    from tests.fuzz_support import write_report
+
+    write_report()

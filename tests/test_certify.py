@@ -197,6 +197,9 @@ def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) 
         (["hashmap", "--xfail", "missing.toml"], "missing.toml: expected-failures file not found"),
         (["--storage-under-test", "bogus"], "unknown checkpoint storage 'bogus'"),
         (["hashmap", "--shrink-seconds", "-1"], "--shrink-seconds: must be at least 0"),
+        (["hashmap", "--storage", "bogus"], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
+        (["hashmap", "--storage", "nosuchproto://x"], "--storage: no file system for nosuchproto://"),
+        (["hashmap", "--max-examples", "many"], "argument --max-examples: invalid int value: 'many'"),
     ],
 )
 def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem: str) -> None:
@@ -210,6 +213,7 @@ def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
     assert lines[0].startswith("statecert: error: ") and problem in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == [], "a rejected command must leave nothing behind"
 
 
 def test_backend_declaring_every_optional_capability_false_is_certified(tmp_path: Path) -> None:

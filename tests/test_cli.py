@@ -71,6 +71,35 @@ def test_bad_file_is_one_line_naming_file_and_problem(tmp_path: Path, content: b
 
 
 @pytest.mark.requirement("ERR-2")
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--parallelism", "0"], "argument --parallelism: must lie in 1..32768, got 0"),
+        (["--parallelism", "-1"], "argument --parallelism: must lie in 1..32768, got -1"),
+        (["--records", "-5"], "argument --records: must lie in 1..100000000, got -5"),
+        (["--records", "ten"], "argument --records: expected an integer, got 'ten'"),
+        (["--rescale-to", "0"], "argument --rescale-to: must lie in 1..32768, got 0"),
+        (["--parallelism", "200"], "argument --parallelism: 200 exceeds --max-parallelism 128"),
+        (["--max-parallelism", "40000"], "argument --max-parallelism: must lie in 1..32768, got 40000"),
+        (["--checkpoint-dir", "nosuchproto://x"], "nosuchproto"),
+    ],
+)
+def test_bad_demo_values_are_one_line(tmp_path: Path, args: list[str], problem: str) -> None:
+    """ERR-2: a bad command-line value is one line naming the option, exit status 2, nothing run or left behind."""
+    result = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "demo", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
+    assert lines[0].startswith("statecert: error: ") and problem in lines[0], lines[0]
+    assert "OK" not in result.stdout and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.requirement("ERR-2")
 def test_incomplete_checkpoint_is_reported(tmp_path: Path) -> None:
     (tmp_path / "chk-1").mkdir()
     result = statecert("inspect", str(tmp_path / "chk-1"))

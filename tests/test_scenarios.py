@@ -50,7 +50,22 @@ def test_the_library_has_at_least_twelve_scenarios_and_every_one_loads() -> None
     [
         ("[scenario]\n", "scenario.description: missing"),
         (MINIMAL + "[jobs]\n", "unknown section(s) ['jobs']"),
-        (MINIMAL + "[job]\nparallelism = 0\n", "job.parallelism: expected a number >= 1, got 0"),
+        (MINIMAL + "[job]\nparallelism = 0\n", "job.parallelism: expected a number in 1..256"),
+        (MINIMAL + "[job]\nparallelism = 100000\n", "job.parallelism: expected a number in 1..256"),
+        (MINIMAL + "[input]\nrecords_per_source = 100000000000000000000\n", "input.records_per_source: expected a"),
+        (MINIMAL + "[input]\nrecords_per_source = 1000000000\n", "input.records_per_source: expected a number in"),
+        (MINIMAL + '[job]\nbackend = "no-such-backend"\n', "job.backend: unknown state backend 'no-such-backend'"),
+        (MINIMAL + '[job]\nbackend = "no_module:attr"\n', "job.backend: state backend factory 'no_module:attr'"),
+        (MINIMAL + 'backends = ["nope"]\n', "scenario.backends: unknown state backend 'nope'"),
+        (MINIMAL + "[expect]\ncompleted_checkpoints = { min = 3, max = 1 }\n", "min (3) exceeds max (1)"),
+        (
+            MINIMAL + '[[timeline]]\naction = "savepoint"\n[[timeline]]\naction = "resume"\nparallelism = 200\n',
+            "timeline[1].parallelism: expected a number in 1..128 (at most job.max_parallelism",
+        ),
+        (
+            MINIMAL + '[[timeline]]\naction = "savepoint"\n[[timeline]]\naction = "resume"\nbackend = "nope"\n',
+            "timeline[1].backend: unknown state backend 'nope'",
+        ),
         (MINIMAL + '[job]\nparallelism = "2"\n', "job.parallelism: expected an integer, got '2'"),
         (MINIMAL + '[job]\noperator = "max"\n', "job.operator: expected one of ['count', 'sum'], got 'max'"),
         (MINIMAL + "[job]\nparalelism = 2\n", "job: unknown key(s) ['paralelism']"),
@@ -164,7 +179,10 @@ def test_cli_rejects_an_invalid_scenario_file_with_one_line(tmp_path: Path) -> N
     bad.write_text(MINIMAL + "[job]\nparallelism = -1\n", encoding="utf-8")
     done = _cli("scenario", "run", str(bad))
     assert done.returncode == 2
-    assert done.stderr.strip() == f"statecert: error: {bad}: job.parallelism: expected a number >= 1, got -1"
+    assert done.stderr.strip() == (
+        f"statecert: error: {bad}: job.parallelism: expected a number in 1..256 (scenario sizes are capped so that a "
+        "run ends in minutes), got -1"
+    )
 
 
 def test_simulate_reads_a_scenario_file_as_its_job(tmp_path: Path) -> None:

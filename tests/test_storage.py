@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import crc32c
 import fsspec
 import pytest
 
@@ -21,7 +22,7 @@ def _exists(url: str) -> bool:
     return bool(fs.exists(path))
 
 
-@pytest.mark.requirement("CS-1", "CS-4", "CS-5", "CS-FS-3")
+@pytest.mark.requirement("CS-1", "CS-4", "CS-5", "CS-FS-3", "CS-9")
 @pytest.mark.parametrize("size", [0, 1, 20 * 1024, 20 * 1024 + 1, 300_000])
 def test_stream_reads_back_inline_or_as_file(storage: Any, size: int) -> None:
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
@@ -35,6 +36,8 @@ def test_stream_reads_back_inline_or_as_file(storage: Any, size: int) -> None:
         return
     expected_type = ByteStreamStateHandle if size <= 20 * 1024 else FileStateHandle
     assert isinstance(handle, expected_type), f"{size} bytes gave {type(handle).__name__}"
+    if isinstance(handle, FileStateHandle):  # the reference storage always records the checksum (CS-9)
+        assert handle.checksum == crc32c.crc32c(payload) and handle.size == size
     with handle.open() as f:
         assert f.read() == payload
 

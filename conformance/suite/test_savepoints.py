@@ -22,7 +22,7 @@ from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
 
-GOLDEN = Path(str(resources.files("statecert.scenarios").joinpath("golden").joinpath("v1-savepoint")))
+GOLDEN = Path(str(resources.files("statecert.scenarios").joinpath("golden")))
 COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 
@@ -88,9 +88,12 @@ def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path)
 @pytest.mark.requirement("FMT-3", "SP-1")
 @pytest.mark.capability("canonical_savepoints", "rescaling", "operator_state")
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
-def test_golden_version_1_savepoint_restores(state_backend: Any, tmp_path: Path, parallelism: int) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_golden_savepoint_of_every_older_format_version_restores(
+    state_backend: Any, tmp_path: Path, parallelism: int, version: int
+) -> None:
     copy = tmp_path / "golden"
-    shutil.copytree(GOLDEN, copy)  # also proves relocation: it was written elsewhere
+    shutil.copytree(GOLDEN / f"v{version}-savepoint", copy)  # also proves relocation: it was written elsewhere
     metadata = load_checkpoint_metadata(str(copy))
     assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL
     seen: dict[str, Any] = {}

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import fsspec
 import pytest
 
 from statecert.spec.errors import (
+    CheckpointCorruptedError,
     CheckpointNotFoundError,
     IncompleteCheckpointError,
     StateCertError,
@@ -41,6 +43,32 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
         handle = out.close_and_get_handle()
     with handle.open() as f:
         assert f.read() == payload, f"{scope.value} stream of {size} bytes read back differently"
+
+
+@pytest.mark.requirement("CS-9", "FMT-12")
+def test_file_handles_record_size_and_checksum_and_refuse_changed_bytes(storage: Any) -> None:
+    payload = os.urandom(100_000)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(payload[:40_000])
+        out.write(payload[40_000:])
+        handle = out.close_and_get_handle()
+    if not isinstance(handle, FileStateHandle):
+        pytest.skip("this storage keeps 100,000 bytes inline: it has no file handles")
+    assert handle.size == len(payload), f"CS-9: expected a file handle of size {len(payload)}, got {handle.size}"
+    assert handle.checksum is None or handle.checksum == crc32c.crc32c(payload), (
+        f"CS-9: expected CRC-32C 0x{crc32c.crc32c(payload):08x} of the bytes written, got 0x{handle.checksum:08x}"
+    )
+    fs, path = fsspec.core.url_to_fs(handle.path)
+    flipped = bytearray(payload)
+    flipped[12_345] ^= 0x01
+    fs.pipe_file(path, bytes(flipped))
+    if handle.checksum is not None:
+        with pytest.raises(CheckpointCorruptedError):
+            handle.open()
+    fs.pipe_file(path, payload[:-1])
+    with pytest.raises(CheckpointCorruptedError, match="size"):
+        handle.open()
 
 
 @pytest.mark.requirement("CS-3", "CS-4")

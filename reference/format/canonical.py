@@ -185,11 +185,12 @@ class CanonicalReader:
         if ok:
             kind = self.header.states[entry[0]].kind
             payload = entry[3]
-            if kind is StateKind.LIST:
-                ok = isinstance(payload, list) and all(isinstance(e, bytes) for e in payload)
+            if kind is StateKind.LIST:  # never empty (IF-4): an empty list is no entry at all
+                ok = isinstance(payload, list) and bool(payload) and all(isinstance(e, bytes) for e in payload)
             elif kind is StateKind.MAP:
                 ok = (
                     isinstance(payload, list)
+                    and bool(payload)
                     and all(
                         isinstance(p, list) and len(p) == 2 and isinstance(p[0], bytes) and isinstance(p[1], bytes)
                         for p in payload

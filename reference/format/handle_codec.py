@@ -137,6 +137,14 @@ class HandleCodec:
     # -- decoding ---------------------------------------------------------------------------------------------
     def decode_stream(self, data: Any) -> StreamStateHandle:
         kind = field(data, "type", str)
+        allowed = {"bytes": {"type", "name", "data"}, "file": {"type", "path", "size"}}.get(kind, set())
+        if kind == "file" and self._checksums:
+            allowed.add("crc32c")
+        unknown = set(data) - allowed
+        if allowed and unknown:  # e.g. a checksum in a format version without checksums: a flipped version field
+            raise ValueError(
+                f"{kind} handle has fields this format version does not define: {sorted(map(str, unknown))}"
+            )
         if kind == "bytes":
             raw = field(data, "data", bytes if self._binary else str)
             try:

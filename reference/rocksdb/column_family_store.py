@@ -172,8 +172,8 @@ def iterate_entries(
             value = it.value()
             if kind is StateKind.LIST:
                 elements = msgpack.unpackb(value, raw=False)
-                if not isinstance(elements, list) or not all(isinstance(e, bytes) for e in elements):
-                    raise ValueError("a list entry is not an array of byte strings")
+                if not isinstance(elements, list) or not elements or not all(isinstance(e, bytes) for e in elements):
+                    raise ValueError("a list entry is not a non-empty array of byte strings")
         except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
             raise CheckpointCorruptedError(where, f"malformed RocksDB entry {raw[:32]!r}: {exc!r}") from None
         if kind is StateKind.MAP:

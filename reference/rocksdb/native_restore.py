@@ -21,6 +21,7 @@ from statecert.spec.handles import IncrementalKeyedStateHandle
 from statecert.spec.serializers import SerializerSnapshot
 
 MAX_META_BYTES = 1 << 26
+SST_SUFFIX = ".sst"
 
 
 def column_family_name(state_name: str) -> str:
@@ -60,9 +61,21 @@ def open_native_files(handle: IncrementalKeyedStateHandle, target: Path, options
     except ValueError as exc:
         raise CheckpointFormatError(name, str(exc)) from None
     try:
-        return open_database(target, options)
+        db = open_database(target, options)
     except Exception as exc:  # rocksdict raises bare Exception("Corruption: ...") and the like
         raise CheckpointCorruptedError(name, f"the RocksDB files of this handle do not open: {exc}") from None
+    # A RocksDB checkpoint holds exactly its live SST files. RocksDB treats a MANIFEST cut short as a crash and opens
+    # an older version without them, which would be a smaller state: refuse unless every SST file is live.
+    live = {str(f["name"]).lstrip("/") for f in db.live_files()}
+    shipped = {n for n in (*handle.shared_state, *handle.private_state) if n.endswith(SST_SUFFIX)}
+    if live != shipped:
+        db.close()
+        raise CheckpointCorruptedError(
+            name,
+            f"the RocksDB files do not describe the handle's SST files (not live: {sorted(shipped - live)[:3]}, "
+            f"missing: {sorted(live - shipped)[:3]})",
+        )
+    return db
 
 
 def verify_native_handle(handle: IncrementalKeyedStateHandle, max_parallelism: int) -> None:

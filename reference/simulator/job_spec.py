@@ -152,6 +152,8 @@ def load_job_spec(file: str | Path) -> JobSpec:
         data = tomllib.loads(Path(file).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SimulationSpecError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SimulationSpecError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SimulationSpecError(f"{path}: invalid TOML: {exc}") from None
     unknown = sorted(set(data) - {"job", "network", "storage", "checkpointing", "restart", "faults", "limits"})

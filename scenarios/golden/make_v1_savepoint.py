@@ -27,7 +27,7 @@ SEEN = ListStateDescriptor("seen", element_serializer=LongSerializer())
 OFFSETS = ListStateDescriptor("offsets", element_serializer=LongSerializer())
 
 
-def main(target: Path) -> None:
+def main(target: Path, version: int = 1) -> None:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     keys = StringSerializer()
@@ -48,7 +48,7 @@ def main(target: Path) -> None:
         location = CheckpointStorageLocationImpl(7, directory, directory, 0 if s.index == 0 else 10**9, None)
         states[s.index] = s.snapshot(7, location, options)
     metadata = CheckpointMetadata(7, (OperatorState("counts", 2, 128, states),), CheckpointKind.SAVEPOINT_CANONICAL)
-    (target / "_metadata").write_bytes(encode_metadata(metadata, directory, version=1))
+    (target / "_metadata").write_bytes(encode_metadata(metadata, directory, version=version))
 
 
 if __name__ == "__main__":

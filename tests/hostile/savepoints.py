@@ -72,7 +72,12 @@ def read_state(pointer: str, backend_name: str, parallelism: int) -> State:
     """Every state of operator `op`, restored by `backend_name` at `parallelism` and read back in full."""
     operator = load_checkpoint_metadata(pointer).operator("op")
     subtasks = create_subtasks(
-        backend(backend_name), KEYS, parallelism, MAX_PARALLELISM, operator_id="op", restore_from=operator
+        backend(backend_name),
+        KEYS,
+        min(parallelism, operator.max_parallelism),
+        operator.max_parallelism,
+        operator_id="op",
+        restore_from=operator,
     )
     state: State = {"count": {}, "seen": {}, "tags": {}, "offsets": []}
     try:

@@ -1,0 +1,130 @@
+"""Fuzzing the state-file readers: the canonical key-group stream, the operator state stream and RocksDB's native
+files. Damage (bits flipped, bytes cut or overwritten, nothing re-recorded) must give a documented error or exactly
+the written state; hostile files whose size and CRC-32C were re-recorded (so only validation can object) must give
+a documented error or a restore whose every state reads back without an undocumented exception (FMT-8, FMT-12,
+FMT-15, RDB-7)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.fuzz_mutations import damaged, hostile_values
+from tests.fuzz_support import FUZZ, outcome, same_or_error
+from tests.hostile.cases import edit_canonical, keyed, operator, read_plain, rerecord, write_plain
+from tests.hostile.savepoints import build, expected_state, read_state
+
+Files = Callable[[Any], list[Any]]  # plain `_metadata` -> the stream dicts of one reader's files
+
+
+@pytest.fixture(scope="module")
+def bases() -> Iterator[dict[str, Path]]:
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in ("hashmap", "rocksdb"):
+            build(Path(scratch) / name, name)
+        yield {name: Path(scratch) / name for name in ("hashmap", "rocksdb")}
+
+
+def canonical_files(plain: Any) -> list[Any]:
+    return [keyed(plain, i)["stream"] for i in (0, 1)]
+
+
+def operator_files(plain: Any) -> list[Any]:
+    return [operator(plain, i)["stream"] for i in (0, 1)]
+
+
+def native_files(plain: Any) -> list[Any]:
+    handle = keyed(plain, 0)
+    return [*handle["shared"].values(), *handle["private"].values(), handle["meta"]]
+
+
+READERS: dict[str, tuple[str, Files]] = {
+    "canonical stream": ("hashmap", canonical_files),
+    "operator stream": ("hashmap", operator_files),
+    "native RocksDB files": ("rocksdb", native_files),
+}
+
+
+def damage_one_file(data: st.DataObject, base: Path, directory: Path, files: Files, rerecord_checksum: bool) -> None:
+    shutil.copytree(base, directory)
+    plain = read_plain(directory)
+    stream = data.draw(st.sampled_from([s for s in files(plain) if "path" in s]))
+    path = directory / stream["path"]
+    path.write_bytes(data.draw(damaged(path.read_bytes())))
+    if rerecord_checksum:
+        rerecord(directory, stream)
+        write_plain(directory, plain)
+
+
+def read_all(directory: Path, backend: str, parallelism: int) -> Any:
+    return read_state(str(directory), backend, parallelism)
+
+
+@pytest.mark.requirement("FMT-12", "RDB-7")
+@pytest.mark.parametrize("reader", sorted(READERS))
+@FUZZ
+@given(data=st.data())
+def test_damaged_state_file_is_an_error_or_the_same_state(
+    bases: dict[str, Path], reader: str, data: st.DataObject
+) -> None:
+    backend, files = READERS[reader]
+    parallelism = data.draw(st.sampled_from([1, 2]))
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        damage_one_file(data, bases[backend], directory, files, rerecord_checksum=False)
+        same_or_error(f"{reader}: damaged", lambda: read_all(directory, backend, parallelism), expected_state())
+
+
+@pytest.mark.requirement("FMT-8", "FMT-15", "RDB-7")
+@pytest.mark.parametrize("reader", sorted(READERS))
+@FUZZ
+@given(data=st.data())
+def test_hostile_state_file_is_rejected_or_reads_back(bases: dict[str, Path], reader: str, data: st.DataObject) -> None:
+    backend, files = READERS[reader]
+    parallelism = data.draw(st.sampled_from([1, 2]))
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        damage_one_file(data, bases[backend], directory, files, rerecord_checksum=True)
+        run = lambda: read_all(directory, backend, parallelism)  # noqa: E731
+        if backend == "rocksdb":  # RocksDB's own block checksums cover what the CRC-32C no longer does
+            same_or_error(f"{reader}: damaged, CRC-32C re-recorded", run, expected_state())
+        else:
+            outcome(f"{reader}: damaged, CRC-32C re-recorded", run)
+
+
+@pytest.mark.requirement("FMT-8", "FMT-15")
+@FUZZ
+@given(data=st.data())
+def test_hostile_canonical_entries_are_rejected_or_read_back(bases: dict[str, Path], data: st.DataObject) -> None:
+    """Structure-aware: entries of a canonical stream replaced by hostile values, the stream re-written with valid
+    lengths, offsets, size and checksum."""
+
+    def edit(blocks: dict[int, list[Any]]) -> None:
+        groups = [kg for kg, entries in blocks.items() if entries]
+        key_group = data.draw(st.sampled_from(groups))
+        entries = blocks[key_group]
+        index = data.draw(st.integers(0, len(entries) - 1))
+        action = data.draw(st.sampled_from(["field", "entry", "move"]))
+        if action == "field":
+            entries[index][data.draw(st.integers(0, 3))] = data.draw(hostile_values)
+        elif action == "entry":
+            entries[index] = data.draw(hostile_values)
+        else:
+            target = data.draw(st.sampled_from(sorted(blocks)))
+            blocks[target].append(entries.pop(index))
+
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        shutil.copytree(bases["hashmap"], directory)
+        try:
+            edit_canonical(edit, data.draw(st.sampled_from([0, 1])))(directory)
+        except (TypeError, ValueError, OverflowError):
+            return  # the hostile value cannot even be written as msgpack
+        outcome("canonical stream: hostile entries", lambda: read_all(directory, "hashmap", 2))
