@@ -1,6 +1,7 @@
 """`killfs:///abs/path`: the local file system, except that the process SIGKILLs itself at its Nth mutating file
-operation (opening for write, each write, close, rename, each file deleted, mkdir), before performing it. A real kill, not an
-exception: nothing in the process gets to clean up, exactly like a machine losing power or an OOM kill."""
+operation (opening for write, each write, close, rename, each file deleted, mkdir), before performing it. A real
+kill, not an exception: nothing in the process gets to clean up, exactly like a machine losing power or an OOM
+kill."""
 
 from __future__ import annotations
 
