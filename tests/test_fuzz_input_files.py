@@ -48,25 +48,21 @@ def mutated_toml(draw: st.DrawFn, text: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-@pytest.mark.requirement("SCN-1", "ERR-2")
+INPUTS = {
+    "scenario files": (SCENARIOS, load_scenario),
+    "simulator job files": (JOBS, load_job_spec),
+}
+
+
+@pytest.mark.requirement("SCN-1", "SIM-6", "ERR-2")
+@pytest.mark.parametrize("reader", sorted(INPUTS))
 @FUZZ
 @given(data=st.data())
-def test_mutated_scenario_file_loads_or_is_one_documented_error(data: st.DataObject) -> None:
-    source = data.draw(st.sampled_from(SCENARIOS))
+def test_mutated_input_file_loads_or_is_one_documented_error(reader: str, data: st.DataObject) -> None:
+    files, load = INPUTS[reader]
+    source = data.draw(st.sampled_from(files))
     content = data.draw(mutated_toml(source.read_text(encoding="utf-8")))
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / source.name
         path.write_bytes(content)
-        outcome("scenario files", lambda: load_scenario(path))
-
-
-@pytest.mark.requirement("SIM-6", "ERR-2")
-@FUZZ
-@given(data=st.data())
-def test_mutated_job_file_loads_or_is_one_documented_error(data: st.DataObject) -> None:
-    source = data.draw(st.sampled_from(JOBS))
-    content = data.draw(mutated_toml(source.read_text(encoding="utf-8")))
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch) / source.name
-        path.write_bytes(content)
-        outcome("simulator job files", lambda: load_job_spec(path))
+        outcome(reader, lambda: load(path))

@@ -17,7 +17,7 @@ from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import CheckpointFormatError
-from statecert.spec.handles import FileStateHandle
+from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
@@ -58,9 +58,11 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
     data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
     path.write_bytes(bytes(data))
     # Re-record the file's checksum (CS-9), so that only reading key groups 64..127 could notice the damage.
+    assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, FileStateHandle)
     rerecorded = replace(handle, delegate=replace(handle.delegate, checksum=crc32c.crc32c(bytes(data))))
-    first_handles = [h.intersection(KeyGroupRange(0, 63)) for h in [rerecorded]]
-    with keyed_backend(state_backend, parallelism=2, index=0, restore=first_handles) as first_half:
+    first_half_handle = rerecorded.intersection(KeyGroupRange(0, 63))
+    assert first_half_handle is not None
+    with keyed_backend(state_backend, parallelism=2, index=0, restore=[first_half_handle]) as first_half:
         state = first_half.get_or_create_state(COUNT)
         restored = {}
         for key in list(first_half.get_keys("count", VOID_NAMESPACE)):

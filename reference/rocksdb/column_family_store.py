@@ -70,7 +70,7 @@ class ColumnFamilyStore:
     def _read(self, raw: bytes) -> bytes | None:
         """A point lookup; RocksDB's bare Exception on a corrupt block becomes CheckpointCorruptedError (RDB-7)."""
         try:
-            return self._cf.get(raw)  # type: ignore[no-any-return]
+            return self._cf.get(raw)
         except Exception as exc:
             raise CheckpointCorruptedError(f"RocksDB column family of state {self.meta.name!r}", str(exc)) from None
 

@@ -61,21 +61,35 @@ def open_native_files(handle: IncrementalKeyedStateHandle, target: Path, options
     except ValueError as exc:
         raise CheckpointFormatError(name, str(exc)) from None
     try:
-        db = open_database(target, options)
+        # A RocksDB checkpoint holds exactly its live SST files. RocksDB treats a MANIFEST cut short as a crash and
+        # opens an older version without some of them: a smaller state. Check on a read-only open (no compaction
+        # can change the live files meanwhile), then open for use.
+        live = live_sst_files(target, options)
+        shipped = {n for n in (*handle.shared_state, *handle.private_state) if n.endswith(SST_SUFFIX)}
+        if live != shipped:
+            raise CheckpointCorruptedError(
+                name,
+                f"the RocksDB files do not describe the handle's SST files (not live: {sorted(shipped - live)[:3]}, "
+                f"unknown: {sorted(live - shipped)[:3]})",
+            )
+        return open_database(target, options)
+    except CheckpointCorruptedError:
+        raise
     except Exception as exc:  # rocksdict raises bare Exception("Corruption: ...") and the like
         raise CheckpointCorruptedError(name, f"the RocksDB files of this handle do not open: {exc}") from None
-    # A RocksDB checkpoint holds exactly its live SST files. RocksDB treats a MANIFEST cut short as a crash and opens
-    # an older version without them, which would be a smaller state: refuse unless every SST file is live.
-    live = {str(f["name"]).lstrip("/") for f in db.live_files()}
-    shipped = {n for n in (*handle.shared_state, *handle.private_state) if n.endswith(SST_SUFFIX)}
-    if live != shipped:
+
+
+def live_sst_files(path: Path, options: rocksdict.Options) -> set[str]:
+    """The SST files the MANIFEST of the RocksDB directory at `path` lists, from a read-only open."""
+    names = [n for n in rocksdict.Rdict.list_cf(str(path), options) if n != "default"]
+    db = rocksdict.Rdict(
+        str(path), options, column_families={n: options for n in names}, access_type=rocksdict.AccessType.read_only()
+    )
+    try:
+        return {str(f["name"]).lstrip("/") for f in db.live_files()}
+    finally:
         db.close()
-        raise CheckpointCorruptedError(
-            name,
-            f"the RocksDB files do not describe the handle's SST files (not live: {sorted(shipped - live)[:3]}, "
-            f"missing: {sorted(live - shipped)[:3]})",
-        )
-    return db
+        del db
 
 
 def verify_native_handle(handle: IncrementalKeyedStateHandle, max_parallelism: int) -> None:

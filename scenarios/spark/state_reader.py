@@ -13,16 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from statecert.reference.format.canonical import CanonicalReader
+from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import SERIALIZER_ROLES
 from statecert.reference.loader import load_state_backend
+from statecert.reference.rocksdb.native_restore import read_native_meta
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.spec.handles import ROCKSDB_NATIVE_FORMAT, IncrementalKeyedStateHandle, KeyGroupsStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
-from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.state import StateKind
 
 COLUMNS = ("operator", "key_group", "key", "namespace", "state", "value")
@@ -35,14 +34,18 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def _canonical_rows(operator: str, handle: KeyGroupsStateHandle) -> Iterator[Row]:
+def _canonical_rows(operator: str, handle: KeyGroupsStateHandle, max_parallelism: int) -> Iterator[Row]:
+    """Rows of a canonical stream; every entry is validated first (FMT-15), so hostile bytes are a documented
+    CheckpointFormatError, never a ValueError from a serializer."""
     with CanonicalReader(handle) as reader:
         keys = restore_serializer(reader.header.key_serializer)
         metas = reader.header.states
+        validator = EntryValidator(metas, keys, max_parallelism, reader.name)
         namespaces = [restore_serializer(m.namespace_serializer) for m in metas]
         values = [[restore_serializer(m.serializers[r]) for r in SERIALIZER_ROLES[m.kind]] for m in metas]
         for key_group, entries in reader.entries(handle.key_group_range):
             for index, raw_key, raw_ns, payload in entries:
+                validator.check(key_group, index, raw_key, raw_ns, payload)
                 meta, serializers = metas[index], values[index]
                 if meta.kind is StateKind.LIST:
                     value: Any = [serializers[0].deserialize(e) for e in payload]
@@ -59,9 +62,8 @@ def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_paralle
     """Restore with the RocksDB backend, write a canonical savepoint to scratch space, read that."""
     if handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
         raise ValueError(f"no reader for native format {handle.snapshot_format!r}")
-    with handle.meta_state.open() as f:
-        meta = msgpack.unpackb(f.read(), raw=False)
-    keys = restore_serializer(SerializerSnapshot.from_plain(meta["key_serializer"]))
+    key_serializer, _ = read_native_meta(handle)
+    keys = restore_serializer(key_serializer)
     with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
         backend = load_state_backend(
             job_config={"state.backend.type": "rocksdb", "state.backend.rocksdb.localdir": f"{scratch}/local"}
@@ -73,7 +75,7 @@ def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_paralle
             options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
             canonical = keyed.snapshot(1, 0, location, options).run()
         if isinstance(canonical, KeyGroupsStateHandle):
-            yield from _canonical_rows(operator, canonical)
+            yield from _canonical_rows(operator, canonical, max_parallelism)
 
 
 def keyed_state_rows(pointer: str, operator: str | None = None) -> Iterator[Row]:
@@ -89,7 +91,7 @@ def keyed_state_rows(pointer: str, operator: str | None = None) -> Iterator[Row]
 
 def _handle_rows(operator: str, handle: Any, max_parallelism: int) -> Iterator[Row]:
     if isinstance(handle, KeyGroupsStateHandle):
-        yield from _canonical_rows(operator, handle)
+        yield from _canonical_rows(operator, handle, max_parallelism)
     elif isinstance(handle, IncrementalKeyedStateHandle):
         yield from _native_rows(operator, handle, max_parallelism)
 
