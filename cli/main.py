@@ -62,24 +62,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """Describe the checkpoint; without --verify also check that every file exists with its recorded size (cheap),
+    with --verify read every file's content too (FMT-14). Exit status 2 on any problem."""
     from statecert.cli.inspect_cmd import describe_checkpoint, print_description
-
-    info = describe_checkpoint(args.path)
-    if not args.verify:
-        print_description(info, args.json, console)
-        return 0
     from statecert.reference.format.verify import verify_checkpoint
 
-    with Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as progress:
+    info = describe_checkpoint(args.path)
+    with Progress(
+        TextColumn("verifying" if args.verify else "checking files"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
         bar = progress.add_task("streams", total=None)
-        report = verify_checkpoint(args.path, lambda done, total: progress.update(bar, completed=done, total=total))
-    info["verified"] = {"streams": report.streams_checked, "problems": list(report.problems)}
+        report = verify_checkpoint(
+            args.path, lambda done, total: progress.update(bar, completed=done, total=total), args.verify
+        )
+    info["verified" if args.verify else "files_checked"] = {
+        "streams": report.streams_checked,
+        "problems": list(report.problems),
+    }
     print_description(info, args.json, console)
-    if not args.json:
-        for problem in report.problems:
-            err.print(f"statecert: error: {problem}", markup=False, highlight=False, soft_wrap=True)
-        if report.ok:
-            console.print(f"[green]verified[/green]: {report.streams_checked} state streams read, no problem")
+    for problem in report.problems:
+        err.print(f"statecert: error: {problem}", markup=False, highlight=False, soft_wrap=True)
+    if report.ok and args.verify and not args.json:
+        console.print(f"[green]verified[/green]: {report.streams_checked} state streams read, no problem")
     return 0 if report.ok else 2
 
 

@@ -81,6 +81,19 @@ def test_inspect_verify_reports_every_case(case: Case, tmp_path: Path, capsys: p
     assert "Traceback" not in err
 
 
+@pytest.mark.requirement("FMT-14", "ERR-2")
+@pytest.mark.parametrize("case", ["missing-state-file", "truncated-state-file"])
+def test_plain_inspect_reports_a_missing_or_cut_file(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Even without --verify, inspect checks each file's existence and size (no content read) and exits 2: it never
+    calls a savepoint with a missing state file fine."""
+    shutil.copytree(CORPUS / case, tmp_path / case)
+    assert main(["inspect", str(tmp_path / case)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("statecert: error: file://"), err
+
+
 @pytest.mark.requirement("FMT-12", "FMT-14")
 def test_inspect_verify_passes_a_sound_savepoint(bases: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     for base in bases.values():

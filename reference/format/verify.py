@@ -7,17 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import fsspec
+
 from statecert.reference.format.canonical import CanonicalReader, describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import check_elements
 from statecert.reference.rocksdb.native_restore import verify_native_handle
 from statecert.reference.storage.location import load_checkpoint_metadata
-from statecert.spec.errors import StateCertError
+from statecert.spec.errors import CheckpointCorruptedError, CheckpointFormatError, StateCertError
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
     ROCKSDB_NATIVE_FORMAT,
     ByteStreamStateHandle,
+    FileStateHandle,
     IncrementalKeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateHandle,
@@ -60,6 +63,33 @@ def _read_operator(handle: OperatorStateHandle) -> None:
         check_elements(name, serializer, elements, describe(handle.delegate))
 
 
+def _stat(handle: FileStateHandle) -> None:
+    """Existence, type and size only: what `inspect` checks without reading content."""
+    fs, path = fsspec.core.url_to_fs(handle.path)
+    try:
+        info = fs.info(path)
+    except (OSError, ValueError) as exc:
+        raise CheckpointFormatError(handle.path, f"state file missing or unreadable: {exc}") from None
+    if info.get("islink") or info.get("type") != "file":
+        raise CheckpointFormatError(handle.path, "not a regular file")
+    if info.get("size") != handle.size:
+        raise CheckpointCorruptedError(
+            handle.path, f"size {info.get('size')} bytes, the checkpoint recorded {handle.size}"
+        )
+
+
+def _files(metadata: CheckpointMetadata) -> Iterator[FileStateHandle]:
+    for op in metadata.operators:
+        for subtask in op.subtask_states.values():
+            for keyed in subtask.managed_keyed_state:
+                if isinstance(keyed, IncrementalKeyedStateHandle):
+                    streams = [*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state]
+                else:
+                    streams = [keyed.delegate]
+                yield from (s for s in streams if isinstance(s, FileStateHandle))
+            yield from (h.delegate for h in subtask.managed_operator_state if isinstance(h.delegate, FileStateHandle))
+
+
 def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], None]]]:
     """(what, check) for every state stream of the checkpoint, each check raising StateCertError on a problem."""
     for op in metadata.operators:
@@ -85,15 +115,17 @@ def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], No
 
 
 def verify_checkpoint(
-    pointer: str, progress: Callable[[int, int], None] = lambda done, total: None
+    pointer: str, progress: Callable[[int, int], None] = lambda done, total: None, read_content: bool = True
 ) -> VerificationReport:
-    """Read every file of the checkpoint or savepoint at `pointer`; problems are reported, not raised. A
-    `_metadata` that does not load is the one problem reported."""
+    """Read every file of the checkpoint or savepoint at `pointer` (with `read_content` False: only check that each
+    exists as a regular file of the recorded size); problems are reported, not raised. A `_metadata` that does not
+    load is the one problem reported."""
     try:
         metadata = load_checkpoint_metadata(pointer)
     except StateCertError as exc:
         return VerificationReport(pointer, 0, (str(exc),))
-    checks = list(_checks(metadata))
+    shallow = [(f.path, lambda f=f: _stat(f)) for f in _files(metadata)]  # type: ignore[misc]
+    checks = list(_checks(metadata)) if read_content else shallow
     problems = []
     for done, (what, check) in enumerate(checks, 1):
         try:

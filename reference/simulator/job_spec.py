@@ -19,6 +19,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+MAX_SIMULATED_PARALLELISM = 1024
+MAX_SIMULATED_RECORDS = 10_000_000
+
+
 class SimulationSpecError(StateCertError):
     """An invalid simulation file: the message names the file, the key and what was expected."""
 
@@ -206,6 +210,17 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: [checkpointing]: {exc}") from None
     if not 1 <= spec.parallelism <= spec.max_parallelism or spec.sources < 1:
         raise SimulationSpecError(f"{path}: job: need 1 <= parallelism <= max_parallelism and sources >= 1")
+    for key, value, cap in (
+        ("max_parallelism", spec.max_parallelism, 32768),
+        ("parallelism", spec.parallelism, MAX_SIMULATED_PARALLELISM),
+        ("sources", spec.sources, MAX_SIMULATED_PARALLELISM),
+        ("records_per_source", spec.records_per_source, MAX_SIMULATED_RECORDS),
+    ):
+        if not 1 <= value <= cap:
+            raise SimulationSpecError(
+                f"{path}: job.{key}: expected a number in 1..{cap} (simulations are capped to end in minutes), "
+                f"got {value}"
+            )
     try:
         KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version)
     except ValueError as exc:
