@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 from dataclasses import replace
@@ -13,6 +14,7 @@ import crc32c
 import pytest
 
 from statecert.conformance.helpers import KEYS, counts, create_subtasks, key_group_of, keyed_backend, savepoint
+from statecert.reference.format.canonical import CanonicalReader, write_key_groups
 from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -85,6 +87,57 @@ def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path)
     path.write_bytes(path.read_bytes()[: handle.offset_of(100)])
     with pytest.raises(CheckpointFormatError, match=re.escape(path.name)):
         create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
+
+
+def _move_first_entry_to_next_key_group(blocks: dict[int, list[Any]]) -> None:
+    key_group = min(kg for kg, entries in blocks.items() if entries)
+    blocks[key_group + 1].append(blocks[key_group].pop(0))
+
+
+def _cut_first_value(blocks: dict[int, list[Any]]) -> None:
+    key_group = min(kg for kg, entries in blocks.items() if entries)
+    blocks[key_group][0][3] = blocks[key_group][0][3][:3]
+
+
+@pytest.mark.requirement("FMT-15", "FMT-8")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize(
+    "damage", [_move_first_entry_to_next_key_group, _cut_first_value], ids=["key-in-wrong-key-group", "value-cut"]
+)
+def test_hostile_canonical_entries_are_refused_on_restore(
+    state_backend: Any, reference_backend: Any, tmp_path: Path, damage: Any
+) -> None:
+    """A canonical stream whose size and checksum were re-recorded after an entry was moved into another key
+    group's block (no lookup would ever find it) or had its long value cut to 3 bytes: restoring it must raise
+    CheckpointFormatError, not restore a smaller state or fail later on access."""
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
+    pointer, _ = savepoint(storage, reference_backend, parallelism=1)
+    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
+    assert isinstance(handle, KeyGroupsStateHandle)
+    with CanonicalReader(handle) as reader:
+        header = reader.header
+        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
+    damage(blocks)
+    out = io.BytesIO()
+    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
+    path = tmp_path / "hostile-stream"
+    path.write_bytes(out.getvalue())
+    hostile = KeyGroupsStateHandle(
+        handle.key_group_range,
+        offsets,
+        FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue())),
+    )
+    with (
+        pytest.raises(CheckpointFormatError, match=re.escape(path.name)),
+        keyed_backend(state_backend, parallelism=1, index=0, restore=[hostile]) as restored,
+    ):
+        state = restored.get_or_create_state(COUNT)
+        for key in list(restored.get_keys("count", VOID_NAMESPACE)):
+            restored.set_current_key(key)
+            state.value()
+        raise AssertionError(f"FMT-15: restored {damage.__name__} without CheckpointFormatError")
 
 
 @pytest.mark.requirement("FMT-3", "SP-1")

@@ -129,6 +129,29 @@ class Table:
     namespace: SerializerSnapshot
     serializers: dict[str, SerializerSnapshot]
     entries: dict[Key, Any] = field(default_factory=dict)
+    source: str | None = None  # the stream it was restored from, until its values are validated (FMT-15)
+
+    def validate(self, serializers: Mapping[str, TypeSerializer[Any]], ns: TypeSerializer[Any]) -> None:
+        """Decode every restored namespace and value once the state's serializers are known (FMT-15)."""
+        if self.source is None:
+            return
+        for (group, _, ns_bytes), payload in self.entries.items():
+            pairs: list[tuple[str, bytes]]
+            if self.kind is StateKind.LIST:
+                pairs = [("element", e) for e in payload]
+            elif self.kind is StateKind.MAP:
+                pairs = [p for k, v in payload.items() for p in (("user_key", k), ("user_value", v))]
+            else:
+                pairs = [("value", payload)]
+            try:
+                ns.deserialize(ns_bytes)
+                for role, data in pairs:
+                    serializers[role].deserialize(data)
+            except (ValueError, TypeError, LookupError, ArithmeticError, struct.error) as exc:
+                raise CheckpointFormatError(
+                    self.source, f"key group {group}: state {self.name!r}: an entry cannot be read ({exc!r})"
+                ) from None
+        self.source = None
 
     def header(self) -> dict[str, Any]:
         return {
@@ -506,6 +529,7 @@ class SpecOnlyKeyedBackend:
             check_compatible(f"state {descriptor.name!r} namespace", ns, table.namespace)
             for role, serializer in serializers.items():
                 check_compatible(f"state {descriptor.name!r} {role} serializer", serializer, table.serializers[role])
+            table.validate(serializers, ns)
         state = KINDS[descriptor.kind](self, table, descriptor, ns)
         self._states[descriptor.name] = state
         return state
@@ -584,14 +608,28 @@ class SpecOnlyKeyedBackend:
             try:
                 check_compatible("key serializer", self._key_serializer, stream.key_serializer)
                 tables = [self._tables.setdefault(t.name, t) for t in stream.tables]
+                for table in tables:
+                    table.source = table.source or stream.name
                 for group in own:
                     for index, key, ns, payload in stream.block(group):
+                        self._check_key(stream.name, group, key)
                         table = tables[index]
                         if table.kind is StateKind.MAP:
                             payload = {k: v for k, v in payload}
                         table.entries[(group, key, ns)] = payload
             finally:
                 stream.file.close()
+
+    def _check_key(self, source: str, group: int, key: bytes) -> None:
+        """A restored key decodes and hashes into the key group whose block holds it (FMT-15): one elsewhere would
+        never be found."""
+        try:
+            decoded = self._key_serializer.deserialize(key)
+            home = assign_to_key_group(self._key_serializer.key_hash(decoded), self.params.max_parallelism)
+        except (ValueError, TypeError, LookupError, ArithmeticError, struct.error) as exc:
+            raise CheckpointFormatError(source, f"key group {group}: a key cannot be read ({exc!r})") from None
+        if home != group:
+            raise CheckpointFormatError(source, f"key group {group} holds a key of key group {home}")
 
     # lifecycle (KB-LIFE-1, KB-LIFE-2)
     def _check_open(self) -> None:
