@@ -32,13 +32,20 @@ class StateMetaInfo:
 
     @classmethod
     def from_plain(cls, data: Any) -> StateMetaInfo:
-        return cls(
+        """Decode and validate (IF-3): the serializer roles must be exactly those of the state's kind."""
+        meta = cls(
             field(data, "name", str),
             StateKind(field(data, "kind", str)),
             SerializerSnapshot.from_plain(field(data, "namespace_serializer", dict)),
             {str(role): SerializerSnapshot.from_plain(s) for role, s in field(data, "serializers", dict).items()},
             field(data, "ttl", bool),
         )
+        if set(meta.serializers) != set(SERIALIZER_ROLES[meta.kind]):
+            raise ValueError(
+                f"state {meta.name!r}: serializer roles {sorted(meta.serializers)} do not match {meta.kind.value} "
+                f"state ({list(SERIALIZER_ROLES[meta.kind])})"
+            )
+        return meta
 
 
 SERIALIZER_ROLES: dict[StateKind, tuple[str, ...]] = {
