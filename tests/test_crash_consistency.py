@@ -83,10 +83,15 @@ def test_every_kill_point_leaves_restorable_checkpoints(backend: str, tmp_path: 
         workdir.mkdir()
         done = run_child(backend, workdir, kill_at)
         tally["kill points"] += 1
-        assert done.returncode == -9, (
-            f"kill point {kill_at}: the child was not killed ({done.returncode}) {done.stderr}"
-        )
-        tally["killed"] += 1
+        if done.returncode == 0 and int(done.stdout.split()[-1]) < kill_at:
+            # RocksDB's background flushes and compactions vary the number of SST files, so a kill point near the
+            # end of one run may lie beyond another's last operation; the finished run is checked all the same.
+            tally["beyond this run's operations"] = tally.get("beyond this run's operations", 0) + 1
+        else:
+            assert done.returncode == -9, (
+                f"kill point {kill_at}: the child was not killed ({done.returncode}) {done.stderr}"
+            )
+            tally["killed"] += 1
         acked = [int(line) for line in (workdir / "acks").read_text().split()] if (workdir / "acks").exists() else []
         job_dir = workdir / "checkpoints" / "job"
         complete = sorted(p for p in job_dir.glob("chk-*") if (p / "_metadata").exists()) if job_dir.exists() else []
@@ -116,6 +121,7 @@ def test_every_kill_point_leaves_restorable_checkpoints(backend: str, tmp_path: 
         fs = fsspec.filesystem("file")
         fs.rm(str(workdir), recursive=True)
     assert tally["kill points"] >= min(POINTS, total)
+    assert tally["killed"] >= tally["kill points"] * 9 // 10, f"most kill points must be reached: {tally}"
     assert CHECKPOINTS >= 2
     TALLIES[backend] = tally
     target = os.environ.get("STATECERT_CRASH_REPORT")

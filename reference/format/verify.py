@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import fsspec
 
@@ -98,20 +99,20 @@ def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], No
                 if isinstance(keyed, IncrementalKeyedStateHandle) and keyed.snapshot_format == ROCKSDB_NATIVE_FORMAT:
                     yield (
                         describe(keyed.meta_state),
-                        lambda k=keyed, m=op.max_parallelism: verify_native_handle(k, m),  # type: ignore[misc]
+                        partial(verify_native_handle, keyed, op.max_parallelism),
                     )
                 elif isinstance(keyed, IncrementalKeyedStateHandle):
                     for stream in (*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state):
-                        yield describe(stream), lambda s=stream: _open_and_close(s)  # type: ignore[misc]
+                        yield describe(stream), partial(_open_and_close, stream)
                 elif keyed.snapshot_format == CANONICAL_FORMAT:
                     yield (
                         describe(keyed.delegate),
-                        lambda k=keyed, m=op.max_parallelism: _read_canonical(k, m),  # type: ignore[misc]
+                        partial(_read_canonical, keyed, op.max_parallelism),
                     )
                 else:
-                    yield describe(keyed.delegate), lambda s=keyed.delegate: _open_and_close(s)  # type: ignore[misc]
+                    yield describe(keyed.delegate), partial(_open_and_close, keyed.delegate)
             for handle in subtask.managed_operator_state:
-                yield describe(handle.delegate), lambda h=handle: _read_operator(h)  # type: ignore[misc]
+                yield describe(handle.delegate), partial(_read_operator, handle)
 
 
 def verify_checkpoint(
@@ -124,7 +125,7 @@ def verify_checkpoint(
         metadata = load_checkpoint_metadata(pointer)
     except StateCertError as exc:
         return VerificationReport(pointer, 0, (str(exc),))
-    shallow = [(f.path, lambda f=f: _stat(f)) for f in _files(metadata)]  # type: ignore[misc]
+    shallow: list[tuple[str, Callable[[], None]]] = [(f.path, partial(_stat, f)) for f in _files(metadata)]
     checks = list(_checks(metadata)) if read_content else shallow
     problems = []
     for done, (what, check) in enumerate(checks, 1):
