@@ -24,6 +24,7 @@ CAPABILITY_DOCS: dict[str, str] = {
     "operator_state": "provides split, union and broadcast operator state",
     "ttl": "supports state time-to-live",
     "schema_evolution": "migrates or reconfigures serializers of restored state",
+    "timers": "keeps event-time and processing-time timers per key and namespace with the keyed state",
 }
 KNOWN = frozenset(CAPABILITY_DOCS)
 assert {f.name for f in fields(BackendCapabilities)} == KNOWN, "every capability field must be documented"

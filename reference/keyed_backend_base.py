@@ -25,6 +25,7 @@ from statecert.reference.keyed_states import (
 from statecert.reference.migration import check_key_serializer, resolve_state_serializers
 from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, VOID_NAMESPACE_SERIALIZER, restore_serializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import (
     BackendClosedError,
     CheckpointFormatError,
@@ -45,6 +46,7 @@ from statecert.spec.state import (
     StateKind,
     ValueStateDescriptor,
 )
+from statecert.spec.timers import Triggerable
 
 _Backend = TypeVar("_Backend", bound="KeyedStateBackendBase")
 _CACHEABLE_KEY_TYPES = (str, int, bytes)
@@ -90,6 +92,8 @@ class KeyedStateBackendBase:
         self._current_key_group = -1
         self._key_cache: dict[tuple[type, Any], tuple[bytes, int]] = {}
         self._pending: set[AsyncSnapshotTask[KeyedStateHandle]] = set()
+        self._timer_services: dict[str, KeyedTimerService] = {}
+        self.timer_service_class = KeyedTimerService
         self._closed = False
 
     # -- hooks ---------------------------------------------------------------------------------------------------
@@ -250,6 +254,23 @@ class KeyedStateBackendBase:
     def registered_state_names(self) -> set[str]:
         return set(self._stores)
 
+    # -- timers ----------------------------------------------------------------------------------------------------
+    def get_timer_service(
+        self, name: str, namespace_serializer: TypeSerializer[Any], triggerable: Triggerable[Any, Any]
+    ) -> KeyedTimerService:
+        """The timer service `name`, kept in this backend's own stores (TM-1, TM-9); asked again, the same service
+        with `triggerable` as its new target, as Flink's timer service manager does."""
+        self.check_open()
+        service = self._timer_services.get(name)
+        if service is None:
+            service = self._timer_services[name] = self.timer_service_class(
+                self, name, namespace_serializer, triggerable
+            )
+        elif service.namespace_serializer != namespace_serializer:
+            raise StateMigrationError(f"timer service {name!r} was created with another namespace serializer")
+        service.triggerable = triggerable
+        return service
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Nothing to release by default."""
 
@@ -322,6 +343,7 @@ class KeyedStateBackendBase:
             task.cancel()
         self._states.clear()
         self._stores.clear()
+        self._timer_services.clear()
         self.release_resources()
 
     def dispose(self) -> None:

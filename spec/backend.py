@@ -23,6 +23,9 @@ class BackendCapabilities:
     operator_state: bool = True
     ttl: bool = True
     schema_evolution: bool = True
+    timers: bool = False
+    """Keeps event-time and processing-time timers (chapter TM); False by default, so a backend written before
+    timers were specified is not tested for them."""
 
 
 @runtime_checkable

@@ -7,6 +7,7 @@ whose test must fail.
 from __future__ import annotations
 
 import copy
+import heapq
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -25,10 +26,13 @@ from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
 from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
+from statecert.reference.timers.timer_queue import TimerQueue
+from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import StateKind
+from statecert.spec.timers import InternalTimer
 
 
 class _Backend(HashMapStateBackend):
@@ -508,6 +512,71 @@ class _ConfigWins(EmbeddedRocksDBStateBackend):
         return replace(self, incremental=settings_from_config(config).incremental)
 
 
+class _NewestFirstQueue(TimerQueue):
+    """Pops the latest due timer first."""
+
+    def poll_due(self, time: int) -> Any:
+        due = [entry for entry in self._heap if entry[0] <= time and entry[2] in self._live]
+        if not due:
+            return None
+        newest = max(due)
+        self._heap.remove(newest)
+        heapq.heapify(self._heap)
+        timer = self._live.pop(newest[2])
+        self._backend.set_current_key(timer.key)
+        self._state.set_current_namespace(timer.namespace)
+        self._state.remove(timer.timestamp)
+        return timer
+
+
+class _DuplicatingQueue(TimerQueue):
+    """Keeps a second registration of the same timer as another timer."""
+
+    def add(self, namespace: Any, time: int) -> None:
+        if self._identity(self._current_key(), namespace, time) in self._live:
+            self._sequence += 1
+            heapq.heappush(self._heap, (time, self._sequence, ("dup", self._sequence)))  # type: ignore[arg-type]
+            self._live[("dup", self._sequence)] = InternalTimer(time, self._current_key(), namespace)  # type: ignore[index]
+        super().add(namespace, time)
+
+
+class _StaleKeyQueue(TimerQueue):
+    """Fires with the key that was current before the advance."""
+
+    def poll_due(self, time: int) -> Any:
+        previous = self._backend.get_current_key()
+        timer = super().poll_due(time)
+        if timer is not None and previous is not None:
+            self._backend.set_current_key(previous)
+        return timer
+
+
+class _ForgetsRestoredQueue(TimerQueue):
+    """Keeps restored timers in the state but never loads them into the queue."""
+
+    def _load(self, state_name: str) -> None:
+        pass
+
+
+class _DeleteKeepsDueQueue(TimerQueue):
+    """Deletes a timer from the state but leaves it queued."""
+
+    def remove(self, namespace: Any, time: int) -> None:
+        self._state.set_current_namespace(namespace)
+        self._state.remove(time)
+
+
+def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
+    service = type("Service", (KeyedTimerService,), {"queue_class": queue})
+
+    class Keyed(HeapKeyedStateBackend):
+        def __init__(self, params: Any) -> None:
+            super().__init__(params)
+            self.timer_service_class = service
+
+    return Keyed
+
+
 def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:
     class Broken(EmbeddedRocksDBStateBackend):
         def create_keyed_state_backend(self, params: Any) -> Any:
@@ -552,6 +621,11 @@ rocksdb_deletes_retained_shared = _rocksdb_factory(_DeletesOldShared)
 rocksdb_aborted_is_base = _rocksdb_factory(_AbortedIsBase)
 rocksdb_savepoint_reuses_shared = _rocksdb_factory(_SavepointReusesShared)
 rocksdb_map_clear_too_wide = _rocksdb_factory(_WideMapClear)
+timers_fire_newest_first = _factory(_with_timer_queue(_NewestFirstQueue))
+timers_not_deduplicated = _factory(_with_timer_queue(_DuplicatingQueue))
+timers_fire_with_stale_key = _factory(_with_timer_queue(_StaleKeyQueue))
+timers_forget_restored = _factory(_with_timer_queue(_ForgetsRestoredQueue))
+timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -592,4 +666,9 @@ CAUGHT_BY = {
     "rocksdb_savepoint_reuses_shared": "SP-4",
     "configure_drops_explicit_settings": "LD-2",
     "rocksdb_map_clear_too_wide": "KS-4",
+    "timers_fire_newest_first": "TM-2",
+    "timers_not_deduplicated": "TM-3",
+    "timers_fire_with_stale_key": "TM-2",
+    "timers_forget_restored": "TM-6",
+    "timers_delete_keeps_due": "TM-4",
 }

@@ -143,7 +143,7 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
 
 class DictStateBackend:
     name = "dict-example"
-    capabilities = BackendCapabilities(incremental_checkpoints=False, native_savepoint_format=None)
+    capabilities = BackendCapabilities(incremental_checkpoints=False, native_savepoint_format=None, timers=True)
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> DictKeyedStateBackend:
         return DictKeyedStateBackend(params)

@@ -25,6 +25,7 @@ class HashMapStateBackend:
         operator_state=True,
         ttl=True,
         schema_evolution=True,
+        timers=True,
     )
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> HeapKeyedStateBackend:

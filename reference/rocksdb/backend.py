@@ -40,6 +40,7 @@ class EmbeddedRocksDBStateBackend:
             operator_state=True,
             ttl=True,
             schema_evolution=True,
+            timers=True,
         )
 
     def configure(self, config: Mapping[str, object]) -> EmbeddedRocksDBStateBackend:

@@ -1,0 +1,344 @@
+"""The keyed timer service (chapter TM): timers fire in timestamp order with their key current, once each, and
+travel with their key groups through snapshots, restores, rescaling and canonical savepoints.
+
+Every test checks the backend against a plain set of (key, namespace, timestamp) triples kept by the test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.conformance.helpers import (
+    REJECTED,
+    create_subtasks,
+    key_group_of,
+    keyed_backend,
+    location_for,
+    owner_of,
+    snapshot_now,
+)
+from statecert.reference.checkpointing import take_snapshot
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import UnsupportedFeatureError
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.metadata import CheckpointKind
+from statecert.spec.state import ValueStateDescriptor
+from statecert.spec.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, InternalTimer
+
+NAMESPACES = LongSerializer()
+WINDOW_SUM = ValueStateDescriptor("window-sum", serializer=LongSerializer())
+Timer = tuple[str, int, int]  # key, namespace, timestamp
+
+KEYS = st.text(alphabet="abcdefgh", min_size=1, max_size=3)
+TIMERS = st.lists(st.tuples(KEYS, st.integers(0, 3), st.integers(-50, 200)), max_size=40)
+
+
+@dataclass
+class Recorder:
+    """A Triggerable that records what fires and what the backend says the current key is at that moment."""
+
+    backend: Any
+    fired: list[tuple[str, Timer]] = field(default_factory=list)
+    wrong_key: list[tuple[Any, Any]] = field(default_factory=list)
+    on_fire: Any = None
+
+    def _record(self, kind: str, timer: InternalTimer[Any, Any]) -> None:
+        if self.backend.get_current_key() != timer.key:
+            self.wrong_key.append((timer.key, self.backend.get_current_key()))
+        self.fired.append((kind, (timer.key, timer.namespace, timer.timestamp)))
+        if self.on_fire is not None:
+            self.on_fire(kind, timer)
+
+    def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
+        self._record("event", timer)
+
+    def on_processing_time(self, timer: InternalTimer[Any, Any]) -> None:
+        self._record("processing", timer)
+
+
+def service_of(backend: Any, name: str = "user-timers") -> tuple[Any, Recorder]:
+    recorder = Recorder(backend)
+    return backend.get_timer_service(name, NAMESPACES, recorder), recorder
+
+
+def register(backend: Any, service: Any, timers: list[Timer], kind: str = "event") -> None:
+    for key, namespace, time in timers:
+        backend.set_current_key(key)
+        if kind == "event":
+            service.register_event_time_timer(namespace, time)
+        else:
+            service.register_processing_time_timer(namespace, time)
+
+
+def fired_timers(recorder: Recorder, kind: str = "event") -> list[Timer]:
+    return [timer for k, timer in recorder.fired if k == kind]
+
+
+def assert_fired_in_order(recorder: Recorder, expected: set[Timer], call: str, kind: str = "event") -> None:
+    got = fired_timers(recorder, kind)
+    assert sorted(got) == sorted(expected), (
+        f"{call}: expected the {kind}-time timers {sorted(expected)} to fire once each, got {sorted(got)}"
+    )
+    stamps = [t[2] for t in got]
+    assert stamps == sorted(stamps), f"{call}: timers fired out of timestamp order: {stamps}"
+    assert not recorder.wrong_key, f"{call}: (timer key, current key) differed when firing: {recorder.wrong_key}"
+
+
+@pytest.mark.requirement("TM-1", "TM-2", "TM-3")
+@pytest.mark.capability("timers")
+@given(timers=TIMERS, watermark=st.integers(-60, 210))
+def test_due_timers_fire_once_in_timestamp_order_with_their_key_current(
+    certification: Any, tmp_path_factory: Any, timers: list[Timer], watermark: int
+) -> None:
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, timers)
+        register(backend, service, timers)  # again: de-duplicated (TM-3)
+        assert service.num_event_time_timers() == len(set(timers)), (
+            f"num_event_time_timers(): expected {len(set(timers))} distinct timers, got "
+            f"{service.num_event_time_timers()}"
+        )
+        service.advance_watermark(watermark)
+        assert service.current_watermark() == watermark
+        assert_fired_in_order(recorder, {t for t in timers if t[2] <= watermark}, f"advance_watermark({watermark})")
+        assert service.num_event_time_timers() == len({t for t in timers if t[2] > watermark})
+
+
+@pytest.mark.requirement("TM-2")
+@pytest.mark.capability("timers")
+@given(timers=TIMERS)
+def test_state_read_in_a_callback_is_the_timer_keys(
+    certification: Any, tmp_path_factory: Any, timers: list[Timer]
+) -> None:
+    """Each key's window sum is the length of its name; the callback reads it under the timer's key and
+    namespace, which a backend firing with a stale current key gets wrong."""
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        sums = backend.get_or_create_state(WINDOW_SUM, NAMESPACES)
+        service, recorder = service_of(backend)
+        seen: list[tuple[Timer, Any]] = []
+
+        def read(kind: str, timer: InternalTimer[Any, Any]) -> None:
+            sums.set_current_namespace(timer.namespace)
+            seen.append(((timer.key, timer.namespace, timer.timestamp), sums.value()))
+
+        recorder.on_fire = read
+        for key, namespace, time in timers:
+            backend.set_current_key(key)
+            sums.set_current_namespace(namespace)
+            sums.update(len(key) * 10 + namespace)
+            service.register_event_time_timer(namespace, time)
+        service.advance_watermark(MAX_TIMESTAMP)
+        wrong = [(timer, value) for timer, value in seen if value != len(timer[0]) * 10 + timer[1]]
+        assert not wrong, f"state read in on_event_time was another key's or namespace's: (timer, value) {wrong[:5]}"
+
+
+@pytest.mark.requirement("TM-4")
+@pytest.mark.capability("timers")
+@given(timers=TIMERS, deleted=st.sets(st.integers(0, 39)), first=st.integers(-60, 210))
+def test_deleted_and_fired_timers_never_fire(
+    certification: Any, tmp_path_factory: Any, timers: list[Timer], deleted: set[int], first: int
+) -> None:
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, timers)
+        gone = {timers[i] for i in deleted if i < len(timers)}
+        for key, namespace, time in [*gone, ("zz", 9, 5)]:  # the last one never existed
+            backend.set_current_key(key)
+            service.delete_event_time_timer(namespace, time)
+        service.advance_watermark(first)
+        service.advance_watermark(MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, set(timers) - gone, "delete_event_time_timer, then advance_watermark twice")
+
+
+@pytest.mark.requirement("TM-5")
+@pytest.mark.capability("timers")
+def test_timers_registered_by_callbacks_fire_in_the_same_advance(state_backend: Any) -> None:
+    """A callback at time t registers t + 10 (due in this advance while <= 100) and t - 1000 (already past)."""
+    with keyed_backend(state_backend) as backend:
+        service, recorder = service_of(backend)
+
+        def chain(kind: str, timer: InternalTimer[Any, Any]) -> None:
+            if timer.timestamp >= 0:
+                service.register_event_time_timer(timer.namespace, timer.timestamp + 10)
+                service.register_event_time_timer(timer.namespace, timer.timestamp - 1000)
+
+        recorder.on_fire = chain
+        register(backend, service, [("a", 0, 0)])
+        service.advance_watermark(100)
+        expected = {("a", 0, t) for t in range(0, 101, 10)} | {("a", 0, t - 1000) for t in range(0, 101, 10)}
+        got = set(fired_timers(recorder))
+        assert got == expected, f"advance_watermark(100): expected {sorted(expected)}, got {sorted(got)}"
+        assert service.num_event_time_timers() == 1, "the timer at 110 stays registered"
+
+
+@pytest.mark.requirement("TM-6", "TM-8", "TM-9")
+@pytest.mark.capability("timers")
+@given(
+    before=TIMERS,
+    processing=TIMERS,
+    after=TIMERS,
+    fired_at=st.integers(-60, 210),
+)
+def test_a_snapshot_holds_exactly_the_timers_at_its_call(
+    certification: Any,
+    tmp_path_factory: Any,
+    before: list[Timer],
+    processing: list[Timer],
+    after: list[Timer],
+    fired_at: int,
+) -> None:
+    """Event-time and processing-time timers of two services are snapshotted; timers registered, fired and
+    deleted after the snapshot call leave it unchanged; the restored services start at Long.MIN_VALUE."""
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    with keyed_backend(backend_factory) as backend:
+        service, _ = service_of(backend)
+        other, _ = service_of(backend, "other")
+        register(backend, service, before)
+        register(backend, service, processing, kind="processing")
+        register(backend, other, before[:5])
+        service.advance_watermark(fired_at)
+        at_snapshot = {t for t in before if t[2] > fired_at}
+        task = backend.snapshot(1, 0, location_for(storage))
+        register(backend, service, after)
+        service.advance_watermark(fired_at + 100)
+        for key, namespace, time in before[:3]:
+            backend.set_current_key(key)
+            service.delete_processing_time_timer(namespace, time)
+        handle = task.run()
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
+        service, recorder = service_of(restored)
+        other, other_recorder = service_of(restored, "other")
+        assert (service.current_watermark(), service.current_processing_time()) == (MIN_TIMESTAMP, MIN_TIMESTAMP), (
+            "a restored timer service starts at Long.MIN_VALUE (TM-8)"
+        )
+        service.advance_watermark(MAX_TIMESTAMP)
+        service.advance_processing_time(MAX_TIMESTAMP)
+        other.advance_watermark(MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, at_snapshot, "restore, advance_watermark(MAX)")
+        assert_fired_in_order(recorder, set(processing), "restore, advance_processing_time(MAX)", kind="processing")
+        assert_fired_in_order(other_recorder, set(before[:5]), "restore, the other service's advance_watermark(MAX)")
+
+
+@pytest.mark.requirement("TM-7")
+@pytest.mark.capability("timers", "rescaling")
+@given(
+    old=st.integers(1, 6),
+    new=st.integers(1, 6),
+    timers=st.lists(st.tuples(st.text(min_size=1, max_size=5), st.integers(0, 3), st.integers(0, 99)), max_size=60),
+)
+def test_rescaled_timers_fire_exactly_once_across_the_new_subtasks(
+    certification: Any, tmp_path_factory: Any, old: int, new: int, timers: list[Timer]
+) -> None:
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    subtasks = create_subtasks(backend_factory, StringSerializer(), old, 128)
+    for key, namespace, time in timers:
+        owner = owner_of(subtasks, key)
+        service, _ = service_of(owner)
+        service.register_event_time_timer(namespace, time)
+    for s in subtasks:  # every subtask's service exists, so empty ones snapshot too
+        service_of(s.keyed)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    pointer = take_snapshot(subtasks, location, 1, 128, kind=CheckpointKind.CHECKPOINT)
+    for s in subtasks:
+        s.dispose()
+    operator = storage.load_checkpoint(pointer).operator("op")
+    fired: list[Timer] = []
+    misplaced: list[Timer] = []
+    for s in create_subtasks(backend_factory, StringSerializer(), new, 128, restore_from=operator):
+        service, recorder = service_of(s.keyed)
+        service.advance_watermark(MAX_TIMESTAMP)
+        mine = fired_timers(recorder)
+        misplaced += [t for t in mine if key_group_of(t[0]) not in s.keyed.key_group_range]
+        fired += mine
+        s.dispose()
+    assert not misplaced, f"{old}->{new}: timers fired in a subtask that does not own their key group: {misplaced}"
+    assert sorted(fired) == sorted(set(timers)), (
+        f"{old}->{new}: expected every timer to fire once across the new subtasks: "
+        f"missing {sorted(set(timers) - set(fired))[:5]}, repeated {_repeats(fired)}"
+    )
+
+
+def _repeats(fired: list[Timer]) -> list[Timer]:
+    return sorted({t for t in fired if fired.count(t) > 1})
+
+
+@pytest.mark.requirement("TM-10")
+@pytest.mark.capability("timers", "canonical_savepoints")
+def test_canonical_savepoint_timers_restore_into_the_reference_backend_and_back(
+    state_backend: Any, reference_backend: Any, storage: Any
+) -> None:
+    timers = [(f"k{i}", i % 2, 1000 - i) for i in range(50)]
+    for source, target in ((state_backend, reference_backend), (reference_backend, state_backend)):
+        with keyed_backend(source) as backend:
+            service, _ = service_of(backend)
+            register(backend, service, timers)
+            location = location_for(storage, checkpoint_id=7 if source is state_backend else 8)
+            handle = backend.snapshot(1, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)).run()
+        with keyed_backend(target, restore=[handle]) as restored:
+            service, recorder = service_of(restored)
+            service.advance_watermark(MAX_TIMESTAMP)
+            direction = "backend under test -> reference" if source is state_backend else "reference -> under test"
+            assert_fired_in_order(recorder, set(timers), f"canonical savepoint {direction}")
+
+
+@pytest.mark.requirement("TM-1")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("time", [MIN_TIMESTAMP - 1, MAX_TIMESTAMP + 1, 1.5, "7"])
+def test_a_time_outside_javas_long_range_is_rejected(state_backend: Any, time: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        service, _ = service_of(backend)
+        backend.set_current_key("k")
+        with pytest.raises(REJECTED):
+            service.register_event_time_timer(0, time)
+
+
+@pytest.mark.requirement("TM-1")
+@pytest.mark.capability("timers")
+def test_registering_without_a_current_key_is_rejected(state_backend: Any) -> None:
+    with keyed_backend(state_backend, key_group_range=KeyGroupRange(0, 127)) as backend:
+        service, _ = service_of(backend)
+        with pytest.raises(REJECTED):
+            service.register_processing_time_timer(0, 5)
+
+
+@pytest.mark.requirement("TM-11", "SB-3")
+@pytest.mark.capability("timers", supported=False)
+def test_timers_unsupported_is_the_documented_error(state_backend: Any) -> None:
+    with keyed_backend(state_backend) as backend:
+        if hasattr(backend, "get_timer_service"):
+            with pytest.raises(UnsupportedFeatureError):
+                backend.get_timer_service("user-timers", NAMESPACES, Recorder(backend))
+
+
+@pytest.mark.requirement("TM-6")
+@pytest.mark.capability("timers")
+def test_timers_of_a_checkpoint_restore_after_more_checkpoints(state_backend: Any, storage: Any) -> None:
+    """Three checkpoints, timers fired and registered between them; restoring each one gives its own timers
+    (incremental backends reuse files across checkpoints)."""
+    at: dict[int, set[Timer]] = {}
+    handles = {}
+    live: set[Timer] = set()
+    with keyed_backend(state_backend) as backend:
+        service, _ = service_of(backend)
+        for checkpoint_id in (1, 2, 3):
+            new = [(f"k{checkpoint_id}-{i}", i % 3, checkpoint_id * 100 + i) for i in range(30)]
+            register(backend, service, new)
+            live |= set(new)
+            service.advance_watermark(checkpoint_id * 100 + 9)
+            live = {t for t in live if t[2] > checkpoint_id * 100 + 9}
+            at[checkpoint_id] = set(live)
+            handles[checkpoint_id] = snapshot_now(backend, location_for(storage, checkpoint_id), checkpoint_id)
+            backend.notify_checkpoint_complete(checkpoint_id)
+    for checkpoint_id, handle in handles.items():
+        with keyed_backend(state_backend, restore=[handle]) as restored:
+            service, recorder = service_of(restored)
+            service.advance_watermark(MAX_TIMESTAMP)
+            assert_fired_in_order(recorder, at[checkpoint_id], f"restore checkpoint {checkpoint_id} of 3")

@@ -1,0 +1,1 @@
+"""The keyed timer service of the reference backends (chapter TM)."""
