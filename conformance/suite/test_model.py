@@ -52,10 +52,17 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.values: dict[tuple[str, str], int] = {}
             self.lists: dict[tuple[str, str], list[int]] = {}
             self.maps: dict[tuple[str, str], dict[str, int]] = {}
+            # timers (chapter TM): (kind, key, namespace, timestamp) registered and not yet fired or deleted
+            self.timers_supported = supports(declared(self.backend), "timers")
+            self.timers: set[tuple[str, str, str, int]] = set()
+            self.fired: list[tuple[str, str, str, int]] = []
+
+        def _owner(self, key: str) -> Any:
+            key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
+            return self.subtasks[operator_index_for_key_group(MAX_PARALLELISM, self.parallelism, key_group)].keyed
 
         def _backend_for(self, key: str) -> Any:
-            key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
-            backend = self.subtasks[operator_index_for_key_group(MAX_PARALLELISM, self.parallelism, key_group)].keyed
+            backend = self._owner(key)
             backend.set_current_key(key)
             return backend
 
@@ -107,6 +114,49 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             if not entries:
                 self.maps.pop((self.key, self.ns), None)
 
+        # -- timers ------------------------------------------------------------------------------------------------
+        def on_event_time(self, timer: Any) -> None:
+            self._fired("event", timer)
+
+        def on_processing_time(self, timer: Any) -> None:
+            self._fired("processing", timer)
+
+        def _fired(self, kind: str, timer: Any) -> None:
+            backend = self._owner(timer.key)
+            assert backend.get_current_key() == timer.key, f"{kind} timer {timer} fired with another current key"
+            self.fired.append((kind, timer.key, timer.namespace, timer.timestamp))
+
+        def _service(self, backend: Any) -> Any:
+            return backend.get_timer_service("model-timers", NAMESPACES, self)
+
+        @precondition(lambda self: self.timers_supported)
+        @rule(kind=st.sampled_from(["event", "processing"]), time=st.integers(0, 4), delete=st.booleans())
+        def timer_register_or_delete(self, kind: str, time: int, delete: bool) -> None:
+            service = self._service(self._backend_for(self.key))
+            timer = (kind, self.key, self.ns, time)
+            if delete:
+                getattr(service, f"delete_{kind}_time_timer")(self.ns, time)
+                self.timers.discard(timer)
+            else:
+                getattr(service, f"register_{kind}_time_timer")(self.ns, time)
+                self.timers.add(timer)
+
+        @precondition(lambda self: self.timers_supported)
+        @rule(kind=st.sampled_from(["event", "processing"]), time=st.integers(0, 5))
+        def timers_advance(self, kind: str, time: int) -> None:
+            self.fired.clear()
+            for s in self.subtasks:
+                service = self._service(s.keyed)
+                if kind == "event":
+                    service.advance_watermark(max(time, service.current_watermark()))
+                else:
+                    service.advance_processing_time(max(time, service.current_processing_time()))
+            due = {t for t in self.timers if t[0] == kind and t[3] <= time}
+            assert sorted(self.fired) == sorted(due), (
+                f"advance {kind} time to {time}: expected {sorted(due)} to fire once each, got {sorted(self.fired)}"
+            )
+            self.timers -= due
+
         def _snapshot(self, kind: CheckpointKind) -> Any:
             self.checkpoint_id += 1
             location = (
@@ -147,6 +197,15 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             assert self._state(LIST).get() == self.lists.get(where), f"list state at {where}"
             assert dict(self._state(MAP).items()) == self.maps.get(where, {}), f"map state at {where}"
 
+        @invariant()
+        def timer_counts_match_the_model(self) -> None:
+            if self.timers_supported:
+                services = [self._service(s.keyed) for s in self.subtasks]
+                for kind in ("event", "processing"):
+                    got = sum(getattr(service, f"num_{kind}_time_timers")() for service in services)
+                    want = sum(1 for t in self.timers if t[0] == kind)
+                    assert got == want, f"num_{kind}_time_timers() over all subtasks: expected {want}, got {got}"
+
         @rule()
         def every_entry_matches_the_model(self) -> None:
             for key in KEY_POOL:
@@ -164,7 +223,19 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
 
 
 @pytest.mark.tier("model")
-@pytest.mark.requirement("KS-3", "KB-RESTORE-1", "KB-RESTORE-2", "SP-1", "KS-LIST-1", "KS-MAP-2", "KS-VALUE-1")
+@pytest.mark.requirement(
+    "KS-3",
+    "KB-RESTORE-1",
+    "KB-RESTORE-2",
+    "SP-1",
+    "KS-LIST-1",
+    "KS-MAP-2",
+    "KS-VALUE-1",
+    "TM-3",
+    "TM-4",
+    "TM-6",
+    "TM-7",
+)
 def test_random_programs_match_the_model(certification: Any) -> None:
     machine = make_machine(lambda directory: certification.new_backend(directory))
     run_state_machine_as_test(machine, settings=settings(stateful_step_count=25, deadline=None))
