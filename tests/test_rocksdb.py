@@ -80,7 +80,7 @@ def test_loader_gives_rocksdb_with_configuration(tmp_path: Path) -> None:
     )
     assert isinstance(backend, EmbeddedRocksDBStateBackend)
     assert backend.settings.incremental and backend.settings.memory_budget_bytes == 8 * 1024 * 1024
-    assert backend.settings.block_cache_bytes == 4 * 1024 * 1024 and backend.settings.local_dir == str(tmp_path)
+    assert backend.settings.memory_scope == "slot" and backend.settings.local_dir == str(tmp_path)
     app = EmbeddedRocksDBStateBackend(incremental=False)
     configured: Any = load_state_backend(app, job_config={"state.backend.incremental": "true"})
     assert configured.settings.incremental is False, "the application's explicit setting must win (LD-2)"

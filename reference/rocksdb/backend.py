@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.rocksdb.column_family_store import MAX_VALUE_BYTES
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
+from statecert.reference.rocksdb.predefined_options import PredefinedOptions
 from statecert.reference.rocksdb.settings import RocksDBSettings, settings_from_config
+from statecert.reference.rocksdb.shared_memory import SlotMemory
 from statecert.spec.backend import BackendCapabilities
 from statecert.spec.handles import ROCKSDB_NATIVE_FORMAT
 from statecert.spec.keyed_backend import KeyedBackendParameters
@@ -18,13 +20,19 @@ from statecert.spec.operator_backend import OperatorBackendParameters
 
 @dataclass(frozen=True)
 class EmbeddedRocksDBStateBackend:
-    """Explicit settings win; those left None come from configuration in `configure` (LD-2)."""
+    """Explicit settings win; those left None come from configuration in `configure` (LD-2). Every keyed backend
+    this object creates in one process shares the slot's block cache and write buffer manager (RDB-10)."""
 
     incremental: bool | None = None
     memory_budget_bytes: int | None = None
     write_buffer_ratio: float | None = None
     local_dir: str | None = None
     max_value_bytes: int = MAX_VALUE_BYTES
+    predefined_options: PredefinedOptions | None = None
+    options_factory: str | None = None
+    configured: RocksDBSettings = field(default_factory=RocksDBSettings)
+    """What `configure` read from the configuration (the keys of RDB-6, RDB-8 to RDB-11)."""
+    slot: SlotMemory = field(default_factory=SlotMemory, compare=False, repr=False)
 
     name: ClassVar[str] = "rocksdb"
 
@@ -51,20 +59,26 @@ class EmbeddedRocksDBStateBackend:
             memory_budget_bytes=self.memory_budget_bytes or from_config.memory_budget_bytes,
             write_buffer_ratio=self.write_buffer_ratio or from_config.write_buffer_ratio,
             local_dir=self.local_dir or from_config.local_dir,
+            configured=from_config,
         )
 
     @property
     def settings(self) -> RocksDBSettings:
-        defaults = RocksDBSettings()
-        return RocksDBSettings(
+        c = self.configured
+        return replace(
+            c,
             incremental=bool(self.incremental),
-            memory_budget_bytes=self.memory_budget_bytes or defaults.memory_budget_bytes,
-            write_buffer_ratio=self.write_buffer_ratio or defaults.write_buffer_ratio,
+            memory_budget_bytes=self.memory_budget_bytes or c.memory_budget_bytes,
+            memory_fixed_per_slot=c.memory_fixed_per_slot
+            or self.memory_budget_bytes not in (None, c.memory_budget_bytes),
+            write_buffer_ratio=self.write_buffer_ratio or c.write_buffer_ratio,
             local_dir=self.local_dir,
+            predefined_options=self.predefined_options or c.predefined_options,
+            options_factory=self.options_factory or c.options_factory,
         )
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> RocksDBKeyedStateBackend:
-        return RocksDBKeyedStateBackend(params, self.settings, self.max_value_bytes)
+        return RocksDBKeyedStateBackend(params, self.settings, self.max_value_bytes, self.slot)
 
     def create_operator_state_backend(self, params: OperatorBackendParameters) -> DefaultOperatorStateBackend:
         return DefaultOperatorStateBackend(params)

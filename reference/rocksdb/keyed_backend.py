@@ -30,6 +30,7 @@ from statecert.reference.rocksdb.native_restore import (
     read_native_meta,
 )
 from statecert.reference.rocksdb.settings import RocksDBSettings
+from statecert.reference.rocksdb.shared_memory import SlotMemory
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
@@ -65,7 +66,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
     backend_name = "rocksdb"
 
     def __init__(
-        self, params: KeyedBackendParameters[Any], settings: RocksDBSettings, max_value_bytes: int = MAX_VALUE_BYTES
+        self,
+        params: KeyedBackendParameters[Any],
+        settings: RocksDBSettings,
+        max_value_bytes: int = MAX_VALUE_BYTES,
+        slot: SlotMemory | None = None,
     ) -> None:
         super().__init__(params)
         self._settings = settings
@@ -80,7 +85,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         )
         self._db_dir = self.instance_dir / "db"
         self._snapshot_dir = self.instance_dir / "snapshots"
-        self._options = settings.options()
+        self._options = settings.options(slot)
         self._uploaded: dict[int, dict[str, StreamStateHandle]] = {}
         self._base_uploads: dict[str, StreamStateHandle] = {}
         self._fast_path = self._fast_path_handle(params.restore_state)
@@ -284,6 +289,26 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         self.check_open()
         for store in self._stores.values():
             store.compact()
+
+    def native_metrics(self) -> dict[str, int]:
+        """The enabled native metrics (`state.backend.rocksdb.metrics.*`), each summed over the default and every
+        state's column family, as Flink reports them per column family (RDB-11)."""
+        self.check_open()
+        assert self._db is not None
+        families = [self._db, *(self._db.get_column_family(column_family_name(n)) for n in self._stores)]
+        metrics = {}
+        for name in sorted(self._settings.metrics):
+            values = [family.property_int_value(f"rocksdb.{name}") for family in families]
+            total = sum(v for v in values if v is not None)
+            # cache properties describe the one shared cache, not a column family each
+            metrics[name] = max((v for v in values if v is not None), default=0) if "block-cache" in name else total
+        return metrics
+
+    @property
+    def options_file(self) -> Path | None:
+        """The newest OPTIONS file RocksDB wrote for this instance's database: what RocksDB was opened with."""
+        files = sorted(self._db_dir.glob("OPTIONS-*"))
+        return files[-1] if files else None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def release_resources(self) -> None:

@@ -1,0 +1,199 @@
+"""RocksDB's tuning surface reaches RocksDB (RDB-8 to RDB-11): what each setting does is read back from the OPTIONS
+file RocksDB writes and from RocksDB's own properties, never from statecert's settings objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statecert.conformance.helpers import keyed_backend
+from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
+from statecert.reference.rocksdb.shared_memory import cache_capacity
+from statecert.reference.serializers import LongSerializer
+from statecert.spec.errors import DynamicCodeLoadingError, IllegalConfigurationError
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.state import ValueStateDescriptor
+
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+MB = 1024 * 1024
+
+
+def options_of(backend: Any) -> dict[str, str]:
+    """The [CFOptions "default"] and [TableOptions/BlockBasedTable "default"] and [DBOptions] entries RocksDB wrote."""
+    values: dict[str, str] = {}
+    for line in backend.options_file.read_text().splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and name not in values:
+            values[name] = value
+    return values
+
+
+def filled(state_backend: Any, keys: int = 200, **kwargs: Any) -> Any:
+    backend = keyed_backend(state_backend, **kwargs)
+    state = backend.get_or_create_state(VALUE)
+    for i in range(keys):
+        key = f"k{i}"
+        try:
+            backend.set_current_key(key)
+        except Exception:
+            continue
+        state.update(i)
+    return backend
+
+
+def rocksdb(tmp_path: Path, config: dict[str, object], **explicit: Any) -> Any:
+    return EmbeddedRocksDBStateBackend(local_dir=str(tmp_path), **explicit).configure(config)
+
+
+PROFILES = {
+    "DEFAULT": {"max_background_jobs": "2", "target_file_size_base": str(64 * MB), "max_write_buffer_number": "2"},
+    "SPINNING_DISK_OPTIMIZED": {
+        "max_background_jobs": "4",
+        "compaction_style": "kCompactionStyleLevel",
+        "level_compaction_dynamic_level_bytes": "true",
+        "target_file_size_base": str(64 * MB),
+    },
+    "SPINNING_DISK_OPTIMIZED_HIGH_MEM": {
+        "max_background_jobs": "4",
+        "target_file_size_base": str(256 * MB),
+        "max_bytes_for_level_base": str(1024 * MB),
+        "write_buffer_size": str(64 * MB),
+        "min_write_buffer_number_to_merge": "3",
+        "max_write_buffer_number": "4",
+        "block_size": str(128 * 1024),
+        "filter_policy": "bloomfilter",
+    },
+    "FLASH_SSD_OPTIMIZED": {"max_background_jobs": "4", "target_file_size_base": str(64 * MB)},
+}
+
+
+@pytest.mark.requirement("RDB-8")
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_predefined_options_reach_rocksdb(tmp_path: Path, profile: str) -> None:
+    config = {"state.backend.rocksdb.predefined-options": profile.lower() if profile != "DEFAULT" else profile}
+    with filled(rocksdb(tmp_path, config)) as backend:
+        written = options_of(backend)
+    wrong = {k: (v, written.get(k)) for k, v in PROFILES[profile].items() if written.get(k) != v}
+    assert not wrong, f"{profile}: OPTIONS file entries differ, (expected, got): {wrong}"
+    assert written["use_fsync"] == "false"
+
+
+@pytest.mark.requirement("RDB-9")
+@pytest.mark.parametrize(
+    ("factory", "extra", "buffers"),
+    [
+        ("tests.rocksdb_options_factories:MoreWriteBuffers", {}, "7"),
+        ("tests.rocksdb_options_factories:ConfigurableWriteBuffers", {"statecert.test.write-buffers": "9"}, "9"),
+    ],
+)
+def test_an_options_factory_wins_over_predefined_options(
+    tmp_path: Path, factory: str, extra: dict[str, str], buffers: str
+) -> None:
+    config = {
+        "state.backend.rocksdb.predefined-options": "SPINNING_DISK_OPTIMIZED_HIGH_MEM",
+        "state.backend.rocksdb.options-factory": factory,
+        **extra,
+    }
+    with filled(rocksdb(tmp_path, config)) as backend:
+        written = options_of(backend)
+    assert (written["max_write_buffer_number"], written["block_size"]) == (buffers, str(64 * 1024)), written
+    assert written["target_file_size_base"] == str(256 * MB), "the predefined options the factory left stay"
+
+
+@pytest.mark.requirement("RDB-10")
+@pytest.mark.parametrize(
+    ("config", "expected_total"),
+    [
+        ({}, 64 * MB),
+        ({"state.backend.rocksdb.memory.fixed-per-slot": "24mb"}, 24 * MB),
+        (
+            {"state.backend.rocksdb.memory.managed": "false", "state.backend.rocksdb.memory.fixed-per-tm": "12mb"},
+            12 * MB,
+        ),
+    ],
+)
+def test_managed_and_fixed_memory_override_the_factorys_cache(
+    tmp_path: Path, config: dict[str, str], expected_total: int
+) -> None:
+    config = {
+        **config,
+        "state.backend.rocksdb.options-factory": "tests.rocksdb_options_factories:MoreWriteBuffers",
+        "state.backend.rocksdb.metrics.block-cache-capacity": "true",
+        "state.backend.rocksdb.memory.write-buffer-ratio": "0.4",
+    }
+    with filled(rocksdb(tmp_path, config)) as backend:
+        capacity = backend.native_metrics()["block-cache-capacity"]
+    assert capacity == cache_capacity(expected_total, 0.4), (
+        f"block cache capacity: expected {cache_capacity(expected_total, 0.4)} (of {expected_total} bytes), got "
+        f"{capacity} (the factory's 1 GiB cache must be replaced)"
+    )
+
+
+@pytest.mark.requirement("RDB-10")
+def test_without_managed_memory_the_factorys_cache_is_used(tmp_path: Path) -> None:
+    config = {
+        "state.backend.rocksdb.memory.managed": "false",
+        "state.backend.rocksdb.options-factory": "tests.rocksdb_options_factories:MoreWriteBuffers",
+        "state.backend.rocksdb.metrics.block-cache-capacity": "true",
+    }
+    with filled(rocksdb(tmp_path, config)) as backend:
+        assert backend.native_metrics()["block-cache-capacity"] == 1024 * MB
+
+
+@pytest.mark.requirement("RDB-10")
+@pytest.mark.parametrize("managed", [True, False])
+def test_one_block_cache_per_slot(tmp_path: Path, managed: bool) -> None:
+    """Two subtasks' RocksDB instances of one slot: with shared memory the write buffer manager charges one
+    instance's memtables to the cache both use, so the idle one sees its cache usage grow; without, it does not."""
+    config = {
+        "state.backend.rocksdb.memory.managed": str(managed).lower(),
+        "state.backend.rocksdb.metrics.block-cache-usage": "true",
+    }
+    state_backend = rocksdb(tmp_path, config)
+    with keyed_backend(state_backend, key_group_range=KeyGroupRange(0, 127)) as idle:
+        before = idle.native_metrics()["block-cache-usage"]
+        with filled(state_backend, 5000, key_group_range=KeyGroupRange(0, 127)):
+            after = idle.native_metrics()["block-cache-usage"]
+    if managed:
+        assert after > before, f"shared cache: the idle instance's usage stayed at {before} while the other wrote"
+    else:
+        assert after == before, f"separate caches: the idle instance's usage went from {before} to {after}"
+
+
+@pytest.mark.requirement("RDB-11")
+def test_native_metrics_are_rocksdbs_properties(tmp_path: Path) -> None:
+    config = {
+        "state.backend.rocksdb.metrics.estimate-num-keys": "true",
+        "state.backend.rocksdb.metrics.num-running-compactions": "false",
+        "state.backend.rocksdb.metrics.column-family-as-variable": "true",
+    }
+    with filled(rocksdb(tmp_path, config), 300, key_group_range=KeyGroupRange(0, 127)) as backend:
+        metrics = backend.native_metrics()
+    assert metrics == {"estimate-num-keys": 300}, metrics
+
+
+@pytest.mark.requirement("RDB-8", "RDB-9", "RDB-10", "RDB-11", "LD-6")
+@pytest.mark.parametrize(
+    ("config", "error", "named"),
+    [
+        ({"state.backend.rocksdb.predefined-options": "FAST"}, IllegalConfigurationError, "predefined-options"),
+        ({"state.backend.rocksdb.memory.write-buffer-ratio": "0.95"}, IllegalConfigurationError, "high-prio-pool"),
+        ({"state.backend.rocksdb.memory.high-prio-pool-ratio": "1.5"}, IllegalConfigurationError, "high-prio-pool"),
+        ({"state.backend.rocksdb.metrics.no-such-metric": "true"}, IllegalConfigurationError, "no-such-metric"),
+        ({"state.backend.rocksdb.memory.fixed-per-tm": "1kb"}, IllegalConfigurationError, "fixed-per-tm"),
+        ({"state.backend.rocksdb.timer-service.factory": "HEAP"}, IllegalConfigurationError, "timer-service"),
+        ({"state.backend.rocksdb.options-factory": "tests.nowhere:Factory"}, DynamicCodeLoadingError, "tests.nowhere"),
+        (
+            {"state.backend.rocksdb.options-factory": "tests.rocksdb_options_factories:NOT_A_FACTORY"},
+            DynamicCodeLoadingError,
+            "NOT_A_FACTORY",
+        ),
+    ],
+)
+def test_bad_tuning_values_are_configuration_errors(
+    tmp_path: Path, config: dict[str, str], error: type[Exception], named: str
+) -> None:
+    with pytest.raises(error, match=named):
+        rocksdb(tmp_path, config)
