@@ -12,6 +12,8 @@ from statecert.spec.serializers import TypeSerializer
 
 K = TypeVar("K")
 N = TypeVar("N")
+K_co = TypeVar("K_co", covariant=True)
+N_co = TypeVar("N_co", covariant=True)
 K_contra = TypeVar("K_contra", contravariant=True)
 N_contra = TypeVar("N_contra", contravariant=True)
 
@@ -22,12 +24,12 @@ MAX_TIMESTAMP = 2**63 - 1
 
 
 @dataclass(frozen=True)
-class InternalTimer(Generic[K, N]):
+class InternalTimer(Generic[K_co, N_co]):
     """A timer as it fires: its timestamp, the key it was registered under and its namespace (TM-2)."""
 
     timestamp: int
-    key: K
-    namespace: N
+    key: K_co
+    namespace: N_co
 
 
 class Triggerable(Protocol[K_contra, N_contra]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from statecert.reference import config as cfg
+from statecert.spec.errors import IllegalConfigurationError
 
 METRICS_PREFIX = "state.backend.rocksdb.metrics."
 PROPERTY_METRICS = (
@@ -47,7 +48,7 @@ def enabled_metrics(config: Mapping[str, object]) -> frozenset[str]:
             name = key.removeprefix(METRICS_PREFIX)
             if name not in PROPERTY_METRICS and name != "column-family-as-variable":
                 known = ", ".join(PROPERTY_METRICS)
-                raise cfg.IllegalConfigurationError(f"{key}: unknown RocksDB native metric; known: {known}")
+                raise IllegalConfigurationError(f"{key}: unknown RocksDB native metric; known: {known}")
             if name != "column-family-as-variable" and cfg.get_bool(config, key, False):
                 names.add(name)
     return frozenset(names)
