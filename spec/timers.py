@@ -85,8 +85,8 @@ class InternalTimerService(Protocol[N]):
 
 @runtime_checkable
 class TimerServiceProvider(Protocol):
-    """A keyed backend that keeps timers (capability `timers`, TM-10); a backend without it either lacks this method
-    or raises `UnsupportedFeatureError` from it (TM-11)."""
+    """A keyed backend that keeps timers (capability `timers`, TM-10); a backend that does not declare it may lack
+    this method, and if the call fails it raises `UnsupportedFeatureError` (TM-11)."""
 
     def get_timer_service(
         self, name: str, namespace_serializer: TypeSerializer[Any], triggerable: Triggerable[Any, Any]

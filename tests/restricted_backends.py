@@ -14,7 +14,7 @@ from statecert.spec.keyed_backend import SnapshotType
 
 
 class _Minimal(HeapKeyedStateBackend):
-    """The heap backend without TTL, canonical savepoints, rescaling or schema evolution."""
+    """The heap backend without TTL, canonical savepoints, rescaling, schema evolution or timers."""
 
     def restore_handles(self, handles: Any) -> None:
         foreign = [h for h in handles if getattr(h, "key_group_range", self.key_group_range) != self.key_group_range]
@@ -33,6 +33,9 @@ class _Minimal(HeapKeyedStateBackend):
                 if serializer.snapshot_configuration() != store.meta.serializers.get(role):
                     raise StateMigrationError(f"state {descriptor.name!r}: no schema evolution ({role} changed)")
         return super().get_or_create_state(descriptor, namespace_serializer)
+
+    def get_timer_service(self, name: str, namespace_serializer: Any, triggerable: Any) -> Any:
+        raise UnsupportedFeatureError("this backend keeps no timers")
 
     def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
         from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS
