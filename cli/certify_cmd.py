@@ -48,12 +48,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--report", help="write the JSON report here, and a Markdown certificate beside it")
     p.add_argument("--xfail", help="TOML file of expected failures (known bugs), keyed by test id")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="configuration for the backend factory")
+    p.add_argument(
+        "--changelog",
+        action="store_true",
+        help="wrap the backend in the changelog state backend (state.changelog.enabled=true, materializing at "
+        "every checkpoint unless --config state.changelog.periodic-materialize.interval=... says otherwise) and "
+        "certify the whole contract through it",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="show pytest's own output instead of a progress bar")
     p.set_defaults(pytest_args=[])
     p.epilog = (
         "Arguments after -- go to pytest, e.g. statecert certify hashmap -- -k ttl, or -- --exitfirst to stop at "
         "the first failure"
     )
+
+
+_CHANGELOG = ["state.changelog.enabled=true", "state.changelog.periodic-materialize.interval=0"]
+"""What --changelog adds, before the --config values, so an explicit --config of the same key wins."""
 
 
 class _ProgressPlugin:
@@ -79,7 +90,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
 
     cli = {
         "backend": args.backend,
-        "backend_config": args.config,
+        "backend_config": [*(_CHANGELOG if args.changelog else []), *(args.config or [])],
         "storage": args.storage,
         "tiers": args.tier,
         "max_examples": args.max_examples,
@@ -119,7 +130,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     ):
         if value is not None:
             argv += [flag, str(value)]
-    for item in args.config or []:
+    for item in cli["backend_config"]:
         argv += ["--statecert-config", item]
     argv += list(args.pytest_args)
     if args.verbose:

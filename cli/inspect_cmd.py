@@ -15,6 +15,7 @@ from statecert.reference.format.metadata_codec import read_version
 from statecert.reference.storage.location import load_checkpoint_metadata, resolve_checkpoint_pointer
 from statecert.spec.handles import (
     ByteStreamStateHandle,
+    ChangelogStateBackendHandle,
     IncrementalKeyedStateHandle,
     KeyedStateHandle,
     StreamStateHandle,
@@ -30,6 +31,19 @@ def _stream(handle: StreamStateHandle) -> dict[str, Any]:
 
 def _keyed(handle: KeyedStateHandle) -> dict[str, Any]:
     rng = [handle.key_group_range.start, handle.key_group_range.end]
+    if isinstance(handle, ChangelogStateBackendHandle):
+        return {
+            "type": "changelog",
+            "format": handle.snapshot_format,
+            "key_groups": rng,
+            "materialization": handle.materialization_id,
+            "materialized": [_keyed(part) for part in handle.materialized],
+            "segments": [
+                {"changes": [s.from_sequence + 1, s.to_sequence], "stream": _stream(s.delegate)}
+                for s in handle.changelog
+            ],
+            "size": handle.size,
+        }
     if isinstance(handle, IncrementalKeyedStateHandle):
         return {
             "type": "incremental-key-groups",

@@ -67,7 +67,7 @@ def create_subtasks(
         subtasks.append(
             Subtask(
                 i,
-                backend.create_keyed_state_backend(params),
+                create_keyed_backend(backend, params),
                 backend.create_operator_state_backend(
                     OperatorBackendParameters(job_id, operator_id, operator_shares[i])
                 )
@@ -76,6 +76,20 @@ def create_subtasks(
             )
         )
     return subtasks
+
+
+def create_keyed_backend(backend: StateBackend, params: KeyedBackendParameters[Any]) -> Any:
+    """The backend's keyed backend; changelog handles restored into a backend without changelog are replayed
+    into it first, so switching changelog off works from its checkpoints (CL-6)."""
+    from statecert.reference.changelog.backend import ChangelogStateBackend
+    from statecert.reference.changelog.replay import restore_keyed_backend
+    from statecert.spec.handles import ChangelogStateBackendHandle
+
+    if isinstance(backend, ChangelogStateBackend) or not any(
+        isinstance(h, ChangelogStateBackendHandle) for h in params.restore_state
+    ):
+        return backend.create_keyed_state_backend(params)
+    return restore_keyed_backend(backend, params, params.restore_state)
 
 
 def take_snapshot(

@@ -131,6 +131,17 @@ class ReducingStateImpl(KvState):
         current = self.get()
         self._put_bytes(self._ser.serialize(value if current is None else self._reduce(current, value)))
 
+    def get_internal(self) -> Any:
+        """The stored value (Flink's `InternalAppendingState.getInternal`, CL-9)."""
+        return self.get()
+
+    def update_internal(self, value: Any) -> None:
+        """Replace the stored value; None clears (Flink's `updateInternal`, CL-9)."""
+        if value is None:
+            self.clear()
+        else:
+            self._put_bytes(self._ser.serialize(value))
+
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         values = [self._ser.deserialize(p) for p in self._pop_single(sources)]
         if values:
@@ -154,6 +165,17 @@ class AggregatingStateImpl(KvState):
     def get(self) -> Any:
         acc = self._accumulator()
         return None if acc is None else self._fn.get_result(acc)
+
+    def get_internal(self) -> Any:
+        """The accumulator (Flink's `InternalAppendingState.getInternal`, CL-9)."""
+        return self._accumulator()
+
+    def update_internal(self, accumulator: Any) -> None:
+        """Replace the accumulator; None clears (Flink's `updateInternal`, CL-9)."""
+        if accumulator is None:
+            self.clear()
+        else:
+            self._put_bytes(self._ser.serialize(accumulator))
 
     def add(self, value: Any) -> None:
         acc = self._accumulator()

@@ -79,6 +79,19 @@ def load_state_backend(
     """The state backend to use (LD-1): the application's (configured when configurable, LD-2), else
     `state.backend.type` from the job then the cluster configuration, else `hashmap`."""
     config = cfg.merge(job_config, cluster_config)
+    return _with_changelog(_load_state_backend(app_backend, config), config)
+
+
+def _with_changelog(backend: StateBackend, config: Mapping[str, object]) -> StateBackend:
+    """Wrapped in the changelog backend when `state.changelog.enabled` (or its 1.x name) is true (CL-1)."""
+    from statecert.reference.changelog.backend import ChangelogStateBackend, changelog_enabled, changelog_settings
+
+    if not changelog_enabled(config) or isinstance(backend, ChangelogStateBackend):
+        return backend
+    return ChangelogStateBackend(backend, changelog_settings(config))
+
+
+def _load_state_backend(app_backend: StateBackend | None, config: Mapping[str, object]) -> StateBackend:
     if app_backend is not None:
         if isinstance(app_backend, ConfigurableStateBackend):
             return app_backend.configure(config)

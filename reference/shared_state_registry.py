@@ -7,8 +7,30 @@ from collections import Counter
 
 import fsspec
 
-from statecert.spec.handles import FileStateHandle, IncrementalKeyedStateHandle
+from statecert.spec.handles import (
+    ChangelogStateBackendHandle,
+    FileStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
+    StreamStateHandle,
+)
 from statecert.spec.metadata import CheckpointMetadata
+
+
+def _shared_streams(keyed: KeyedStateHandle) -> list[StreamStateHandle]:
+    """The streams of a keyed handle that live in the shared scope: an incremental handle's shared files; every
+    file of a changelog handle (its segments and its materialization, written to the shared scope, CL-2)."""
+    if isinstance(keyed, IncrementalKeyedStateHandle):
+        return list(keyed.shared_state.values())
+    if isinstance(keyed, ChangelogStateBackendHandle):
+        streams = [segment.delegate for segment in keyed.changelog]
+        for part in keyed.materialized:
+            if isinstance(part, IncrementalKeyedStateHandle):
+                streams += [*part.shared_state.values(), *part.private_state.values(), part.meta_state]
+            else:
+                streams.append(part.delegate)
+        return streams
+    return []
 
 
 def shared_files(metadata: CheckpointMetadata) -> set[str]:
@@ -18,8 +40,7 @@ def shared_files(metadata: CheckpointMetadata) -> set[str]:
         for op in metadata.operators
         for subtask in op.subtask_states.values()
         for keyed in subtask.managed_keyed_state
-        if isinstance(keyed, IncrementalKeyedStateHandle)
-        for handle in keyed.shared_state.values()
+        for handle in _shared_streams(keyed)
         if isinstance(handle, FileStateHandle)
     }
 

@@ -161,7 +161,53 @@ class IncrementalKeyedStateHandle:
         return None if self.key_group_range.intersection(key_group_range).is_empty else self
 
 
-KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle
+CHANGELOG_FORMAT = "changelog"
+
+
+@dataclass(frozen=True)
+class ChangelogSegmentHandle:
+    """One uploaded piece of a changelog: the state changes with sequence numbers in (`from_sequence`,
+    `to_sequence`] (CL-3)."""
+
+    delegate: StreamStateHandle
+    from_sequence: int
+    to_sequence: int
+
+    @property
+    def size(self) -> int:
+        return self.delegate.size
+
+
+@dataclass(frozen=True)
+class ChangelogStateBackendHandle:
+    """A changelog backend's checkpoint (CL-2): the wrapped backend's handles of the latest materialization and the
+    changelog segments written since it, which restore replays on top (CL-4). Segments may hold changes of other
+    key groups (after rescaling); the reader keeps those of `key_group_range`."""
+
+    key_group_range: KeyGroupRange
+    materialization_id: int
+    materialized_sequence: int
+    """The last change the materialization includes; replay starts after it."""
+    materialized: tuple[KeyGroupsStateHandle | IncrementalKeyedStateHandle, ...]
+    changelog: tuple[ChangelogSegmentHandle, ...]
+    snapshot_format: str = CHANGELOG_FORMAT
+
+    @property
+    def size(self) -> int:
+        return sum(h.size for h in self.materialized) + sum(s.size for s in self.changelog)
+
+    def intersection(self, key_group_range: KeyGroupRange) -> ChangelogStateBackendHandle | None:
+        """The part for `key_group_range`: materialized handles cut to it, every segment kept (KB-RESTORE-2)."""
+        common = self.key_group_range.intersection(key_group_range)
+        if common.is_empty:
+            return None
+        parts = tuple(p for p in (h.intersection(common) for h in self.materialized) if p is not None)
+        return ChangelogStateBackendHandle(
+            common, self.materialization_id, self.materialized_sequence, parts, self.changelog
+        )
+
+
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle | ChangelogStateBackendHandle
 
 
 class OperatorStateMode(str, enum.Enum):

@@ -256,3 +256,13 @@ class MergingState(State, Protocol):
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Fold the sources' values into target (for the current key) and clear the sources (KS-MERGE-1..3)."""
         ...
+
+
+@runtime_checkable
+class InternalAppendingState(State, Protocol):
+    """Direct access to the stored value of reducing state or the accumulator of aggregating state (Flink's
+    `InternalAppendingState`); the changelog backend logs and replays aggregating state through it (CL-9)."""
+
+    def get_internal(self) -> Any: ...
+
+    def update_internal(self, value: Any) -> None: ...

@@ -143,7 +143,7 @@ def test_hostile_canonical_entries_are_refused_on_restore(
 @pytest.mark.requirement("FMT-3", "SP-1")
 @pytest.mark.capability("canonical_savepoints", "rescaling", "operator_state")
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_golden_savepoint_of_every_older_format_version_restores(
     state_backend: Any, tmp_path: Path, parallelism: int, version: int
 ) -> None:

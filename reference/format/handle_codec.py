@@ -15,6 +15,8 @@ from typing import Any
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
     ByteStreamStateHandle,
+    ChangelogSegmentHandle,
+    ChangelogStateBackendHandle,
     FileStateHandle,
     IncrementalKeyedStateHandle,
     KeyedStateHandle,
@@ -46,6 +48,7 @@ def field(data: Any, name: str, kind: type | tuple[type, ...]) -> Any:
 
 MAX_POSITION = 2**63 - 1  # the largest file size or offset a reader seeks to
 MAX_CHECKSUM = 2**32 - 1
+MAX_SEQUENCE = 2**63 - 1  # changelog sequence numbers
 
 
 def bounded_int(data: Any, name: str, low: int = 0, high: int = MAX_POSITION) -> int:
@@ -91,6 +94,7 @@ class HandleCodec:
         self._decode_path = decode_path
         self._binary = version != 1
         self._checksums = version >= 3
+        self._changelog = version >= 4
 
     # -- encoding ---------------------------------------------------------------------------------------------
     def stream(self, handle: StreamStateHandle) -> dict[str, Any]:
@@ -103,6 +107,21 @@ class HandleCodec:
         return plain
 
     def keyed(self, handle: KeyedStateHandle) -> dict[str, Any]:
+        if isinstance(handle, ChangelogStateBackendHandle):
+            if not self._changelog:
+                raise ValueError("changelog handles need _metadata format version 4")
+            return {
+                "type": "changelog",
+                "start": handle.key_group_range.start,
+                "end": handle.key_group_range.end,
+                "materialization_id": handle.materialization_id,
+                "materialized_sequence": handle.materialized_sequence,
+                "materialized": [self.keyed(h) for h in handle.materialized],
+                "changelog": [
+                    {"from": s.from_sequence, "to": s.to_sequence, "stream": self.stream(s.delegate)}
+                    for s in handle.changelog
+                ],
+            }
         if isinstance(handle, IncrementalKeyedStateHandle):
             return {
                 "type": "incremental-key-groups",
@@ -162,11 +181,21 @@ class HandleCodec:
 
     def decode_keyed(self, data: Any, max_parallelism: int) -> KeyedStateHandle:
         kind = field(data, "type", str)
-        if kind not in ("key-groups", "incremental-key-groups"):
+        known = (
+            ("key-groups", "incremental-key-groups", "changelog")
+            if self._changelog
+            else (
+                "key-groups",
+                "incremental-key-groups",
+            )
+        )
+        if kind not in known:
             raise ValueError(f"unknown keyed state handle type {kind!r}")
         start, end = bounded_int(data, "start"), bounded_int(data, "end")
         if not start <= end < max_parallelism:
             raise ValueError(f"key-group range [{start}, {end}] is not within [0, {max_parallelism - 1}]")
+        if kind == "changelog":
+            return self._decode_changelog(data, KeyGroupRange(start, end), max_parallelism)
         if kind == "incremental-key-groups":
             return IncrementalKeyedStateHandle(
                 field(data, "backend_id", str),
@@ -184,6 +213,39 @@ class HandleCodec:
         if len(offsets) != end - start + 1:
             raise ValueError(f"{len(offsets)} offsets for the {end - start + 1} key groups of [{start}, {end}]")
         return KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, stream, snapshot_format)
+
+    def _decode_changelog(self, data: Any, key_groups: KeyGroupRange, max_parallelism: int) -> KeyedStateHandle:
+        """A changelog handle (CL-2): materialized handles of the wrapped backend inside its range, segments with
+        ascending, non-empty sequence ranges after the materialization."""
+        materialized_sequence = bounded_int(data, "materialized_sequence", 0, MAX_SEQUENCE)
+        parts = []
+        for plain in field(data, "materialized", list):
+            part = self.decode_keyed(plain, max_parallelism)
+            if isinstance(part, ChangelogStateBackendHandle):
+                raise ValueError("a changelog handle's materialized state cannot itself be a changelog handle")
+            if part.key_group_range.intersection(key_groups) != part.key_group_range:
+                raise ValueError(f"a materialized handle's key groups {part.key_group_range} lie outside {key_groups}")
+            parts.append(part)
+        segments = []
+        for plain in field(data, "changelog", list):
+            after, up_to = bounded_int(plain, "from", 0, MAX_SEQUENCE), bounded_int(plain, "to", 0, MAX_SEQUENCE)
+            if not after < up_to or up_to <= materialized_sequence:
+                raise ValueError(f"changelog segment ({after}, {up_to}] is empty or before the materialization")
+            segments.append(ChangelogSegmentHandle(self.decode_stream(field(plain, "stream", dict)), after, up_to))
+        unknown = set(data) - {
+            "type",
+            "start",
+            "end",
+            "materialization_id",
+            "materialized_sequence",
+            "materialized",
+            "changelog",
+        }
+        if unknown:
+            raise ValueError(f"changelog handle has unknown fields {sorted(map(str, unknown))}")
+        return ChangelogStateBackendHandle(
+            key_groups, bounded_int(data, "materialization_id"), materialized_sequence, tuple(parts), tuple(segments)
+        )
 
     def _streams(self, data: dict[Any, Any]) -> dict[str, StreamStateHandle]:
         return {plain_file_name(name): self.decode_stream(h) for name, h in data.items()}

@@ -1,10 +1,11 @@
 """The `_metadata` file: magic number, format version, payload (FMT-1..FMT-4).
 
-Version 3 (current): `>I magic | >I version | >Q payload length | msgpack payload | >I crc32(payload)`, every
+Version 4 (current): version 3 plus the changelog keyed state handle (CL-2).
+Version 3 (read only): `>I magic | >I version | >Q payload length | msgpack payload | >I crc32(payload)`, every
 file handle recording the CRC-32C of its file (FMT-12).
 Version 2 (read only): the same without file checksums.
 Version 1 (read only): `>I magic | >I version | UTF-8 JSON payload`, bytes as base64, no checksum.
-The checkpoint code writes only the newest version; V1 and V2 encoding is kept for producing golden test files
+The checkpoint code writes only the newest version; V1 to V3 encoding is kept for producing golden test files
 (FMT-3). Decoding validates types, bounds and key-group coverage before anything is used (FMT-8, FMT-11).
 """
 
@@ -25,8 +26,8 @@ from statecert.spec.errors import CheckpointFormatError, UnknownFormatVersionErr
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 
 MAGIC = 0x53434D44  # "SCMD"
-CURRENT_VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
+CURRENT_VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 _HEADER = struct.Struct(">II")
 _V2_LENGTH = struct.Struct(">Q")
 _V2_CRC = struct.Struct(">I")

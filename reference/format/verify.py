@@ -10,6 +10,7 @@ from functools import partial
 
 import fsspec
 
+from statecert.reference.changelog.records import decode_segment
 from statecert.reference.format.canonical import CanonicalReader, describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.format.operator_stream import read_operator_states
@@ -21,8 +22,11 @@ from statecert.spec.handles import (
     CANONICAL_FORMAT,
     ROCKSDB_NATIVE_FORMAT,
     ByteStreamStateHandle,
+    ChangelogSegmentHandle,
+    ChangelogStateBackendHandle,
     FileStateHandle,
     IncrementalKeyedStateHandle,
+    KeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateHandle,
     StreamStateHandle,
@@ -79,16 +83,46 @@ def _stat(handle: FileStateHandle) -> None:
         )
 
 
+def _keyed_streams(keyed: KeyedStateHandle) -> list[StreamStateHandle]:
+    if isinstance(keyed, IncrementalKeyedStateHandle):
+        return [*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state]
+    if isinstance(keyed, ChangelogStateBackendHandle):
+        streams: list[StreamStateHandle] = [segment.delegate for segment in keyed.changelog]
+        for part in keyed.materialized:
+            streams += _keyed_streams(part)
+        return streams
+    return [keyed.delegate]
+
+
 def _files(metadata: CheckpointMetadata) -> Iterator[FileStateHandle]:
     for op in metadata.operators:
         for subtask in op.subtask_states.values():
             for keyed in subtask.managed_keyed_state:
-                if isinstance(keyed, IncrementalKeyedStateHandle):
-                    streams = [*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state]
-                else:
-                    streams = [keyed.delegate]
-                yield from (s for s in streams if isinstance(s, FileStateHandle))
+                yield from (s for s in _keyed_streams(keyed) if isinstance(s, FileStateHandle))
             yield from (h.delegate for h in subtask.managed_operator_state if isinstance(h.delegate, FileStateHandle))
+
+
+def _read_segment(segment: ChangelogSegmentHandle, max_parallelism: int) -> None:
+    with segment.delegate.open() as f:
+        data = f.read()
+    decode_segment(data, describe(segment.delegate), max_parallelism)
+
+
+def _keyed_checks(keyed: KeyedStateHandle, max_parallelism: int) -> Iterator[tuple[str, Callable[[], None]]]:
+    if isinstance(keyed, ChangelogStateBackendHandle):
+        for part in keyed.materialized:
+            yield from _keyed_checks(part, max_parallelism)
+        for segment in keyed.changelog:
+            yield describe(segment.delegate), partial(_read_segment, segment, max_parallelism)
+    elif isinstance(keyed, IncrementalKeyedStateHandle) and keyed.snapshot_format == ROCKSDB_NATIVE_FORMAT:
+        yield describe(keyed.meta_state), partial(verify_native_handle, keyed, max_parallelism)
+    elif isinstance(keyed, IncrementalKeyedStateHandle):
+        for stream in (*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state):
+            yield describe(stream), partial(_open_and_close, stream)
+    elif keyed.snapshot_format == CANONICAL_FORMAT:
+        yield describe(keyed.delegate), partial(_read_canonical, keyed, max_parallelism)
+    else:
+        yield describe(keyed.delegate), partial(_open_and_close, keyed.delegate)
 
 
 def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], None]]]:
@@ -96,21 +130,7 @@ def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], No
     for op in metadata.operators:
         for subtask in op.subtask_states.values():
             for keyed in subtask.managed_keyed_state:
-                if isinstance(keyed, IncrementalKeyedStateHandle) and keyed.snapshot_format == ROCKSDB_NATIVE_FORMAT:
-                    yield (
-                        describe(keyed.meta_state),
-                        partial(verify_native_handle, keyed, op.max_parallelism),
-                    )
-                elif isinstance(keyed, IncrementalKeyedStateHandle):
-                    for stream in (*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state):
-                        yield describe(stream), partial(_open_and_close, stream)
-                elif keyed.snapshot_format == CANONICAL_FORMAT:
-                    yield (
-                        describe(keyed.delegate),
-                        partial(_read_canonical, keyed, op.max_parallelism),
-                    )
-                else:
-                    yield describe(keyed.delegate), partial(_open_and_close, keyed.delegate)
+                yield from _keyed_checks(keyed, op.max_parallelism)
             for handle in subtask.managed_operator_state:
                 yield describe(handle.delegate), partial(_read_operator, handle)
 

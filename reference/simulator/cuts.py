@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.simulator.keyed_tasks import unpack
@@ -45,7 +46,7 @@ def operator_totals(
             key_group_range_for_operator(op.max_parallelism, op.parallelism, p),
             keyed_handles_for_subtask(op, op.parallelism, p),
         )
-        with backend.create_keyed_state_backend(params) as keyed:
+        with create_keyed_backend(backend, params) as keyed:
             state = keyed.get_or_create_state(aggregate.descriptor)
             for key in list(keyed.get_keys(aggregate.descriptor.name, VOID_NAMESPACE)):
                 keyed.set_current_key(key)

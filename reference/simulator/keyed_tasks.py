@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import simpy
 
+from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.coordinator.settings import CheckpointingMode
 from statecert.reference.simulator.tasks import (
     CHANNEL_STATE,
@@ -63,7 +64,7 @@ class KeyedTask:
         params = KeyedBackendParameters(
             "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed
         )
-        self.keyed = sim.backend.create_keyed_state_backend(params)
+        self.keyed = create_keyed_backend(sim.backend, params)
         self.aggregate = self.keyed.get_or_create_state(sim.aggregate.descriptor)
         self.operator = sim.backend.create_operator_state_backend(
             OperatorBackendParameters("sim", self.operator_id, operator)

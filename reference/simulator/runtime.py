@@ -35,7 +35,7 @@ from statecert.reference.simulator.tasks import Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
-from statecert.spec.handles import IncrementalKeyedStateHandle
+from statecert.spec.handles import ChangelogStateBackendHandle, IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
 from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
@@ -332,11 +332,29 @@ class Simulation:
         self.env.process(self._ack(attempt, checkpoint_id, task, state, delay))
         return delay if self.spec.synchronous_snapshots else 0.0
 
+    def _new_shared(self, streams: Any) -> int:
+        """Bytes of the streams not uploaded by an earlier checkpoint (a referenced file costs nothing)."""
+        total = 0
+        for stream in streams:
+            path = getattr(stream, "path", None)
+            if path is None or path not in self._uploaded_files:
+                total += stream.size
+                if path is not None:
+                    self._uploaded_files.add(path)
+        return total
+
     def _new_bytes(self, state: OperatorSubtaskState) -> int:
         """Bytes this acknowledgement wrote: shared files already uploaded by earlier checkpoints are referenced."""
         total = 0
         for handle in state.managed_keyed_state:
-            if isinstance(handle, IncrementalKeyedStateHandle):
+            if isinstance(handle, ChangelogStateBackendHandle):
+                total += self._new_shared(segment.delegate for segment in handle.changelog)
+                total += self._new_shared(part.delegate for part in handle.materialized if hasattr(part, "delegate"))
+                for part in handle.materialized:
+                    if isinstance(part, IncrementalKeyedStateHandle):
+                        total += self._new_shared([*part.shared_state.values(), *part.private_state.values()])
+                        total += self._new_shared([part.meta_state])
+            elif isinstance(handle, IncrementalKeyedStateHandle):
                 for shared in handle.shared_state.values():
                     path = getattr(shared, "path", None)
                     if path is None or path not in self._uploaded_files:

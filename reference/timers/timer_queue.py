@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from statecert.reference.serializers import BooleanSerializer, LongSerializer
+from statecert.spec.errors import IllegalStateError
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import MapStateDescriptor
 from statecert.spec.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, InternalTimer
@@ -68,8 +69,10 @@ class TimerQueue:
         return identity
 
     def _current_key(self) -> Any:
-        self._backend.current_key_bytes_and_group()  # raises without a current key (TM-1)
-        return self._backend.get_current_key()
+        key = self._backend.get_current_key()
+        if key is None:
+            raise IllegalStateError("no current key: call set_current_key() before registering a timer (TM-1)")
+        return key
 
     def add(self, namespace: Any, time: int) -> None:
         """A timer for the current key (TM-1); an existing one is left as it is (TM-3)."""

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.format.canonical import CanonicalReader
 from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import SERIALIZER_ROLES
@@ -69,7 +70,7 @@ def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_paralle
             job_config={"state.backend.type": "rocksdb", "state.backend.rocksdb.localdir": f"{scratch}/local"}
         )
         params = KeyedBackendParameters("reader", operator, keys, max_parallelism, handle.key_group_range, (handle,))
-        with backend.create_keyed_state_backend(params) as keyed:
+        with create_keyed_backend(backend, params) as keyed:
             url = Path(scratch, "canonical").as_uri()
             location = CheckpointStorageLocationImpl(1, url, url, 0, None)
             options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)

@@ -17,6 +17,7 @@ from typing import Any
 
 import fsspec
 
+from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
@@ -149,7 +150,7 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
         key_group_range_for_operator(task.max_parallelism, task.parallelism, subtask),
         handles,
     )
-    return backend.create_keyed_state_backend(params)
+    return create_keyed_backend(backend, params)
 
 
 def process_partition(task: EpochTask, subtask: int, items: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, ...]]:

@@ -1,0 +1,251 @@
+"""State objects of the changelog backend: each forwards to the wrapped backend's state and appends what changed
+to the log (CL-3), as Flink's `ChangelogValueState`, `ChangelogListState`... do. Every change is logged as its
+result where replaying the operation would need the state's functions (reducing, aggregating, merges), so replay
+needs no user code (CL-4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+from statecert.reference.changelog.records import Op
+from statecert.spec.errors import UnsupportedFeatureError
+from statecert.spec.serializers import TypeSerializer
+from statecert.spec.state import VOID_NAMESPACE, InternalAppendingState, StateKind, TtlConfig, TtlUpdateType
+
+
+class ChangeLogger(Protocol):
+    def log_change(self, state: str, op: Op, namespace: bytes, payload: Any) -> None: ...
+
+
+class LoggingState:
+    """Forwards everything to `delegate`; subclasses log the writes (and TTL-refreshing reads)."""
+
+    def __init__(
+        self,
+        logger: ChangeLogger,
+        delegate: Any,
+        name: str,
+        namespace_serializer: TypeSerializer[Any],
+        serializers: Mapping[str, TypeSerializer[Any]],
+        ttl: TtlConfig | None,
+    ) -> None:
+        self.delegate = delegate
+        self.name = name
+        self.namespace_serializer = namespace_serializer
+        self._logger = logger
+        self._serializers = dict(serializers)
+        self._namespace: Any = VOID_NAMESPACE
+        self._touches = ttl is not None and ttl.update_type is TtlUpdateType.ON_READ_AND_WRITE
+
+    def _log(self, op: Op, payload: Any, namespace: Any = None) -> None:
+        ns = self._namespace if namespace is None else namespace
+        self._logger.log_change(self.name, op, self.namespace_serializer.serialize(ns), payload)
+
+    def _touch(self, payload: Any = None) -> None:
+        if self._touches:
+            self._log(Op.TOUCH, payload)
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        self.delegate.set_current_namespace(namespace)
+        self._namespace = namespace
+
+    def clear(self) -> None:
+        self.delegate.clear()
+        self._log(Op.CLEAR, None)
+
+
+class LoggingValueState(LoggingState):
+    def value(self) -> Any:
+        self._touch()
+        return self.delegate.value()
+
+    def update(self, value: Any) -> None:
+        self.delegate.update(value)
+        if value is None:
+            self._log(Op.CLEAR, None)
+        else:
+            self._log(Op.SET, self._serializers["value"].serialize(value))
+
+
+class LoggingListState(LoggingState):
+    def get(self) -> Any:
+        self._touch()
+        return self.delegate.get()
+
+    def add(self, value: Any) -> None:
+        self.delegate.add(value)
+        self._log(Op.ADD, self._serializers["element"].serialize(value))
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        self.delegate.add_all(values)
+        self._log(Op.ADD_ALL, [self._serializers["element"].serialize(v) for v in values])
+
+    def update(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        self.delegate.update(values)
+        self._log(Op.REPLACE, [self._serializers["element"].serialize(v) for v in values])
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        sources = list(sources)
+        self.delegate.merge_namespaces(target, sources)
+        _log_merge(self, target, sources, lambda: self.delegate.get(), self._serializers["element"], list_state=True)
+
+
+class LoggingMapState(LoggingState):
+    def _put_payload(self, user_key: Any, value: Any) -> list[bytes]:
+        return [self._serializers["user_key"].serialize(user_key), self._serializers["user_value"].serialize(value)]
+
+    def get(self, user_key: Any) -> Any:
+        self._touch(self._serializers["user_key"].serialize(user_key))
+        return self.delegate.get(user_key)
+
+    def contains(self, user_key: Any) -> bool:
+        self._touch(self._serializers["user_key"].serialize(user_key))
+        return bool(self.delegate.contains(user_key))
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self.delegate.put(user_key, value)
+        self._log(Op.PUT, self._put_payload(user_key, value))
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        entries = dict(entries)
+        self.delegate.put_all(entries)
+        for user_key, value in entries.items():
+            self._log(Op.PUT, self._put_payload(user_key, value))
+
+    def remove(self, user_key: Any) -> None:
+        self.delegate.remove(user_key)
+        self._log(Op.REMOVE, self._serializers["user_key"].serialize(user_key))
+
+    def items(self) -> Any:
+        self._touch()
+        return self.delegate.items()
+
+    def keys(self) -> Any:
+        self._touch()
+        return self.delegate.keys()
+
+    def values(self) -> Any:
+        self._touch()
+        return self.delegate.values()
+
+    def is_empty(self) -> bool:
+        self._touch()
+        return bool(self.delegate.is_empty())
+
+    def iterator(self) -> LoggingMapIterator:
+        self._touch()
+        return LoggingMapIterator(self, self.delegate.iterator())
+
+
+class LoggingMapIterator(Iterator[tuple[Any, Any]]):
+    """`remove()` removes the last returned entry through the wrapped iterator and logs it."""
+
+    def __init__(self, state: LoggingMapState, delegate: Any) -> None:
+        self._state = state
+        self._delegate = delegate
+        self._last: Any = None
+
+    def __next__(self) -> tuple[Any, Any]:
+        entry = next(self._delegate)
+        self._last = entry
+        return entry  # type: ignore[no-any-return]
+
+    def remove(self) -> None:
+        self._delegate.remove()
+        if self._last is not None:
+            self._state._log(Op.REMOVE, self._state._serializers["user_key"].serialize(self._last[0]))
+
+
+class LoggingReducingState(LoggingState):
+    """Logs the reduced value after each add (replay sets it; no reduce function needed)."""
+
+    def get(self) -> Any:
+        self._touch()
+        return self.delegate.get()
+
+    def _stored(self) -> Any:
+        if isinstance(self.delegate, InternalAppendingState):
+            return self.delegate.get_internal()
+        return self.delegate.get()
+
+    def add(self, value: Any) -> None:
+        self.delegate.add(value)
+        self._log(Op.SET, self._serializers["value"].serialize(self._stored()))
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        sources = list(sources)
+        self.delegate.merge_namespaces(target, sources)
+        _log_merge(self, target, sources, self._stored, self._serializers["value"])
+
+
+class LoggingAggregatingState(LoggingState):
+    """Logs the accumulator after each add, read through `get_internal` (CL-9)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if not isinstance(self.delegate, InternalAppendingState):
+            raise UnsupportedFeatureError(
+                f"aggregating state {self.name!r}: the wrapped backend's state has no get_internal/update_internal, "
+                "which the changelog needs to log accumulators (CL-9)"
+            )
+
+    def get(self) -> Any:
+        self._touch()
+        return self.delegate.get()
+
+    def add(self, value: Any) -> None:
+        self.delegate.add(value)
+        self._log(Op.SET, self._serializers["value"].serialize(self.delegate.get_internal()))
+
+    def get_internal(self) -> Any:
+        return self.delegate.get_internal()
+
+    def update_internal(self, value: Any) -> None:
+        self.delegate.update_internal(value)
+        if value is None:
+            self._log(Op.CLEAR, None)
+        else:
+            self._log(Op.SET, self._serializers["value"].serialize(value))
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        sources = list(sources)
+        self.delegate.merge_namespaces(target, sources)
+        _log_merge(self, target, sources, self.delegate.get_internal, self._serializers["value"])
+
+
+def _log_merge(
+    state: LoggingState,
+    target: Any,
+    sources: list[Any],
+    read: Any,
+    serializer: TypeSerializer[Any],
+    list_state: bool = False,
+) -> None:
+    """A merge is logged as its result: the target's new content, and each source cleared (KS-MERGE-2)."""
+    for source in sources:
+        if source != target:
+            state._log(Op.CLEAR, None, namespace=source)
+    current = state._namespace
+    state.delegate.set_current_namespace(target)
+    try:
+        result = read()
+    finally:
+        state.delegate.set_current_namespace(current)
+    if result is None:
+        state._log(Op.CLEAR, None, namespace=target)
+    elif list_state:
+        state._log(Op.REPLACE, [serializer.serialize(v) for v in result], namespace=target)
+    else:
+        state._log(Op.SET, serializer.serialize(result), namespace=target)
+
+
+LOGGING_STATES: dict[StateKind, type[LoggingState]] = {
+    StateKind.VALUE: LoggingValueState,
+    StateKind.LIST: LoggingListState,
+    StateKind.MAP: LoggingMapState,
+    StateKind.REDUCING: LoggingReducingState,
+    StateKind.AGGREGATING: LoggingAggregatingState,
+}

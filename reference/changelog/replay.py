@@ -1,0 +1,193 @@
+"""Restore of a changelog backend (CL-4): the wrapped backend restores the materialized handles, the changes of
+the backend's key groups after each materialization are replayed in sequence order through the public state API
+(serialized payloads passed through under their original serializer snapshots, each at its logged time so TTL
+timestamps come out as written), and the result is handed to a fresh wrapped backend through a canonical
+snapshot in memory, so states stay unregistered until the job registers them (KB-RESTORE-3)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import fsspec
+
+from statecert.reference.changelog.raw_serializer import RawSerializer
+from statecert.reference.changelog.records import Change, LoggedState, Op, decode_segment
+from statecert.reference.serializers import restore_serializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import CheckpointFormatError, StateMigrationError, UnsupportedSnapshotError
+from statecert.spec.handles import CHANGELOG_FORMAT, ChangelogStateBackendHandle, KeyedStateHandle
+from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    Clock,
+    InternalAppendingState,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    StateKind,
+    ValueStateDescriptor,
+)
+
+
+class ReplayClock:
+    """The job's clock, except while a change is replayed: then the change's logged time."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.replaying_at: int | None = None
+
+    def now_ms(self) -> int:
+        return self.replaying_at if self.replaying_at is not None else self._clock.now_ms()
+
+
+def _never(*args: Any) -> Any:
+    raise AssertionError("a replayed state never calls its functions (CL-4)")
+
+
+class _NoAggregate:
+    create_accumulator = add = get_result = merge = staticmethod(_never)
+
+
+def _descriptor(logged: LoggedState, serializers: dict[str, Any]) -> StateDescriptor:
+    name, ttl = logged.meta.name, logged.ttl
+    kind = logged.meta.kind
+    if kind is StateKind.VALUE:
+        return ValueStateDescriptor(name, ttl, serializer=serializers["value"])
+    if kind is StateKind.LIST:
+        return ListStateDescriptor(name, ttl, element_serializer=serializers["element"])
+    if kind is StateKind.MAP:
+        return MapStateDescriptor(
+            name, ttl, user_key_serializer=serializers["user_key"], user_value_serializer=serializers["user_value"]
+        )
+    if kind is StateKind.REDUCING:
+        return ReducingStateDescriptor(name, ttl, reduce_function=_never, serializer=serializers["value"])
+    return AggregatingStateDescriptor(
+        name, ttl, aggregate_function=_NoAggregate(), accumulator_serializer=serializers["value"]
+    )
+
+
+def read_changes(
+    handles: Sequence[ChangelogStateBackendHandle], params: KeyedBackendParameters[Any]
+) -> tuple[dict[str, LoggedState], list[Change]]:
+    """The changes to replay: of this backend's key groups, after the materialization of their handle, each once,
+    in sequence order per handle (key groups of different handles are disjoint)."""
+    states: dict[str, LoggedState] = {}
+    ordered: list[Change] = []
+    for handle in handles:
+        by_sequence: dict[int, Change] = {}
+        for segment in handle.changelog:
+            name = getattr(segment.delegate, "path", getattr(segment.delegate, "handle_name", "changelog segment"))
+            with segment.delegate.open() as f:
+                data = f.read()
+            described, changes = decode_segment(data, str(name), params.max_parallelism)
+            for change in changes:
+                if not segment.from_sequence < change.sequence <= segment.to_sequence:
+                    raise CheckpointFormatError(str(name), f"change {change.sequence} lies outside the segment's range")
+                if change.sequence <= handle.materialized_sequence or change.key_group not in params.key_group_range:
+                    continue
+                by_sequence.setdefault(change.sequence, change)
+            for state_name, logged in described.items():
+                if states.setdefault(state_name, logged).meta.kind is not logged.meta.kind:
+                    raise CheckpointFormatError(str(name), f"state {state_name!r} is logged with two kinds")
+        ordered.extend(by_sequence[s] for s in sorted(by_sequence))
+    return states, ordered
+
+
+def _register(backend: Any, logged: LoggedState) -> Any:
+    """The state to replay into, with pass-through serializers; a state the log describes with newer serializers
+    than the materialization is first migrated with the serializers the registry restores (SER-5)."""
+    raw = {role: RawSerializer(s) for role, s in logged.meta.serializers.items()}
+    namespace = RawSerializer(logged.meta.namespace_serializer)
+    try:
+        return backend.get_or_create_state(_descriptor(logged, raw), namespace)
+    except StateMigrationError:
+        restored = {role: restore_serializer(s) for role, s in logged.meta.serializers.items()}
+        backend.get_or_create_state(_descriptor(logged, restored), restore_serializer(logged.meta.namespace_serializer))
+        return backend.get_or_create_state(_descriptor(logged, raw), namespace)
+
+
+def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
+    key, payload = backend.key_serializer.deserialize(change.key), change.payload
+    backend.set_current_key(key)
+    state.set_current_namespace(change.namespace)
+    op = change.op
+    if op is Op.CLEAR:
+        state.clear()
+    elif op is Op.SET and kind is StateKind.VALUE:
+        state.update(payload)
+    elif op is Op.SET and isinstance(state, InternalAppendingState):
+        state.update_internal(payload)
+    elif op is Op.SET and kind is StateKind.REDUCING:
+        state.clear()
+        state.add(payload)
+    elif op is Op.ADD and kind is StateKind.LIST:
+        state.add(payload)
+    elif op is Op.ADD_ALL and kind is StateKind.LIST:
+        state.add_all(payload)
+    elif op is Op.REPLACE and kind is StateKind.LIST:
+        state.update(payload)
+    elif op is Op.PUT and kind is StateKind.MAP:
+        state.put(payload[0], payload[1])
+    elif op is Op.REMOVE and kind is StateKind.MAP:
+        state.remove(payload)
+    elif op is Op.TOUCH:
+        if kind is StateKind.MAP:
+            state.get(payload) if payload is not None else state.items()
+        elif kind is StateKind.VALUE:
+            state.value()
+        elif kind is StateKind.LIST:
+            state.get()
+    else:
+        raise CheckpointFormatError("changelog", f"a {op.value} change does not apply to {kind.value} state")
+
+
+def restore_keyed_backend(
+    delegate_factory: Any, params: KeyedBackendParameters[Any], handles: Sequence[KeyedStateHandle]
+) -> Any:
+    """The wrapped backend holding the restored state: materialized handles plus the replayed changes."""
+    changelog = [h for h in handles if isinstance(h, ChangelogStateBackendHandle)]
+    for handle in changelog:
+        if handle.snapshot_format != CHANGELOG_FORMAT:
+            raise UnsupportedSnapshotError(
+                f"a changelog state handle in format {handle.snapshot_format!r}: the changelog backend reads "
+                f"{CHANGELOG_FORMAT!r} handles (KB-RESTORE-5)"
+            )
+    materialized = [h for h in handles if not isinstance(h, ChangelogStateBackendHandle)]
+    materialized += [m for h in changelog for m in h.materialized]
+    states, changes = read_changes(changelog, params)
+    if not changes:
+        return delegate_factory.create_keyed_state_backend(replace(params, restore_state=tuple(materialized)))
+    clock = ReplayClock(params.ttl_clock)
+    staging = delegate_factory.create_keyed_state_backend(
+        replace(params, restore_state=tuple(materialized), ttl_clock=clock)
+    )
+    root = f"memory://statecert-changelog-replay-{uuid.uuid4().hex}"
+    try:
+        registered = {
+            name: _register(staging, logged) for name, logged in states.items() if any(c.state == name for c in changes)
+        }
+        for change in changes:
+            clock.replaying_at = change.timestamp
+            apply(staging, registered[change.state], states[change.state].meta.kind, change)
+        clock.replaying_at = None
+        location = (
+            FileSystemCheckpointStorage(root, savepoint_dir=root)
+            .create_checkpoint_storage("replay")
+            .initialize_location_for_savepoint(1)
+        )
+        handle = staging.snapshot(0, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)).run()
+        staging.dispose()
+        staging = None
+        return delegate_factory.create_keyed_state_backend(
+            replace(params, restore_state=(handle,) if handle is not None else ())
+        )
+    finally:
+        if staging is not None:
+            staging.dispose()
+        fs, path = fsspec.core.url_to_fs(root)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
