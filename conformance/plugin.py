@@ -43,6 +43,10 @@ class CertificationSession:
         self.settings = settings
         self.job_config = {**settings.backend_config, "state.backend.type": settings.backend or "hashmap"}
         probe = load_state_backend(job_config=self.job_config)
+        from statecert.reference.changelog.backend import ChangelogStateBackend
+
+        self.changelog = isinstance(probe, ChangelogStateBackend)
+        """The backend is wrapped in the changelog backend: chapter CL's own tests run too."""
         self.backend_name = str(getattr(probe, "name", settings.backend)) if settings.backend else None
         self.factory = f"{type(probe).__module__}:{type(probe).__qualname__}" if settings.backend else None
         self.capabilities = caps.with_overrides(
@@ -143,7 +147,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "capability(*names, supported=True): run only when every named capability is (not) declared"
     )
     config.addinivalue_line("markers", "tier(name): the tier of a conformance test (default: contract)")
-    config.addinivalue_line("markers", "subject(name): what a conformance test certifies: backend (default) or storage")
+    config.addinivalue_line(
+        "markers", "subject(name): what a conformance test certifies: backend (default), storage or changelog"
+    )
     cli = {
         "backend": config.getoption("--statecert-backend"),
         "backend_config": config.getoption("--statecert-config"),
@@ -254,8 +260,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (tier_marker.args[0] if tier_marker else "contract") not in session.settings.tiers:
             continue
         subject = item.get_closest_marker("subject")
-        if (subject.args[0] if subject else "backend") == "backend" and not session.settings.backend:
+        subject_name = subject.args[0] if subject else "backend"
+        if subject_name in ("backend", "changelog") and not session.settings.backend:
             continue
+        if subject_name == "changelog" and not session.changelog:
+            continue  # chapter CL checks the changelog wrapper: only with --changelog
         keep.append(item)
         session.order[test_id(item.path.stem, item.name)] = len(session.order)
         used, unsupported = capabilities_of(item)

@@ -14,6 +14,9 @@ from typing import Any
 
 import fsspec
 
+from statecert.reference.changelog.backend import ChangelogStateBackend
+from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
+from statecert.reference.changelog.replay import read_changes
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
@@ -577,6 +580,41 @@ def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return Keyed
 
 
+class _TruncatesEarly(ChangelogKeyedStateBackend):
+    """Truncates the log as soon as a materialization is written, before a checkpoint holding it completes."""
+
+    def _materialize(self, materialization: Any, required: bool) -> Any:
+        done = super()._materialize(materialization, required)
+        if done is not None:
+            self._writer.truncate(done.sequence)
+        return done
+
+
+def _reversed_changes(handles: Any, params: Any) -> Any:
+    states, changes = read_changes(handles, params)
+    return states, list(reversed(changes))
+
+
+class _ReplaysOutOfOrder(ChangelogKeyedStateBackend):
+    """Replays the log newest change first."""
+
+    change_reader = staticmethod(_reversed_changes)
+
+
+class _IgnoresLog(ChangelogKeyedStateBackend):
+    """Restores the materialization and drops the log."""
+
+    change_reader = staticmethod(lambda handles, params: ({}, []))
+
+
+def _changelog_factory(keyed: type[ChangelogKeyedStateBackend]) -> Any:
+    class Broken(ChangelogStateBackend):
+        def create_keyed_state_backend(self, params: Any) -> Any:
+            return keyed(self.delegate, params, self.settings)
+
+    return lambda config: Broken(HashMapStateBackend(), ChangelogSettings(materialize_interval_ms=0))
+
+
 def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:
     class Broken(EmbeddedRocksDBStateBackend):
         def create_keyed_state_backend(self, params: Any) -> Any:
@@ -626,6 +664,9 @@ timers_not_deduplicated = _factory(_with_timer_queue(_DuplicatingQueue))
 timers_fire_with_stale_key = _factory(_with_timer_queue(_StaleKeyQueue))
 timers_forget_restored = _factory(_with_timer_queue(_ForgetsRestoredQueue))
 timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
+changelog_truncates_early = _changelog_factory(_TruncatesEarly)
+changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
+changelog_ignores_log = _changelog_factory(_IgnoresLog)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -671,4 +712,7 @@ CAUGHT_BY = {
     "timers_fire_with_stale_key": "TM-2",
     "timers_forget_restored": "TM-6",
     "timers_delete_keeps_due": "TM-4",
+    "changelog_truncates_early": "CL-5",
+    "changelog_replays_out_of_order": "CL-4",
+    "changelog_ignores_log": "CL-4",
 }

@@ -241,6 +241,16 @@ class AggregatingState(_State):
         acc = self._acc()
         return None if acc is None else self.descriptor.aggregate_function.get_result(acc)
 
+    def get_internal(self) -> Any:
+        """The accumulator (spec `InternalAppendingState`, CL-9: what the changelog backend logs)."""
+        return self._acc()
+
+    def update_internal(self, accumulator: Any) -> None:
+        if accumulator is None:
+            self.clear()
+        else:
+            self.table.entries[self._key()] = self.ser["value"].serialize(accumulator)
+
     def add(self, value: Any) -> None:
         fn = self.descriptor.aggregate_function
         acc = self._acc()

@@ -68,22 +68,21 @@ def changelog_settings(config: Mapping[str, object]) -> ChangelogSettings:
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class ChangelogStateBackend:
     """The wrapped backend's keyed backends with a changelog; operator state is the wrapped backend's own."""
 
     delegate: StateBackend
     settings: ChangelogSettings = dataclasses.field(default_factory=ChangelogSettings)
 
-    @property
-    def name(self) -> str:
-        return f"changelog({self.delegate.name})"
+    name: str = dataclasses.field(init=False)
+    capabilities: BackendCapabilities = dataclasses.field(init=False)
 
-    @property
-    def capabilities(self) -> BackendCapabilities:
-        """The wrapped backend's, with incremental checkpoints (the log is shared between checkpoints) and
-        timers (kept as logged keyed state)."""
-        return dataclasses.replace(self.delegate.capabilities, incremental_checkpoints=True, timers=True)
+    def __post_init__(self) -> None:
+        """The name says what is wrapped; the capabilities are the wrapped backend's, with incremental checkpoints
+        (the log is shared between checkpoints) and timers (kept as logged keyed state)."""
+        self.name = f"changelog({self.delegate.name})"
+        self.capabilities = dataclasses.replace(self.delegate.capabilities, incremental_checkpoints=True, timers=True)
 
     def configure(self, config: Mapping[str, object]) -> ChangelogStateBackend:
         delegate = self.delegate

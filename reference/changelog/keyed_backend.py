@@ -16,7 +16,7 @@ from typing import Any
 
 from statecert.reference.changelog.logging_states import LOGGING_STATES, LoggingState
 from statecert.reference.changelog.records import LoggedState, Op
-from statecert.reference.changelog.replay import restore_keyed_backend
+from statecert.reference.changelog.replay import ChangeReader, restore_keyed_backend
 from statecert.reference.changelog.shared_scope import SharedScopeStreamFactory
 from statecert.reference.changelog.writer import StateChangelogWriter
 from statecert.reference.format.state_meta import StateMetaInfo
@@ -60,12 +60,14 @@ class ChangelogSettings:
 
 class ChangelogKeyedStateBackend:
     backend_name = "changelog"
+    change_reader: ChangeReader | None = None
+    """How restore reads the log (None: `read_changes`); replaceable for fault-injection tests."""
 
     def __init__(self, delegate_factory: Any, params: KeyedBackendParameters[Any], settings: ChangelogSettings) -> None:
         self._params = params
         self._settings = settings
         self._clock = params.ttl_clock
-        self._delegate = restore_keyed_backend(delegate_factory, params, params.restore_state)
+        self._delegate = restore_keyed_backend(delegate_factory, params, params.restore_state, self.change_reader)
         self._writer = StateChangelogWriter(inline=settings.storage == "memory")
         self._states: dict[str, LoggingState] = {}
         self._timer_services: dict[str, KeyedTimerService] = {}

@@ -7,7 +7,7 @@ snapshot in memory, so states stay unregistered until the job registers them (KB
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -145,8 +145,16 @@ def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
         raise CheckpointFormatError("changelog", f"a {op.value} change does not apply to {kind.value} state")
 
 
+ChangeReader = Callable[
+    [Sequence[ChangelogStateBackendHandle], KeyedBackendParameters[Any]], tuple[dict[str, LoggedState], list[Change]]
+]
+
+
 def restore_keyed_backend(
-    delegate_factory: Any, params: KeyedBackendParameters[Any], handles: Sequence[KeyedStateHandle]
+    delegate_factory: Any,
+    params: KeyedBackendParameters[Any],
+    handles: Sequence[KeyedStateHandle],
+    reader: ChangeReader | None = None,
 ) -> Any:
     """The wrapped backend holding the restored state: materialized handles plus the replayed changes."""
     changelog = [h for h in handles if isinstance(h, ChangelogStateBackendHandle)]
@@ -158,7 +166,7 @@ def restore_keyed_backend(
             )
     materialized = [h for h in handles if not isinstance(h, ChangelogStateBackendHandle)]
     materialized += [m for h in changelog for m in h.materialized]
-    states, changes = read_changes(changelog, params)
+    states, changes = (reader or read_changes)(changelog, params)
     if not changes:
         return delegate_factory.create_keyed_state_backend(replace(params, restore_state=tuple(materialized)))
     clock = ReplayClock(params.ttl_clock)

@@ -1,0 +1,270 @@
+"""The changelog state backend (chapter CL), run with `statecert certify BACKEND --changelog`: replay order,
+truncation only after a completed checkpoint, switching changelog on and off, savepoints, materialization failures.
+
+Each test drives a program of non-commutative changes (list appends, overwrites, map puts and removes) and checks
+every restored checkpoint against the state the test recorded at that checkpoint's synchronous part."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.conformance.helpers import keyed_backend, location_for
+from statecert.reference.changelog.records import MAGIC
+from statecert.reference.checkpointing import create_keyed_backend
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.handles import ChangelogStateBackendHandle
+from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.state import (
+    VOID_NAMESPACE,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    SystemClock,
+    ValueStateDescriptor,
+)
+from statecert.spec.storage import CheckpointedStateScope
+
+pytestmark = pytest.mark.subject("changelog")
+
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+LIST = ListStateDescriptor("l", element_serializer=LongSerializer())
+MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+REDUCING = ReducingStateDescriptor("r", reduce_function=lambda a, b: a * 3 + b, serializer=LongSerializer())
+KEYS = [f"k{i}" for i in range(8)]
+Step = tuple[str, int, int]  # operation, key index, number
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "append", "put", "remove", "reduce", "clear"]), st.integers(0, 7), st.integers(0, 9)
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def apply(backend: Any, step: Step) -> None:
+    op, key, number = step
+    backend.set_current_key(KEYS[key])
+    if op == "set":
+        backend.get_or_create_state(VALUE).update(number)
+    elif op == "append":
+        backend.get_or_create_state(LIST).add(number)
+    elif op == "put":
+        backend.get_or_create_state(MAP).put(f"u{number % 3}", number)
+    elif op == "remove":
+        backend.get_or_create_state(MAP).remove(f"u{number % 3}")
+    elif op == "reduce":
+        backend.get_or_create_state(REDUCING).add(number)
+    else:
+        for descriptor in (VALUE, LIST, MAP, REDUCING):
+            backend.get_or_create_state(descriptor).clear()
+
+
+def contents(backend: Any) -> dict[str, Any]:
+    """Every key's value, list, map and reduced value, read through the public API."""
+    states = [backend.get_or_create_state(d) for d in (VALUE, LIST, MAP, REDUCING)]
+    out = {}
+    for key in KEYS:
+        try:
+            backend.set_current_key(key)
+        except Exception:
+            continue  # another subtask's key
+        value, lst, mp, reduced = states
+        out[key] = (value.value(), lst.get(), sorted(mp.items()), reduced.get())
+    return out
+
+
+def restored(state_backend: Any, handle: Any, **kwargs: Any) -> dict[str, Any]:
+    with keyed_backend(state_backend, restore=[handle] if handle is not None else [], **kwargs) as backend:
+        return contents(backend)
+
+
+def checkpoints(state_backend: Any, storage: Any, runs: list[list[Step]], complete: set[int]) -> Iterator[Any]:
+    """One checkpoint after each run of steps (notifying completion only for ids in `complete`); yields
+    (checkpoint id, handle, state at the synchronous part)."""
+    with keyed_backend(state_backend) as backend:
+        for checkpoint_id, steps in enumerate(runs, 1):
+            for step in steps:
+                apply(backend, step)
+            expected = contents(backend)
+            handle = backend.snapshot(checkpoint_id, 0, location_for(storage, checkpoint_id)).run()
+            if checkpoint_id in complete:
+                backend.notify_checkpoint_complete(checkpoint_id)
+            else:
+                backend.notify_checkpoint_aborted(checkpoint_id)
+            yield checkpoint_id, handle, expected
+
+
+@pytest.mark.requirement("CL-2", "CL-3", "CL-4")
+@given(runs=st.lists(STEPS, min_size=2, max_size=4))
+def test_every_checkpoint_restores_by_replaying_its_changes_in_order(
+    certification: Any, tmp_path_factory: Any, runs: list[list[Step]]
+) -> None:
+    state_backend = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    for checkpoint_id, handle, expected in checkpoints(state_backend, storage, runs, set(range(1, 5))):
+        assert handle is None or isinstance(handle, ChangelogStateBackendHandle), (
+            f"CL-2: checkpoint {checkpoint_id} returned a {type(handle).__name__}, expected a changelog handle"
+        )
+        got = restored(state_backend, handle)
+        assert got == expected, f"CL-4: checkpoint {checkpoint_id}: expected {expected}, restored {got}"
+
+
+@pytest.mark.requirement("CL-5", "CL-4")
+@given(runs=st.lists(STEPS, min_size=3, max_size=5), complete=st.sets(st.integers(1, 5)))
+def test_the_log_is_truncated_only_after_a_checkpoint_with_the_materialization_completes(
+    certification: Any, tmp_path_factory: Any, runs: list[list[Step]], complete: set[int]
+) -> None:
+    """Checkpoints complete or abort at random; every one of them still restores its own state, however far
+    materializations have moved on."""
+    state_backend = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    taken = list(checkpoints(state_backend, storage, runs, complete))
+    for checkpoint_id, handle, expected in taken:
+        got = restored(state_backend, handle)
+        assert got == expected, (
+            f"CL-5: checkpoint {checkpoint_id} (completed: {sorted(complete)}) restored {got}, expected {expected}"
+        )
+
+
+@pytest.mark.requirement("CL-4", "KB-RESTORE-2")
+@given(runs=st.lists(STEPS, min_size=2, max_size=3), new=st.integers(2, 4))
+def test_rescaled_replay_keeps_each_key_groups_changes(
+    certification: Any, tmp_path_factory: Any, runs: list[list[Step]], new: int
+) -> None:
+    state_backend = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    *_, (checkpoint_id, handle, expected) = checkpoints(state_backend, storage, runs, {1, 2, 3})
+    got: dict[str, Any] = {}
+    for index in range(new):
+        got.update(restored(state_backend, handle, parallelism=new, index=index))
+    assert got == expected, f"CL-4: checkpoint {checkpoint_id} restored at parallelism {new}: {got}"
+
+
+def _plain(state_backend: Any, storage: Any, steps: list[Step], kind: SnapshotType) -> tuple[Any, dict[str, Any]]:
+    """A checkpoint or savepoint of the wrapped backend alone (changelog off)."""
+    with keyed_backend(state_backend.delegate) as backend:
+        for step in steps:
+            apply(backend, step)
+        options = CheckpointOptions(kind)
+        return backend.snapshot(1, 0, location_for(storage, 1), options).run(), contents(backend)
+
+
+@pytest.mark.requirement("CL-6", "CL-7")
+@pytest.mark.parametrize("kind", [SnapshotType.CHECKPOINT, SnapshotType.SAVEPOINT_CANONICAL])
+def test_changelog_switches_on_and_off_through_checkpoints_and_savepoints(
+    state_backend: Any, storage: Any, kind: SnapshotType
+) -> None:
+    steps = [(op, k, n) for n, (op, k) in enumerate([("append", 1), ("set", 2), ("put", 3), ("reduce", 1)] * 5)]
+    plain, expected = _plain(state_backend, storage, steps, kind)
+    more = [("append", 1, 99), ("remove", 3, 5), ("reduce", 2, 4)]
+    with keyed_backend(state_backend, restore=[plain]) as on:  # switched on
+        assert contents(on) == expected, f"CL-6: a {kind.value} without changelog restored into changelog"
+        for step in more:
+            apply(on, step)
+        expected = contents(on)
+        first = on.snapshot(2, 0, location_for(storage, 2)).run()
+        on.notify_checkpoint_complete(2)
+        for step in more:
+            apply(on, step)
+        expected_second = contents(on)
+        second = on.snapshot(3, 0, location_for(storage, 3), CheckpointOptions(kind)).run()
+    assert isinstance(first, ChangelogStateBackendHandle) and not first.changelog, (
+        "CL-6: the first checkpoint after a restore is a materialization without log segments"
+    )
+    if kind is not SnapshotType.CHECKPOINT:
+        assert not isinstance(second, ChangelogStateBackendHandle), "CL-7: a savepoint is the wrapped backend's own"
+    for handle, want in ((first, expected), (second, expected_second)):
+        params = KeyedBackendParameters(
+            "job", "op", StringSerializer(), 128, KeyGroupRange(0, 127), (handle,), SystemClock(), None
+        )
+        off = create_keyed_backend(state_backend.delegate, params)  # switched off again
+        try:
+            got = contents(off)
+        finally:
+            off.dispose()
+        assert got == want, f"CL-6: a changelog {type(handle).__name__} restored without changelog: {got}"
+
+
+class _FailingMaterializations:
+    """Storage that refuses every stream but changelog segments: materializations fail, the log uploads (a
+    fault-injecting factory over the real one)."""
+
+    def __init__(self, factory: Any) -> None:
+        self._factory = factory
+
+    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> Any:
+        return _SegmentsOnly(self._factory.create_checkpoint_state_output_stream(scope))
+
+
+class _SegmentsOnly:
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._first = True
+
+    def write(self, data: bytes) -> int:
+        if self._first and not bytes(data).startswith(MAGIC):
+            self._stream.discard()
+            raise OSError("injected: the storage refuses this stream")
+        self._first = False
+        return int(self._stream.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __enter__(self) -> _SegmentsOnly:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stream.__exit__(*exc)
+
+
+@pytest.mark.requirement("CL-8")
+def test_failed_materializations_are_tolerated_up_to_the_limit(state_backend: Any, storage: Any) -> None:
+    """Materialization at every checkpoint (certify --changelog); with the default limit of 3 failures in a row,
+    checkpoints 2-4 reference the first materialization and restore; checkpoint 5 fails."""
+    with keyed_backend(state_backend) as backend:
+        apply(backend, ("append", 0, 1))
+        backend.snapshot(1, 0, location_for(storage, 1)).run()
+        backend.notify_checkpoint_complete(1)
+        handles = {}
+        for checkpoint_id in (2, 3, 4):
+            apply(backend, ("append", 0, checkpoint_id))
+            faulty = _FailingMaterializations(location_for(storage, checkpoint_id))
+            handles[checkpoint_id] = (backend.snapshot(checkpoint_id, 0, faulty).run(), contents(backend))
+        apply(backend, ("append", 0, 5))
+        with pytest.raises(Exception) as failure:
+            backend.snapshot(5, 0, _FailingMaterializations(location_for(storage, 5))).run()
+        assert "injected" in str(failure.value) or failure.value.__cause__ is not None
+    for checkpoint_id, (handle, expected) in handles.items():
+        assert restored(state_backend, handle) == expected, (
+            f"CL-8: checkpoint {checkpoint_id}, taken while materializations failed, did not restore its state"
+        )
+
+
+@pytest.mark.requirement("CL-2")
+def test_materializations_and_segments_live_in_the_shared_scope(state_backend: Any, storage: Any) -> None:
+    handles = [h for _, h, _ in checkpoints(state_backend, storage, [[("append", 1, 1)]] * 3, {1, 2, 3})]
+    last = handles[-1]
+    assert isinstance(last, ChangelogStateBackendHandle)
+    paths = [getattr(s.delegate, "path", None) for s in last.changelog]
+    for part in last.materialized:
+        paths += [getattr(getattr(part, "delegate", None), "path", None)]
+    outside = [p for p in paths if p is not None and "/shared/" not in p]
+    assert not outside, f"CL-2: changelog files outside the shared scope: {outside}"
+
+
+@pytest.mark.requirement("CL-4", "KB-KEYS-1")
+def test_keys_of_a_void_namespace_restore(state_backend: Any, storage: Any) -> None:
+    """A smoke check that replay registers namespaces as written (the void namespace of non-windowed state)."""
+    *_, (_, handle, expected) = checkpoints(state_backend, storage, [[("set", 0, 1)], [("set", 1, 2)]], {1, 2})
+    with keyed_backend(state_backend, restore=[handle]) as backend:
+        backend.get_or_create_state(VALUE)
+        assert sorted(backend.get_keys("v", VOID_NAMESPACE)) == sorted(k for k, v in expected.items() if v[0])
