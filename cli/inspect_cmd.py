@@ -37,6 +37,7 @@ def _keyed(handle: KeyedStateHandle) -> dict[str, Any]:
             "format": handle.snapshot_format,
             "key_groups": rng,
             "materialization": handle.materialization_id,
+            "materialized_sequence": handle.materialized_sequence,
             "materialized": [_keyed(part) for part in handle.materialized],
             "segments": [
                 {"changes": [s.from_sequence + 1, s.to_sequence], "stream": _stream(s.delegate)}
@@ -127,5 +128,12 @@ def print_description(info: dict[str, Any], as_json: bool, console: Console) -> 
                     else ", ".join(f"{n} ({s['mode']}, {s['elements']})" for n, s in h["states"].items())
                 )
                 kind = f"{h['type']} ({h['format']})" if "format" in h else h["type"]
-                table.add_row(str(st["index"]), kind, what, h["stream"]["kind"], str(h["size"]))
+                if h["type"] == "changelog":
+                    stored = (
+                        f"materialization {h['materialization']} ({len(h['materialized'])} handle(s)), "
+                        f"{len(h['segments'])} log segment(s)"
+                    )
+                else:
+                    stored = h["stream"]["kind"]
+                table.add_row(str(st["index"]), kind, what, stored, str(h["size"]))
         console.print(table)

@@ -153,6 +153,12 @@ def load_scenario(file: str | Path) -> Scenario:
     attempts = restart.get("attempts", 100, _non_negative, "a number >= 0")
     runs = _runs(path, data.get("timeline", []), job)
     expect = _expectations(path, data.get("expect", {}))
+    changelog = job.changelog or any(run.resume is not None and run.resume.changelog for run in runs)
+    if changelog and checkpointing.max_concurrent > 1:
+        raise ScenarioError(
+            f"{path}: checkpointing.max_concurrent: the changelog backend allows 1 concurrent checkpoint, as Flink "
+            f"requires (CL-10), got {checkpointing.max_concurrent}"
+        )
     if checkpointing.mode is not CheckpointingMode.EXACTLY_ONCE and "spark" in runners:
         raise ScenarioError(
             f"{path}: checkpointing.mode: the Spark runner's epochs are aligned (exactly-once); "
@@ -179,6 +185,7 @@ def _job(path: Path, table: Any) -> JobConfig:
             "stages": int,
             "serializer_version": int,
             "start_from": str,
+            "changelog": bool,
         },
     )
     start_from = r.get("start_from", None)
@@ -193,6 +200,7 @@ def _job(path: Path, table: Any) -> JobConfig:
         stages=r.get("stages", 2, choices=(2, 3)),
         serializer_version=r.get("serializer_version", 1, choices=(1, 2)),
         start_from=(path.parent / start_from).resolve() if start_from else None,
+        changelog=r.get("changelog", False),
     )
     if job.parallelism > job.max_parallelism:
         r.fail("job.parallelism", f"expected at most max_parallelism ({job.max_parallelism}), got {job.parallelism}")
@@ -236,6 +244,7 @@ def _checkpointing(path: Path, table: Any) -> CheckpointConfig:
             "tolerable_failures": int,
             "retained": int,
             "incremental": bool,
+            "materialize_interval_ms": int,
         },
     )
     config = CheckpointConfig(
@@ -247,6 +256,7 @@ def _checkpointing(path: Path, table: Any) -> CheckpointConfig:
         tolerable_failures=r.get("tolerable_failures", 0, _non_negative, "a number >= 0"),
         retained=r.get("retained", 1, _positive, "a number >= 1"),
         incremental=r.get("incremental", False),
+        materialize_interval_ms=r.get("materialize_interval_ms", 600_000, _non_negative, "a number >= 0"),
     )
     try:
         settings(config)
@@ -279,6 +289,7 @@ _EVENT_KEYS: dict[str, type] = {
     "parallelism": int,
     "serializer_version": int,
     "relocate": bool,
+    "changelog": bool,
 }
 _ONLY_FOR: dict[str, tuple[Action, ...]] = {
     "phase": (Action.TASK_FAILURE,),
@@ -290,6 +301,7 @@ _ONLY_FOR: dict[str, tuple[Action, ...]] = {
     "parallelism": (Action.RESUME,),
     "serializer_version": (Action.RESUME,),
     "relocate": (Action.RESUME,),
+    "changelog": (Action.RESUME,),
 }
 
 
@@ -327,6 +339,7 @@ def _runs(path: Path, entries: Any, job: JobConfig) -> tuple[Run, ...]:
                 ),
                 serializer_version=r.get("serializer_version", None, choices=(1, 2)),
                 relocate=r.get("relocate", False),
+                changelog=r.get("changelog", None),
             )
             if event.backend not in (None, "other") and (problem := backend_problem(event.backend)):
                 r.fail(f"{where}.backend", problem)

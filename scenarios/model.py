@@ -39,6 +39,7 @@ class JobConfig:
     stages: int = 2  # the simulator also runs 3 (a second keyed shuffle)
     serializer_version: int = 1  # the value state's schema: 2 adds a field (compatible after migration)
     start_from: Path | None = None  # a savepoint to start the first run from (e.g. a golden one)
+    changelog: bool = False  # the first run's backend wrapped in the changelog backend (CL-1)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class CheckpointConfig:
     tolerable_failures: int = 0
     retained: int = 1
     incremental: bool = False
+    materialize_interval_ms: int = 600_000  # with changelog: state.changelog.periodic-materialize.interval
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Event:
     parallelism: int | None = None
     serializer_version: int | None = None
     relocate: bool = False
+    changelog: bool | None = None  # resume: switch the changelog backend on or off (CL-6); None keeps it
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,20 @@ class RunSettings:
     backend: str
     parallelism: int
     serializer_version: int
+    changelog: bool = False
 
 
-def backend_config(name: str, workdir: Path, incremental: bool) -> dict[str, str]:
-    """The job configuration that selects a backend by name (built-in, entry point or `module:attr`)."""
+def backend_config(
+    name: str, workdir: Path, incremental: bool, changelog: bool = False, materialize_interval_ms: int = 600_000
+) -> dict[str, str]:
+    """The job configuration that selects a backend by name (built-in, entry point or `module:attr`), wrapped in
+    the changelog backend when `changelog` (CL-1)."""
     return {
         "state.backend.type": name,
         "state.backend.rocksdb.localdir": str(workdir / "rocksdb-local"),
         "state.backend.incremental": str(incremental).lower(),
+        "state.changelog.enabled": str(changelog).lower(),
+        "state.changelog.periodic-materialize.interval": f"{materialize_interval_ms}ms",
     }
 
 
@@ -44,7 +50,7 @@ def primary_backend(scenario: Scenario, override: str | None) -> str:
 
 def run_settings(scenario: Scenario, override: str | None) -> list[RunSettings]:
     primary = primary_backend(scenario, override)
-    current = RunSettings(primary, scenario.job.parallelism, scenario.job.serializer_version)
+    current = RunSettings(primary, scenario.job.parallelism, scenario.job.serializer_version, scenario.job.changelog)
     settings = [current]
     for run in scenario.runs[1:]:
         resume = run.resume
@@ -58,6 +64,7 @@ def run_settings(scenario: Scenario, override: str | None) -> list[RunSettings]:
             backend,
             resume.parallelism or current.parallelism,
             resume.serializer_version or current.serializer_version,
+            current.changelog if resume.changelog is None else resume.changelog,
         )
         settings.append(current)
     return settings

@@ -54,6 +54,8 @@ def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
         max_parallelism=scenario.job.max_parallelism,
         backend=run.backend,
         incremental=c.incremental,
+        changelog=run.changelog,
+        materialize_interval_ms=c.materialize_interval_ms,
         keys_per_source=scenario.input.keys_per_source,
         key_skew=scenario.input.key_skew,
         records_per_source=scenario.input.records_per_source,

@@ -68,8 +68,11 @@ class ChangelogKeyedStateBackend:
         self._settings = settings
         self._clock = params.ttl_clock
         self._delegate = restore_keyed_backend(delegate_factory, params, params.restore_state, self.change_reader)
-        self._writer = StateChangelogWriter(inline=settings.storage == "memory")
+        self._writer = StateChangelogWriter(
+            params.key_serializer.snapshot_configuration(), inline=settings.storage == "memory"
+        )
         self._states: dict[str, LoggingState] = {}
+        self._ttl_states: set[str] = set()
         self._timer_services: dict[str, KeyedTimerService] = {}
         self._lock = threading.Lock()
         self._base: Materialization | None = None  # None: the next checkpoint materializes first (CL-6)
@@ -141,6 +144,8 @@ class ChangelogKeyedStateBackend:
             descriptor.ttl is not None,
         )
         self._writer.describe(LoggedState(meta, descriptor.ttl))
+        if descriptor.ttl is not None:
+            self._ttl_states.add(descriptor.name)
         state = LOGGING_STATES[descriptor.kind](
             self, delegate_state, descriptor.name, namespaces, serializers, descriptor.ttl
         )
@@ -155,7 +160,8 @@ class ChangelogKeyedStateBackend:
         return state
 
     def log_change(self, state: str, op: Op, namespace: bytes, payload: Any) -> None:
-        """Append one change of the current key (CL-3)."""
+        """Append one change of the current key (CL-3); the time is recorded for TTL'd states only (replay needs
+        it there, CL-4), 0 elsewhere."""
         key = self._delegate.get_current_key()
         self._writer.append(
             self._delegate.current_key_group,
@@ -163,7 +169,7 @@ class ChangelogKeyedStateBackend:
             op,
             self._delegate.key_serializer.serialize(key),
             namespace,
-            self._clock.now_ms(),
+            self._clock.now_ms() if state in self._ttl_states else 0,
             payload,
         )
 
@@ -201,7 +207,11 @@ class ChangelogKeyedStateBackend:
         materialization = None
         now = self._clock.now_ms()
         due = now - self._last_materialization_ms >= self._settings.materialize_interval_ms
-        if base is None or (due and not self._materializing):
+        # A new materialization waits until the current one is confirmed (a checkpoint holding it completed): an
+        # incremental wrapped backend diffs against its last confirmed snapshot, whose files must still be
+        # referenced by retained checkpoints when the new one is used (CL-5, KB-SNAP-9).
+        confirmed = base is not None and base.materialization_id <= self._confirmed
+        if base is None or (due and not self._materializing and confirmed):
             self._next_materialization += 1
             materialization_id = self._next_materialization
             materialization = (

@@ -1,6 +1,6 @@
 """State changes as the changelog stores them (CL-3): plain msgpack, never pickle. A segment file is
-`magic | version | msgpack [states, changes]`; `states` describes every state its changes name (name, kind,
-serializer snapshots, TTL), so each segment reads on its own; a change is
+`magic | version | msgpack [key serializer, states, changes]`; `states` describes every state its changes name
+(name, kind, serializer snapshots, TTL), so each segment reads on its own; a change is
 `[sequence, key group, state index, op, key, namespace, timestamp, payload]` with the key, namespace and payload
 serialized by the state's own serializers, as the wrapped backend stores them."""
 
@@ -16,6 +16,7 @@ import msgpack
 from statecert.reference.format.handle_codec import bounded_int, field
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.state import TtlConfig, TtlStateVisibility, TtlUpdateType
 
 MAGIC = b"SCCL"
@@ -24,16 +25,16 @@ MAX_SEQUENCE = 2**63 - 1
 
 
 class Op(str, enum.Enum):
-    """What a change does; every op is replayable without the state's functions (CL-4)."""
+    """What a change does, stored as one letter; every op is replayable without the state's functions (CL-4)."""
 
-    SET = "set"  # value: the new value; reducing: the reduced value; aggregating: the accumulator
-    CLEAR = "clear"  # the (key, namespace) entry is gone
-    ADD = "add"  # list: one element appended
-    ADD_ALL = "add-all"  # list: elements appended
-    REPLACE = "replace"  # list: the whole list
-    PUT = "put"  # map: [user key, value]
-    REMOVE = "remove"  # map: user key
-    TOUCH = "touch"  # a read that refreshes TTL (ON_READ_AND_WRITE); payload: a map user key or None
+    SET = "s"  # value: the new value; reducing: the reduced value; aggregating: the accumulator
+    CLEAR = "c"  # the (key, namespace) entry is gone
+    ADD = "a"  # list: one element appended
+    ADD_ALL = "b"  # list: elements appended
+    REPLACE = "r"  # list: the whole list
+    PUT = "p"  # map: [user key, value]
+    REMOVE = "d"  # map: user key
+    TOUCH = "t"  # a read that refreshes TTL (ON_READ_AND_WRITE); payload: a map user key or None
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,10 @@ class Change:
     payload: Any
 
 
-def encode_segment(states: dict[str, LoggedState], changes: list[Change]) -> bytes:
+def encode_segment(key_serializer: SerializerSnapshot, states: dict[str, LoggedState], changes: list[Change]) -> bytes:
     index = {name: i for i, name in enumerate(sorted(states))}
     body = [
+        key_serializer.to_plain(),
         [states[name].to_plain() for name in sorted(states)],
         [
             [c.sequence, c.key_group, index[c.state], c.op.value, c.key, c.namespace, c.timestamp, c.payload]
@@ -106,11 +108,18 @@ def _payload(op: Op, value: Any) -> Any:
     else:
         ok = value is None
     if not ok:
-        raise ValueError(f"a {op.value} change has a malformed payload")
+        raise ValueError(f"a {op.name} change has a malformed payload")
     return value
 
 
-def decode_segment(data: bytes, name: str, max_parallelism: int) -> tuple[dict[str, LoggedState], list[Change]]:
+@dataclass(frozen=True)
+class Segment:
+    key_serializer: SerializerSnapshot
+    states: dict[str, LoggedState]
+    changes: list[Change]
+
+
+def decode_segment(data: bytes, name: str, max_parallelism: int) -> Segment:
     """Validate and decode a segment; anything malformed is a CheckpointFormatError naming the file (FMT-8)."""
     if data[:4] != MAGIC or len(data) < 8:
         raise CheckpointFormatError(name, "not a changelog segment (bad magic)")
@@ -119,15 +128,16 @@ def decode_segment(data: bytes, name: str, max_parallelism: int) -> tuple[dict[s
         raise CheckpointFormatError(name, f"unknown changelog segment version {version}")
     try:
         body = msgpack.unpackb(data[8:], raw=False, strict_map_key=True, max_array_len=10_000_000)
-        if not isinstance(body, list) or len(body) != 2:
-            raise ValueError("the segment body is not [states, changes]")
-        states = [LoggedState.from_plain(s) for s in field({"s": body[0]}, "s", list)]
+        if not isinstance(body, list) or len(body) != 3:
+            raise ValueError("the segment body is not [key serializer, states, changes]")
+        key_serializer = SerializerSnapshot.from_plain(field({"k": body[0]}, "k", dict))
+        states = [LoggedState.from_plain(s) for s in field({"s": body[1]}, "s", list)]
         names = [s.meta.name for s in states]
         if len(set(names)) != len(names):
             raise ValueError("a state is described twice")
         changes = []
         previous = 0
-        for raw in field({"c": body[1]}, "c", list):
+        for raw in field({"c": body[2]}, "c", list):
             if not isinstance(raw, list) or len(raw) != 8:
                 raise ValueError("a change is not an 8-element list")
             sequence, key_group, state, op, key, namespace, timestamp, payload = raw
@@ -157,4 +167,4 @@ def decode_segment(data: bytes, name: str, max_parallelism: int) -> tuple[dict[s
         msgpack.StackError,
     ) as exc:
         raise CheckpointFormatError(name, f"malformed changelog segment: {exc}") from None
-    return {s.meta.name: s for s in states}, changes
+    return Segment(key_serializer, {s.meta.name: s for s in states}, changes)

@@ -83,7 +83,8 @@ def read_changes(
             name = getattr(segment.delegate, "path", getattr(segment.delegate, "handle_name", "changelog segment"))
             with segment.delegate.open() as f:
                 data = f.read()
-            described, changes = decode_segment(data, str(name), params.max_parallelism)
+            segment_content = decode_segment(data, str(name), params.max_parallelism)
+            described, changes = segment_content.states, segment_content.changes
             for change in changes:
                 if not segment.from_sequence < change.sequence <= segment.to_sequence:
                     raise CheckpointFormatError(str(name), f"change {change.sequence} lies outside the segment's range")
@@ -142,7 +143,7 @@ def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
         elif kind is StateKind.LIST:
             state.get()
     else:
-        raise CheckpointFormatError("changelog", f"a {op.value} change does not apply to {kind.value} state")
+        raise CheckpointFormatError("changelog", f"a {op.name} change does not apply to {kind.value} state")
 
 
 ChangeReader = Callable[

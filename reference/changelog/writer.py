@@ -11,6 +11,7 @@ from typing import Any
 
 from statecert.reference.changelog.records import Change, LoggedState, Op, encode_segment
 from statecert.spec.handles import ByteStreamStateHandle, ChangelogSegmentHandle, StreamStateHandle
+from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
 
 
@@ -25,7 +26,8 @@ class PendingUpload:
 
 
 class StateChangelogWriter:
-    def __init__(self, inline: bool = False) -> None:
+    def __init__(self, key_serializer: SerializerSnapshot, inline: bool = False) -> None:
+        self._key_serializer = key_serializer
         self._inline = inline
         self._lock = threading.Lock()
         self._sequence = 0
@@ -62,7 +64,7 @@ class StateChangelogWriter:
         memory; a failed upload leaves them for the next snapshot."""
         if not pending.changes:
             return None
-        data = encode_segment(pending.states, list(pending.changes))
+        data = encode_segment(self._key_serializer, pending.states, list(pending.changes))
         handle: StreamStateHandle | None
         if self._inline:  # state.changelog.storage: memory
             handle = ByteStreamStateHandle(f"changelog-{uuid.uuid4().hex}", data)

@@ -58,6 +58,9 @@ class JobSpec:
     max_parallelism: int = 128
     backend: str = "hashmap"
     incremental: bool = False
+    changelog: bool = False  # the backend wrapped in the changelog backend (CL-1)
+    materialize_interval_ms: int = 600_000  # its materialization interval, in simulated time
+    rocksdb_options_factory: str | None = None  # state.backend.rocksdb.options-factory (module:attr)
     keys_per_source: int = 10
     key_skew: float = 1.0  # 1 draws keys uniformly; above 1 a few keys get most records (index = n * u**skew)
     records_per_source: int = 300
@@ -94,6 +97,9 @@ _JOB_KEYS: dict[str, type] = {
     "processing_ms": float,
     "sink_ms": float,
     "incremental": bool,
+    "changelog": bool,
+    "materialize_interval_ms": int,
+    "rocksdb_options_factory": str,
 }
 _NETWORK_KEYS: dict[str, type] = {"latency_ms": float, "latency_jitter_ms": float, "buffer_records": int}
 _CHECKPOINT_KEYS: dict[str, type] = {

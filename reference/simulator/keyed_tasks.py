@@ -43,6 +43,17 @@ def unpack(raw: bytes) -> Record:
     return Record(*msgpack.unpackb(raw))
 
 
+class SimulatedClock:
+    """Simulated time in whole milliseconds, so TTL and changelog materialization intervals follow the simulation
+    (and reports stay byte-identical per seed)."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def now_ms(self) -> int:
+        return int(self.env.now)
+
+
 class KeyedTask:
     """A keyed stage's subtask: counts per key in keyed state and handles barriers; subclasses say what happens to
     a record after it is counted."""
@@ -62,7 +73,7 @@ class KeyedTask:
         self.sim, self.index, self.attempt = sim, index, attempt
         self.name = f"{self.operator_id}-{index}"
         params = KeyedBackendParameters(
-            "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed
+            "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed, SimulatedClock(sim.env)
         )
         self.keyed = create_keyed_backend(sim.backend, params)
         self.aggregate = self.keyed.get_or_create_state(sim.aggregate.descriptor)

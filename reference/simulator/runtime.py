@@ -35,6 +35,7 @@ from statecert.reference.simulator.tasks import Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.handles import ChangelogStateBackendHandle, IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
 from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
@@ -65,11 +66,23 @@ class Simulation:
                 checkpoint_dir=str(workdir / "checkpoints"), savepoint_dir=str(workdir / "sp")
             )
         self.access = self.storage.create_checkpoint_storage("sim")
+        if spec.changelog and spec.checkpointing.max_concurrent > 1:
+            raise IllegalConfigurationError(
+                "checkpointing.max_concurrent: the changelog backend allows 1 concurrent checkpoint, as Flink "
+                f"requires (CL-10), got {spec.checkpointing.max_concurrent}"
+            )
         self.backend = load_state_backend(
             job_config={
                 "state.backend.type": spec.backend,
                 "state.backend.rocksdb.localdir": str(workdir / "local"),
                 "state.backend.incremental": str(spec.incremental).lower(),
+                "state.changelog.enabled": str(spec.changelog).lower(),
+                "state.changelog.periodic-materialize.interval": f"{spec.materialize_interval_ms}ms",
+                **(
+                    {"state.backend.rocksdb.options-factory": spec.rocksdb_options_factory}
+                    if spec.rocksdb_options_factory
+                    else {}
+                ),
             }
         )
         self.start_offsets = source_offsets(self.initial, self.backend) if self.initial else {}
@@ -109,6 +122,7 @@ class Simulation:
         self.last_processed_at = 0.0
         self.messages = 0
         self.uploaded_bytes: dict[int, int] = {}
+        self.materialized_bytes = 0  # changelog materializations, uploaded outside checkpoints
         self._uploaded_files: set[str] = set()
         self.finished: dict[int, set[int]] = {}
         self.failovers: list[dict[str, Any]] = []
@@ -318,8 +332,10 @@ class Simulation:
         if finished:
             self.finished.setdefault(checkpoint_id, set()).add(task[1])
         self.state_bytes[checkpoint_id] = self.state_bytes.get(checkpoint_id, 0) + state.state_size
-        self.uploaded_bytes[checkpoint_id] = self.uploaded_bytes.get(checkpoint_id, 0) + self._new_bytes(state)
-        delay = state.state_size / (self.spec.bandwidth_bytes_per_ms * self.bandwidth_factor)
+        uploaded = self._new_bytes(state)
+        self.uploaded_bytes[checkpoint_id] = self.uploaded_bytes.get(checkpoint_id, 0) + uploaded
+        # the upload takes the bytes this checkpoint writes: files of earlier checkpoints are only referenced
+        delay = uploaded / (self.spec.bandwidth_bytes_per_ms * self.bandwidth_factor)
         self.spans.append(
             {
                 "task": f"{task[0]}-{task[1]}",
@@ -348,12 +364,15 @@ class Simulation:
         total = 0
         for handle in state.managed_keyed_state:
             if isinstance(handle, ChangelogStateBackendHandle):
+                # the log's new segments; a materialization is uploaded in the background (CL-8), so its files
+                # are never charged to a checkpoint
                 total += self._new_shared(segment.delegate for segment in handle.changelog)
-                total += self._new_shared(part.delegate for part in handle.materialized if hasattr(part, "delegate"))
                 for part in handle.materialized:
                     if isinstance(part, IncrementalKeyedStateHandle):
-                        total += self._new_shared([*part.shared_state.values(), *part.private_state.values()])
-                        total += self._new_shared([part.meta_state])
+                        streams = [*part.shared_state.values(), *part.private_state.values(), part.meta_state]
+                    else:
+                        streams = [part.delegate]
+                    self.materialized_bytes += self._new_shared(streams)
             elif isinstance(handle, IncrementalKeyedStateHandle):
                 for shared in handle.shared_state.values():
                     path = getattr(shared, "path", None)
@@ -571,6 +590,7 @@ class Simulation:
                 "recovery_ms": self._recovery_times(),
                 "checkpointed_bytes": [self.state_bytes.get(c, 0) for c in completed],
                 "uploaded_bytes": [self.uploaded_bytes.get(c, 0) for c in completed],
+                **({"materialized_bytes": self.materialized_bytes} if self.spec.changelog else {}),
                 "persisted_in_flight_bytes": self.in_flight_bytes,
                 "persisted_output_records": self.persisted_output_records,
                 "switched_to_unaligned": self.switched_to_unaligned,

@@ -78,7 +78,13 @@ class _Run:
 
     def __post_init__(self) -> None:
         scenario, plan = self.scenario, self.plan
-        self.config = backend_config(plan.backend, self.workdir, scenario.checkpointing.incremental)
+        self.config = backend_config(
+            plan.backend,
+            self.workdir,
+            scenario.checkpointing.incremental,
+            plan.changelog,
+            scenario.checkpointing.materialize_interval_ms,
+        )
         self.backend = load_state_backend(job_config=self.config)
         root = f"faulty://{self.workdir.resolve()}"
         if scenario.job.storage == "jobmanager":

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from statecert.reference.changelog.records import decode_segment
+from statecert.reference.changelog.replay import restore_keyed_backend
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.format.canonical import CanonicalReader
 from statecert.reference.format.entry_check import EntryValidator
@@ -21,7 +23,12 @@ from statecert.reference.loader import load_state_backend
 from statecert.reference.rocksdb.native_restore import read_native_meta
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
-from statecert.spec.handles import ROCKSDB_NATIVE_FORMAT, IncrementalKeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import (
+    ROCKSDB_NATIVE_FORMAT,
+    ChangelogStateBackendHandle,
+    IncrementalKeyedStateHandle,
+    KeyGroupsStateHandle,
+)
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.state import StateKind
 
@@ -79,6 +86,40 @@ def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_paralle
             yield from _canonical_rows(operator, canonical, max_parallelism)
 
 
+def _changelog_rows(operator: str, handle: ChangelogStateBackendHandle, max_parallelism: int) -> Iterator[Row]:
+    """Replay the handle into the backend that wrote its materialization (RocksDB for native files, else the heap
+    backend), write a canonical savepoint to scratch space, read that (CL-4)."""
+    native = any(isinstance(part, IncrementalKeyedStateHandle) for part in handle.materialized)
+    if native:
+        snapshot, _ = read_native_meta(
+            next(p for p in handle.materialized if isinstance(p, IncrementalKeyedStateHandle))
+        )
+    elif handle.materialized:
+        with CanonicalReader(handle.materialized[0]) as reader:  # type: ignore[arg-type]
+            snapshot = reader.header.key_serializer
+    elif handle.changelog:
+        with handle.changelog[0].delegate.open() as f:
+            snapshot = decode_segment(f.read(), "changelog segment", max_parallelism).key_serializer
+    else:
+        return
+    keys = restore_serializer(snapshot)
+    with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
+        backend = load_state_backend(
+            job_config={
+                "state.backend.type": "rocksdb" if native else "hashmap",
+                "state.backend.rocksdb.localdir": f"{scratch}/local",
+            }
+        )
+        params = KeyedBackendParameters("reader", operator, keys, max_parallelism, handle.key_group_range, (handle,))
+        with restore_keyed_backend(backend, params, (handle,)) as keyed:
+            url = Path(scratch, "canonical").as_uri()
+            location = CheckpointStorageLocationImpl(1, url, url, 0, None)
+            options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+            canonical = keyed.snapshot(1, 0, location, options).run()
+        if isinstance(canonical, KeyGroupsStateHandle):
+            yield from _canonical_rows(operator, canonical, max_parallelism)
+
+
 def keyed_state_rows(pointer: str, operator: str | None = None) -> Iterator[Row]:
     """Every keyed state entry of a checkpoint or savepoint (directory or `_metadata`), in plain Python."""
     metadata = load_checkpoint_metadata(pointer)
@@ -95,6 +136,8 @@ def _handle_rows(operator: str, handle: Any, max_parallelism: int) -> Iterator[R
         yield from _canonical_rows(operator, handle, max_parallelism)
     elif isinstance(handle, IncrementalKeyedStateHandle):
         yield from _native_rows(operator, handle, max_parallelism)
+    elif isinstance(handle, ChangelogStateBackendHandle):
+        yield from _changelog_rows(operator, handle, max_parallelism)
 
 
 def read_keyed_state(spark: Any, pointer: str, operator: str | None = None) -> Any:
