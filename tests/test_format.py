@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import savepoint
-from statecert.reference.format.metadata_codec import MAGIC, decode_metadata, encode_metadata
+from statecert.reference.format.metadata_codec import CURRENT_VERSION, MAGIC, decode_metadata, encode_metadata
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -29,6 +29,8 @@ from statecert.spec.errors import (
 )
 from statecert.spec.handles import (
     ByteStreamStateHandle,
+    ChangelogSegmentHandle,
+    ChangelogStateBackendHandle,
     FileStateHandle,
     KeyGroupsStateHandle,
     OperatorStateHandle,
@@ -67,8 +69,31 @@ def ascending_offsets(draw: st.DrawFn, count: int) -> tuple[tuple[int, ...], int
 
 
 @st.composite
-def metadata(draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> CheckpointMetadata:
-    """Valid metadata: each keyed handle inside its subtask's key groups (FMT-11), offsets inside their stream."""
+def changelog_handles(draw: st.DrawFn, materialized: KeyGroupsStateHandle) -> ChangelogStateBackendHandle:
+    """A changelog handle (CL-2) over `materialized`: shared segments with ascending sequence ranges after it."""
+    materialized_sequence = draw(st.integers(0, 2**40))
+    bounds = sorted(draw(st.sets(st.integers(materialized_sequence + 1, 2**41), max_size=4)))
+    after = draw(st.integers(0, materialized_sequence))
+    segments = []
+    for up_to in bounds:
+        size = draw(st.integers(1, 10_000))
+        segments.append(ChangelogSegmentHandle(draw(streams(DIRECTORY, size)), after, up_to))
+        after = up_to
+    return ChangelogStateBackendHandle(
+        materialized.key_group_range,
+        draw(st.integers(0, 2**40)),
+        materialized_sequence,
+        draw(st.sampled_from([(), (materialized,)])),
+        tuple(segments),
+    )
+
+
+@st.composite
+def metadata(
+    draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT, changelog: bool = True
+) -> CheckpointMetadata:
+    """Valid metadata: each keyed handle inside its subtask's key groups (FMT-11), offsets inside their stream;
+    keyed handles of changelog backends (CL-2) unless `changelog` is false (formats before V4)."""
     directory = DIRECTORY
     operators = []
     for op_index in range(draw(st.integers(0, 3))):
@@ -80,7 +105,11 @@ def metadata(draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT) 
             start = draw(st.integers(owned.start, owned.end))
             end = draw(st.integers(start, owned.end))
             offsets, size = ascending_offsets(draw, end - start + 1)
-            keyed = KeyGroupsStateHandle(KeyGroupRange(start, end), offsets, draw(streams(directory, size)))
+            keyed: KeyGroupsStateHandle | ChangelogStateBackendHandle = KeyGroupsStateHandle(
+                KeyGroupRange(start, end), offsets, draw(streams(directory, size))
+            )
+            if changelog and draw(st.booleans()):
+                keyed = draw(changelog_handles(keyed))
             element_offsets, size = ascending_offsets(draw, draw(st.integers(0, 5)))
             operator = OperatorStateHandle(
                 {
@@ -123,19 +152,41 @@ def without_checksums(meta: CheckpointMetadata) -> CheckpointMetadata:
 @given(metadata())
 def test_metadata_round_trips(meta: CheckpointMetadata) -> None:
     data = encode_metadata(meta, DIRECTORY)
-    assert struct.unpack(">II", data[:8]) == (MAGIC, 3)
+    assert struct.unpack(">II", data[:8]) == (MAGIC, CURRENT_VERSION)
     assert decode_metadata(data, "mem", DIRECTORY) == meta
 
 
 @pytest.mark.requirement("FMT-3")
+@given(metadata(changelog=False))
+def test_version_3_encoding_stays_readable(meta: CheckpointMetadata) -> None:
+    data = encode_metadata(meta, DIRECTORY, version=3)
+    assert struct.unpack(">II", data[:8]) == (MAGIC, 3)
+    assert decode_metadata(data, "mem", DIRECTORY) == meta
+
+
+@pytest.mark.requirement("FMT-3", "CL-2")
 @given(metadata())
+def test_changelog_handles_need_version_4(meta: CheckpointMetadata) -> None:
+    has_changelog = any(
+        isinstance(h, ChangelogStateBackendHandle)
+        for op in meta.operators
+        for s in op.subtask_states.values()
+        for h in s.managed_keyed_state
+    )
+    if has_changelog:
+        with pytest.raises(ValueError, match="changelog handles need _metadata format version 4"):
+            encode_metadata(meta, DIRECTORY, version=3)
+
+
+@pytest.mark.requirement("FMT-3")
+@given(metadata(changelog=False))
 def test_version_2_encoding_stays_readable(meta: CheckpointMetadata) -> None:
     data = encode_metadata(meta, DIRECTORY, version=2)
     assert decode_metadata(data, "mem", DIRECTORY) == without_checksums(meta)
 
 
 @pytest.mark.requirement("FMT-3")
-@given(metadata(CheckpointKind.SAVEPOINT_CANONICAL))
+@given(metadata(CheckpointKind.SAVEPOINT_CANONICAL, changelog=False))
 def test_version_1_encoding_stays_readable(meta: CheckpointMetadata) -> None:
     shared = [
         h
@@ -167,8 +218,8 @@ def test_foreign_magic_is_rejected() -> None:
 @pytest.mark.requirement("FMT-3")
 def test_unknown_version_is_rejected() -> None:
     data = sample_bytes()
-    with pytest.raises(UnknownFormatVersionError, match="unknown _metadata format version 4"):
-        decode_metadata(data[:4] + struct.pack(">I", 4) + data[8:], "m", DIRECTORY)
+    with pytest.raises(UnknownFormatVersionError, match="unknown _metadata format version 5"):
+        decode_metadata(data[:4] + struct.pack(">I", 5) + data[8:], "m", DIRECTORY)
 
 
 @pytest.mark.requirement("FMT-2", "FMT-8")

@@ -268,7 +268,7 @@ def to_toml(spec: JobSpec) -> str:
 
     c = spec.checkpointing
     lines = ["[job]"]
-    lines += [f"{k} = {value(getattr(spec, k))}" for k in _JOB_KEYS]
+    lines += [f"{k} = {value(getattr(spec, k))}" for k in _JOB_KEYS if getattr(spec, k) is not None]
     lines += ["", "[network]"] + [f"{k} = {value(getattr(spec, k))}" for k in _NETWORK_KEYS]
     lines += ["", "[storage]", f"bandwidth_bytes_per_ms = {value(spec.bandwidth_bytes_per_ms)}"]
     if spec.file_state_size_threshold is not None:
