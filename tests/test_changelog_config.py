@@ -75,10 +75,12 @@ def test_changes_reach_the_wrapped_backend_and_the_log(tmp_path: Path) -> None:
 # -- CL-10: where the log goes, and what is refused ------------------------------------------------------------------
 @pytest.mark.requirement("CL-10")
 @pytest.mark.parametrize(("storage", "kind"), [("filesystem", FileStateHandle), ("memory", ByteStreamStateHandle)])
-def test_changelog_storage_decides_whether_segments_are_files_or_inline(tmp_path: Path, storage: str, kind: type) -> None:
-    backend = load_state_backend(
-        job_config={CURRENT: "true", "state.changelog.storage": storage, "state.changelog.periodic-materialize.interval": "1 h"}
-    )
+def test_changelog_storage_decides_whether_segments_are_files_or_inline(
+    tmp_path: Path, storage: str, kind: type
+) -> None:
+    interval = "state.changelog.periodic-materialize.interval"
+    config = {CURRENT: "true", "state.changelog.storage": storage, interval: "1h"}
+    backend = load_state_backend(job_config=config)
     # threshold 0: every stream the storage is asked for becomes a file, so inline segments come from `memory` alone
     checkpoints = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), file_state_size_threshold=0)
     with keyed_backend(backend) as keyed:
@@ -193,15 +195,13 @@ def _aggregating() -> AggregatingStateDescriptor[int, list[int], int]:
 def test_aggregating_state_without_internal_access_is_unsupported_under_changelog() -> None:
     with keyed_backend(ChangelogStateBackend(_OpaqueBackend())) as keyed:
         keyed.set_current_key("a")
-        with pytest.raises(UnsupportedFeatureError, match="agg.*get_internal"):
+        with pytest.raises(UnsupportedFeatureError, match=r"agg.*get_internal"):
             keyed.get_or_create_state(_aggregating())
 
 
 @pytest.mark.requirement("CL-9", "CL-4")
 @given(values=st.lists(st.integers(-50, 50), min_size=1, max_size=20))
-def test_accumulators_are_logged_and_replayed_through_internal_access(
-    tmp_path_factory: Any, values: list[int]
-) -> None:
+def test_accumulators_are_logged_and_replayed_through_internal_access(tmp_path_factory: Any, values: list[int]) -> None:
     """The accumulator (not only the result) comes back: adding after restore continues the same list."""
     backend = ChangelogStateBackend(HashMapStateBackend())
     storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
