@@ -81,8 +81,12 @@ def simulate(args: argparse.Namespace, console: Console) -> int:
         stopped = ", the last one stopped the job" if report["stopped_with_savepoint"] else ""
         console.print(f"savepoints: {[s['id'] for s in report['savepoints']]}{stopped}")
     colour = "green" if checks["exactly_once"] else "yellow"
-    console.print(
-        f"[{colour}]lost {checks['lost']}, duplicated {checks['duplicated']}, out of order "
-        f"{checks['out_of_order']}[/{colour}]"
-    )
+    if "wrong_sums" in checks:  # a window job: window results, not records
+        outcome = (
+            f"windows lost {checks['lost']}, duplicated {checks['duplicated']}, wrong sums {checks['wrong_sums']}, "
+            f"not in the input {checks['unexpected']}"
+        )
+    else:
+        outcome = f"lost {checks['lost']}, duplicated {checks['duplicated']}, out of order {checks['out_of_order']}"
+    console.print(f"[{colour}]{outcome}[/{colour}]")
     return 0 if report["terminated"] else 1

@@ -186,6 +186,7 @@ def _job(path: Path, table: Any) -> JobConfig:
             "serializer_version": int,
             "start_from": str,
             "changelog": bool,
+            "window_ms": int,
         },
     )
     start_from = r.get("start_from", None)
@@ -201,7 +202,10 @@ def _job(path: Path, table: Any) -> JobConfig:
         serializer_version=r.get("serializer_version", 1, choices=(1, 2)),
         start_from=(path.parent / start_from).resolve() if start_from else None,
         changelog=r.get("changelog", False),
+        window_ms=r.get("window_ms", 0, _between(0, 10**9), "0 (no windows) or a window size in ms"),
     )
+    if job.window_ms and job.stages != 2:
+        r.fail("job.window_ms", f"windows run in 2-stage jobs, got stages = {job.stages}")
     if job.parallelism > job.max_parallelism:
         r.fail("job.parallelism", f"expected at most max_parallelism ({job.max_parallelism}), got {job.parallelism}")
     if problem := backend_problem(job.backend):

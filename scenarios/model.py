@@ -40,6 +40,7 @@ class JobConfig:
     serializer_version: int = 1  # the value state's schema: 2 adds a field (compatible after migration)
     start_from: Path | None = None  # a savepoint to start the first run from (e.g. a golden one)
     changelog: bool = False  # the first run's backend wrapped in the changelog backend (CL-1)
+    window_ms: int = 0  # > 0: the operator aggregates in event-time tumbling windows of this size (TM)
 
 
 @dataclass(frozen=True)

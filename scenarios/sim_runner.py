@@ -63,6 +63,7 @@ def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
         checkpointing=checkpointing_settings(c),
         faults=_faults(events, c.interval_ms, scenario.job.sources),
         storage=scenario.job.storage,
+        window_ms=scenario.job.window_ms,
     )
 
 

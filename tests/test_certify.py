@@ -43,6 +43,7 @@ def failed_requirements(report: dict[str, Any]) -> set[str]:
         ("hashmap", []),
         ("rocksdb", []),
         ("rocksdb", ["--config", "state.backend.incremental=true"]),
+        ("rocksdb", ["--config", "state.backend.rocksdb.timer-service.factory=HEAP", "--tier", "contract"]),
         ("hashmap", ["--storage", "memory://certify", "--tier", "contract"]),
         ("hashmap", ["--storage", "jobmanager", "--tier", "contract"]),
     ],

@@ -183,7 +183,7 @@ def test_native_metrics_are_rocksdbs_properties(tmp_path: Path) -> None:
         ({"state.backend.rocksdb.memory.high-prio-pool-ratio": "1.5"}, IllegalConfigurationError, "high-prio-pool"),
         ({"state.backend.rocksdb.metrics.no-such-metric": "true"}, IllegalConfigurationError, "no-such-metric"),
         ({"state.backend.rocksdb.memory.fixed-per-tm": "1kb"}, IllegalConfigurationError, "fixed-per-tm"),
-        ({"state.backend.rocksdb.timer-service.factory": "HEAP"}, IllegalConfigurationError, "timer-service"),
+        ({"state.backend.rocksdb.timer-service.factory": "JVM"}, IllegalConfigurationError, "timer-service"),
         ({"state.backend.rocksdb.options-factory": "tests.nowhere:Factory"}, DynamicCodeLoadingError, "tests.nowhere"),
         (
             {"state.backend.rocksdb.options-factory": "tests.rocksdb_options_factories:NOT_A_FACTORY"},
@@ -197,3 +197,61 @@ def test_bad_tuning_values_are_configuration_errors(
 ) -> None:
     with pytest.raises(error, match=named):
         rocksdb(tmp_path, config)
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.fired: list[tuple[Any, Any, int]] = []
+
+    def on_event_time(self, timer: Any) -> None:
+        self.fired.append((timer.key, timer.namespace, timer.timestamp))
+
+    def on_processing_time(self, timer: Any) -> None:
+        self.fired.append((timer.key, timer.namespace, timer.timestamp))
+
+
+def _timer_column_family_entries(backend: Any) -> int:
+    """Entries RocksDB itself holds in the timer service's column families (read from the database, not the heap)."""
+    from statecert.reference.rocksdb.native_restore import column_family_name
+
+    names = [n for n in backend.registered_state_names if n.startswith("_timer_state/")]
+    total = 0
+    for name in names:
+        column_family = backend._db.get_column_family(column_family_name(name))
+        total += sum(1 for _ in column_family.keys())  # noqa: SIM118 - Rdict.keys(), not a dict
+    return total
+
+
+@pytest.mark.requirement("RDB-12", "TM-6")
+@pytest.mark.parametrize("factory", ["heap", "ROCKSDB"])
+@pytest.mark.parametrize("incremental", [False, True])
+def test_heap_timers_reach_rocksdb_only_in_the_synchronous_part_of_a_snapshot(
+    tmp_path: Path, factory: str, incremental: bool
+) -> None:
+    """HEAP: registered timers are not in RocksDB until `snapshot` is called, and are there right after it, before
+    the asynchronous part runs; ROCKSDB: they are written as registered. Either way the snapshot restores them
+    (into a backend of the other factory too) and only them."""
+    from statecert.conformance.helpers import location_for
+    from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+
+    config = {"state.backend.rocksdb.timer-service.factory": factory, "state.backend.incremental": str(incremental)}
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
+    with keyed_backend(rocksdb(tmp_path / "a", config), key_group_range=KeyGroupRange(0, 127)) as backend:
+        service = backend.get_timer_service("t", LongSerializer(), _Collect())
+        for i in range(20):
+            backend.set_current_key(f"k{i}")
+            service.register_event_time_timer(i % 3, 100 + i)
+        in_rocksdb = _timer_column_family_entries(backend)
+        assert in_rocksdb == (0 if factory == "heap" else 20), f"{factory}: {in_rocksdb} timers in RocksDB"
+        task = backend.snapshot(1, 0, location_for(storage, 1))
+        assert _timer_column_family_entries(backend) == 20, "the synchronous part did not write the heap timers"
+        backend.set_current_key("k0")
+        service.delete_event_time_timer(0, 100)  # after the snapshot call: not in the snapshot (TM-6)
+        handle = task.run()
+    other = "ROCKSDB" if factory == "heap" else "HEAP"
+    restored_config = {"state.backend.rocksdb.timer-service.factory": other}
+    for state_backend in (rocksdb(tmp_path / "b", config), rocksdb(tmp_path / "c", restored_config)):
+        with keyed_backend(state_backend, key_group_range=KeyGroupRange(0, 127), restore=[handle]) as backend:
+            collect = _Collect()
+            backend.get_timer_service("t", LongSerializer(), collect).advance_watermark(1000)
+            assert sorted(collect.fired) == sorted((f"k{i}", i % 3, 100 + i) for i in range(20)), collect.fired

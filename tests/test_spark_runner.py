@@ -74,6 +74,22 @@ def test_stop_with_savepoint_and_rescale_on_spark(spark: Any, tmp_path: Path) ->
     assert [r.parallelism for r in result.runs] == [2, 4, 1]
 
 
+@pytest.mark.requirement("SCN-10", "SCN-6", "TM-6", "TM-7")
+@pytest.mark.parametrize("backend", ["rocksdb", "tests.broken_backends:timers_forget_restored"])
+def test_windows_on_spark_match_the_dataframe_window_aggregation(spark: Any, tmp_path: Path, backend: str) -> None:
+    """Failures between window firings, a stop-with-savepoint holding open windows and a rescaled resume: every
+    window is committed once with the sum of `groupBy(key, window(...))`; a backend whose restored timers never
+    fire loses windows, and the DataFrame comparison says so too."""
+    scenario = load_scenario(resolve("event-time-windows"))
+    result = run_on_spark(scenario, tmp_path, spark, backend)
+    if backend == "rocksdb":
+        assert result.passed, result.failures
+        assert [r.parallelism for r in result.runs] == [2, 3] and sum(r.failovers for r in result.runs) >= 2
+        return
+    assert not result.passed, "a backend that forgets restored timers passed the window scenario on Spark"
+    assert any("DataFrame window aggregation" in f for f in result.failures), result.failures
+
+
 @pytest.mark.requirement("SCN-9", "KB-RESTORE-1")
 @pytest.mark.parametrize("backend", ["hashmap", "tests.broken_backends:stale_restore"])
 def test_a_backend_keeping_stale_state_after_restore_fails_a_spark_scenario(

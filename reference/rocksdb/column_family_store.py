@@ -136,6 +136,13 @@ class ColumnFamilyStore:
     def compact(self) -> None:
         self._cf.compact_range(None, None)
 
+    def clear(self) -> None:
+        """Delete every entry (one write batch)."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for raw, _ in self._range(b""):
+            batch.delete(raw, self._handle)
+        self._db.write(batch)
+
     def is_empty(self) -> bool:
         it = self._cf.iter()
         it.seek_to_first()

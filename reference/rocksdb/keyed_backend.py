@@ -22,6 +22,7 @@ from statecert.reference.keyed_backend_base import KeyedStateBackendBase
 from statecert.reference.migration import check_key_serializer
 from statecert.reference.rocksdb.column_family_store import MAX_VALUE_BYTES, ColumnFamilyStore, iterate_entries
 from statecert.reference.rocksdb.files import upload_file
+from statecert.reference.rocksdb.heap_timer_store import TIMER_STATE_PREFIX, HeapTimerStore
 from statecert.reference.rocksdb.key_layout import key_group_prefix
 from statecert.reference.rocksdb.native_restore import (
     column_family_name,
@@ -101,7 +102,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             raise
 
     # -- stores ----------------------------------------------------------------------------------------------------
-    def create_store(self, meta: StateMetaInfo) -> ColumnFamilyStore:
+    def create_store(self, meta: StateMetaInfo) -> ColumnFamilyStore | HeapTimerStore:
         assert self._db is not None
         name = column_family_name(meta.name)
         if name in rocksdict.Rdict.list_cf(str(self._db_dir), self._options):
@@ -109,7 +110,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         else:
             cf = self._db.create_column_family(name, self._options)
         handle = self._db.get_column_family_handle(name)
-        return ColumnFamilyStore(self._db, cf, handle, meta, self._max_value_bytes)
+        store = ColumnFamilyStore(self._db, cf, handle, meta, self._max_value_bytes)
+        if self._settings.timer_service_factory == "HEAP" and meta.name.startswith(TIMER_STATE_PREFIX):
+            return HeapTimerStore(store, self.key_group_range)
+        return store
 
     # -- restore ---------------------------------------------------------------------------------------------------
     def _fast_path_handle(self, handles: Sequence[Any]) -> IncrementalKeyedStateHandle | None:
@@ -175,6 +179,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         """Synchronous part: a RocksDB checkpoint (flush, then hard links) of the live database (KB-SNAP-2)."""
         self.check_open()
         assert self._db is not None
+        for store in self._stores.values():
+            if isinstance(store, HeapTimerStore):
+                store.write_through()  # heap timers are snapshotted synchronously (RDB-12)
         names = sorted(n for n, s in self._stores.items() if not s.is_empty())
         if not names:
             return self.track_snapshot(AsyncSnapshotTask(lambda cancelled: None, self._pending.discard))

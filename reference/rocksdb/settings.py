@@ -65,10 +65,10 @@ class RocksDBSettings:
                 f"{WRITE_BUFFER_RATIO} {self.write_buffer_ratio} with {HIGH_PRIO_POOL_RATIO} "
                 f"{self.high_prio_pool_ratio}: the two must sum to less than 1"
             )
-        if self.timer_service_factory != "ROCKSDB":
+        if self.timer_service_factory not in ("ROCKSDB", "HEAP"):
             raise IllegalConfigurationError(
-                f"{TIMER_SERVICE_FACTORY}: {self.timer_service_factory!r} is not supported by the reference RocksDB "
-                "backend, which keeps timers in RocksDB (ROCKSDB, Flink's default)"
+                f"{TIMER_SERVICE_FACTORY}: expected ROCKSDB (Flink's default: timers in RocksDB) or HEAP (timers on "
+                f"the heap, snapshotted synchronously), got {self.timer_service_factory!r}"
             )
 
     @property

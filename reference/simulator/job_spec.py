@@ -61,6 +61,7 @@ class JobSpec:
     changelog: bool = False  # the backend wrapped in the changelog backend (CL-1)
     materialize_interval_ms: int = 600_000  # its materialization interval, in simulated time
     rocksdb_options_factory: str | None = None  # state.backend.rocksdb.options-factory (module:attr)
+    window_ms: int = 0  # > 0: the counters aggregate in event-time tumbling windows of this size (TM)
     keys_per_source: int = 10
     key_skew: float = 1.0  # 1 draws keys uniformly; above 1 a few keys get most records (index = n * u**skew)
     records_per_source: int = 300
@@ -100,6 +101,7 @@ _JOB_KEYS: dict[str, type] = {
     "changelog": bool,
     "materialize_interval_ms": int,
     "rocksdb_options_factory": str,
+    "window_ms": int,
 }
 _NETWORK_KEYS: dict[str, type] = {"latency_ms": float, "latency_jitter_ms": float, "buffer_records": int}
 _CHECKPOINT_KEYS: dict[str, type] = {
@@ -235,6 +237,11 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: storage.storage: expected filesystem or jobmanager, got {spec.storage!r}")
     if spec.stages not in (2, 3):
         raise SimulationSpecError(f"{path}: job.stages: expected 2 or 3, got {spec.stages}")
+    if spec.window_ms < 0 or (spec.window_ms and spec.stages != 2):
+        raise SimulationSpecError(
+            f"{path}: job.window_ms: expected 0 (no windows) or a window size in ms with stages = 2, "
+            f"got {spec.window_ms} with stages = {spec.stages}"
+        )
     if spec.key_skew < 1.0:
         raise SimulationSpecError(f"{path}: job.key_skew: expected a number >= 1, got {spec.key_skew}")
     for fault in spec.faults:

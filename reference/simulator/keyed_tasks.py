@@ -25,7 +25,9 @@ from statecert.reference.simulator.tasks import (
     Barrier,
     CheckpointProgress,
     Record,
+    Watermark,
 )
+from statecert.reference.tumbling_windows import TumblingWindowOperator
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.metadata import OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -111,6 +113,13 @@ class KeyedTask:
         """A priority event (an unaligned barrier) reached the inbox; only a task blocked on output cares."""
 
     # -- what subclasses add -------------------------------------------------------------------------------------------
+    def update(self, record: Record) -> None:
+        """Apply the record to keyed state and stage what it produces."""
+        self.keyed.set_current_key(self.key_of(record))
+        value = self.sim.aggregate.add(self.aggregate.value(), record.offset)
+        self.aggregate.update(value)
+        self.stage(record, value["total"])
+
     def restore_output(self) -> Generator[Any, Any, None]:
         """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
         yield from ()
@@ -157,6 +166,10 @@ class KeyedTask:
             return
         if isinstance(item, Barrier):
             blocked = self._on_barrier(channel, item)
+        elif isinstance(item, Watermark):
+            self.sim.in_flight -= 1
+            self.on_watermark(channel, item.timestamp)
+            blocked = 0.0
         else:
             record, epoch = item
             self.received[channel] = self.received.get(channel, 0) + 1
@@ -172,13 +185,13 @@ class KeyedTask:
         if blocked:
             yield self.sim.env.timeout(blocked)  # a synchronous snapshot stops the task while it writes
 
+    def on_watermark(self, channel: int, timestamp: int) -> None:
+        """A watermark arrived on `channel` (only window jobs send them)."""
+
     def _process(self, record: Record) -> Generator[Any, Any, None]:
         """The count and what follows from it (staged output, the record to send on) change together when the
         record is taken, so a snapshot from a timer never sees one without the other; then processing time passes."""
-        self.keyed.set_current_key(self.key_of(record))
-        value = self.sim.aggregate.add(self.aggregate.value(), record.offset)
-        self.aggregate.update(value)
-        self.stage(record, value["total"])
+        self.update(record)
         self.sim.processed += 1
         bucket = int(self.sim.env.now // 10) * 10  # records per task per 10 ms, for the timeline
         per_task = self.sim.records_per_bucket.setdefault(self.name, {})
@@ -240,7 +253,7 @@ class KeyedTask:
     def _queued(self) -> list[tuple[int, Record, int]]:
         """Data records that arrived but were not processed yet: (channel, record, epoch)."""
         entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]  # delivery order
-        return [(c, item[0], item[1]) for c, item, _ in entries if not isinstance(item, Barrier)]
+        return [(c, item[0], item[1]) for c, item, _ in entries if not isinstance(item, Barrier | Watermark)]
 
     def _finish_if_complete(self, n: int) -> float:
         """An unaligned checkpoint completes at this task once every barrier and every record sent before one
@@ -325,6 +338,22 @@ class CounterTask(KeyedTask):
         self.extra_ms = self.sim.spec.sink_ms
         self.open_txn: list[tuple[str, int, int]] = []
         self.txns: dict[int, list[tuple[str, int, int]]] = {}
+        self.window = TumblingWindowOperator(self.keyed, self.sim.spec.window_ms) if self.sim.spec.window_ms else None
+        self.watermarks: dict[int, int] = {}  # per input channel, since this attempt started
+
+    def update(self, record: Record) -> None:
+        if self.window is None:
+            super().update(record)
+            return
+        key = self.sim.aggregate.key(record.key, record.source)
+        self.window.process(key, record.offset, self.sim.aggregate.weight(record.offset))
+
+    def on_watermark(self, channel: int, timestamp: int) -> None:
+        """The task's watermark is the least over its inputs; windows it passes fire into the open transaction."""
+        assert self.window is not None, "a watermark reached a job without windows"
+        self.watermarks[channel] = max(timestamp, self.watermarks.get(channel, timestamp))
+        if len(self.watermarks) == len(self.inputs):
+            self.open_txn.extend(self.window.advance_watermark(min(self.watermarks.values())))
 
     @property
     def idle(self) -> bool:

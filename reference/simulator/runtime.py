@@ -24,7 +24,7 @@ from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.serializers import StringSerializer
 from statecert.reference.shared_state_registry import shared_files
-from statecert.reference.simulator.checkers import check_outputs
+from statecert.reference.simulator.checkers import CheckResult, check_outputs
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
 from statecert.reference.simulator.inputs import generate_inputs
 from statecert.reference.simulator.job_spec import Fault, JobSpec
@@ -35,6 +35,7 @@ from statecert.reference.simulator.tasks import Record, SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.reference.tumbling_windows import WindowCheck, check_windows, expected_windows
 from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.handles import ChangelogStateBackendHandle, IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
@@ -502,9 +503,18 @@ class Simulation:
         self.coordinator.halt()
         return self.report()
 
+    def _window_checks(self) -> WindowCheck:
+        """A window job's committed output against the windows of its whole input (a run from a savepoint or a
+        stop-with-savepoint is checked by the scenario, over all its runs)."""
+        records = [(self.aggregate.key(r.key, r.source), r.offset) for split in self.inputs for r in split]
+        expected = expected_windows(records, self.spec.window_ms, self.aggregate.weight)
+        return check_windows(expected, self.committed)
+
     def _check_cuts(self) -> None:
         """Every retained checkpoint and every savepoint is a consistent cut (savepoints are always aligned;
-        at-least-once checkpoints are not cuts)."""
+        at-least-once checkpoints are not cuts). Window state is checked through the window results instead."""
+        if self.spec.window_ms:
+            return
         snapshots = []
         if self.spec.checkpointing.mode is not CheckpointingMode.AT_LEAST_ONCE:
             snapshots = [c.metadata for c in self.coordinator.store.retained]
@@ -548,7 +558,9 @@ class Simulation:
                 initial[key] = initial.get(key, 0) + self.aggregate.weight(r.offset)
             for r in records[start : self.end_offsets.get(s, len(records))]:
                 expected.setdefault(self.aggregate.key(r.key, r.source), []).append(r.offset)
-        checks = check_outputs(expected, self.committed, initial, self.aggregate.weight)
+        checks: CheckResult | WindowCheck = check_outputs(expected, self.committed, initial, self.aggregate.weight)
+        if self.spec.window_ms:
+            checks = self._window_checks()
         self._check_cuts()
         timeout = self.spec.checkpointing.timeout_ms
         late = [

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statecert.reference.serializers import BytesSerializer, LongSerializer
+from statecert.reference.tumbling_windows import emits_watermark
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.metadata import OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import ListStateDescriptor
+from statecert.spec.timers import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
     from statecert.reference.simulator.network import Channel
@@ -35,6 +37,13 @@ class Barrier:
     checkpoint_id: int
     options: CheckpointOptions
     records_before: int = 0  # records the sender had sent on this channel before the barrier
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Event time up to `timestamp` is complete on this channel (sources send one at each window's end)."""
+
+    timestamp: int
 
 
 @dataclass
@@ -81,6 +90,8 @@ class SourceTask:
 
     def run(self) -> Generator[Any, Any, None]:
         records = self.sim.inputs[self.index]
+        if self.sim.spec.window_ms and records and self.offset == len(records):
+            yield from self._watermark(MAX_TIMESTAMP)  # restored after the end: the end of event time again
         while self.alive:
             if self.barriers:
                 checkpoint_id, options = self.barriers.popleft()
@@ -113,10 +124,22 @@ class SourceTask:
                 channel.transmit((record, self.epoch))
                 self.sim.in_flight += 1
                 self.offset += 1
+                if self.sim.spec.window_ms:
+                    watermark = emits_watermark(record.offset, len(records), self.sim.spec.window_ms)
+                    if watermark is not None:
+                        yield from self._watermark(watermark)
                 yield self.sim.env.timeout(self.sim.spec.record_interval_ms)
             else:
                 self.wake = self.sim.env.event()
                 yield self.wake
+
+    def _watermark(self, timestamp: int) -> Generator[Any, Any, None]:
+        """Broadcast a watermark, in order behind the records sent before it (it takes a buffer like they do)."""
+        for channel in self.outputs:
+            if not self.alive:
+                return
+            self.sim.in_flight += 1  # the end of the job waits for it: it may still fire windows
+            yield from channel.send(Watermark(timestamp))
 
     def dispose(self) -> None:
         self.operator.dispose()

@@ -13,6 +13,7 @@ from statecert.scenarios.spark.state_reader import read_keyed_state
 
 INPUT_SCHEMA = "source int, offset int, key string, weight long"
 OUTPUT_SCHEMA = "key string, offset int, total long"
+WINDOW_SCHEMA = "key string, start long, total long"
 
 
 def _split_rows(spec: worker.InputSpec, scenario_aggregate: Any, source: int) -> list[tuple[int, int, str, int]]:
@@ -53,6 +54,30 @@ class OracleCheck:
         name = aggregate_of(self.scenario, serializer_version).descriptor.name
         state = read_keyed_state(self.spark, pointer, worker.OPERATOR).filter(f"state = '{name}'")
         return {row["key"].removesuffix("/2"): int(json.loads(row["value"])["total"]) for row in state.collect()}
+
+    def expected_windows(self) -> Any:
+        """The oracle of a window job: a DataFrame tumbling-window aggregation over the whole input, event time
+        being the record's offset in milliseconds."""
+        from pyspark.sql import functions as F
+
+        window = F.window(F.timestamp_millis(F.col("offset")), f"{self.scenario.job.window_ms} milliseconds")
+        sums = self.input.groupBy("key", window.alias("w")).agg(F.sum("weight").alias("total"))
+        return sums.select("key", F.unix_millis(F.col("w.start")).alias("start"), "total")
+
+    def compare_windows(self, committed: list[tuple[str, int, int]]) -> list[str]:
+        """Mismatches between the window results the runs committed and the DataFrame window aggregation."""
+        output = self.spark.createDataFrame(committed, WINDOW_SCHEMA)
+        expected = self.expected_windows()
+        duplicated = output.groupBy("key", "start").count().filter("count > 1").count()
+        missing = expected.exceptAll(output).count()
+        unexpected = output.exceptAll(expected).count()
+        if not (duplicated or missing or unexpected):
+            return []
+        return [
+            f"committed windows vs DataFrame window aggregation: expected {expected.count()} windows once each, "
+            f"got {missing} missing or different, {unexpected} not in the aggregation, {duplicated} committed "
+            "more than once"
+        ]
 
     def compare(
         self,

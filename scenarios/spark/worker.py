@@ -26,6 +26,7 @@ from statecert.reference.simulator.inputs import generate_inputs
 from statecert.reference.simulator.tasks import Record
 from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.reference.tumbling_windows import TumblingWindowOperator, split_watermark
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
@@ -75,6 +76,7 @@ class EpochTask:
     failing_writes: str | None = None  # a local path pattern whose writes fail (storage write failure)
     timestamp_ms: int = 0
     cache: bool = True
+    window_ms: int = 0  # > 0: event-time tumbling windows of this size instead of running totals
 
 
 @dataclass
@@ -186,9 +188,34 @@ def process_partition(task: EpochTask, subtask: int, items: Iterable[tuple[int, 
     yield ("ack", subtask, OperatorSubtaskState((handle,) if handle else (), ()), staged, attempt)
 
 
+def epoch_watermark(task: EpochTask) -> int:
+    """The watermark every subtask has once the epoch's records are in: the least over the source splits of what
+    each has sent by the epoch's end (the simulator's sources send the same watermarks)."""
+    lengths = [len(split) for split in inputs(task.inputs)]
+    return min(split_watermark(task.ranges[s][1], lengths[s], task.window_ms) for s in task.ranges)
+
+
+def _process_windows(
+    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: list[tuple[str, int, int]]
+) -> list[tuple[str, int, int]]:
+    """The epoch's records into their windows, then the epoch's watermark: the windows it passes fire, in timer
+    order, into the staged output as (key, window start, sum)."""
+    windows = TumblingWindowOperator(keyed, task.window_ms)
+    halfway = len(records) // 2
+    for i, (key, source, offset) in enumerate(records):
+        if i == halfway:
+            _fault(task, subtask, "processing", attempt)
+        windows.process(task.aggregate.key(key, source), offset, task.aggregate.weight(offset))
+    if not records:
+        _fault(task, subtask, "processing", attempt)
+    return windows.advance_watermark(epoch_watermark(task))
+
+
 def _process(
     task: EpochTask, subtask: int, attempt: int, keyed: Any, records: list[tuple[str, int, int]]
 ) -> list[tuple[str, int, int]]:
+    if task.window_ms:
+        return _process_windows(task, subtask, attempt, keyed, records)
     state = keyed.get_or_create_state(task.aggregate.descriptor)
     staged: list[tuple[str, int, int]] = []
     halfway = len(records) // 2
