@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from statecert.reference.simulator.checkers import check_outputs
-from statecert.scenarios.catalog import library_paths, resolve
+from statecert.scenarios.catalog import library, library_paths, resolve
 from statecert.scenarios.loader import load_scenario
 from statecert.scenarios.model import Action, Phase
 from statecert.scenarios.sim_runner import run_on_simulator
@@ -200,3 +200,17 @@ def test_cli_rejects_an_unknown_backend_before_running() -> None:
     done = _cli("scenario", "run", "storage-outage", "--backend", "no-such-backend")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "no-such-backend" in done.stderr and "passed" not in done.stdout
+
+
+@pytest.mark.requirement("SCN-9", "SB-3")
+def test_library_scenarios_are_gated_on_the_capabilities_they_use() -> None:
+    """The scenarios tier runs a scenario only against backends declaring what it uses (windows need timers, a
+    rescaled resume rescaling, a canonical savepoint canonical savepoints; every job operator state)."""
+    from statecert.scenarios.capabilities import required_capabilities
+
+    needs = {s.name: set(required_capabilities(s)) for s in library()}
+    assert all("operator_state" in n for n in needs.values()), needs
+    assert {"timers", "rescaling", "canonical_savepoints"} <= needs["event-time-windows"], needs["event-time-windows"]
+    assert "timers" not in needs["task-failure-processing"], needs["task-failure-processing"]
+    assert "schema_evolution" in needs["schema-evolution"] and "rescaling" in needs["stop-and-rescale"]
+    assert "incremental_checkpoints" in needs["incremental-chain"]

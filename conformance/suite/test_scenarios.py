@@ -11,12 +11,17 @@ from typing import Any
 import pytest
 
 from statecert.conformance.plugin import CertificationSession
+from statecert.scenarios.capabilities import required_capabilities
 from statecert.scenarios.catalog import library_paths
 from statecert.scenarios.loader import load_scenario
 
 pytestmark = pytest.mark.tier("scenarios")
 
 LIBRARY = library_paths()
+# each library scenario, gated on the capabilities it uses (a backend declaring one False is not run against it)
+SCENARIOS = [
+    pytest.param(p, id=p.stem, marks=pytest.mark.capability(*required_capabilities(load_scenario(p)))) for p in LIBRARY
+]
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +38,7 @@ def _verdict(result: Any) -> str:
 
 
 @pytest.mark.requirement("SCN-9", "SCN-3", "SCN-4")
-@pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
+@pytest.mark.parametrize("path", SCENARIOS)
 def test_library_scenario_passes_on_the_simulator(
     certification: CertificationSession, tmp_path: Path, path: Path
 ) -> None:
@@ -47,7 +52,7 @@ def test_library_scenario_passes_on_the_simulator(
 
 
 @pytest.mark.requirement("SCN-9", "SCN-6", "SCN-7")
-@pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
+@pytest.mark.parametrize("path", SCENARIOS)
 def test_library_scenario_passes_on_spark(
     certification: CertificationSession, tmp_path: Path, path: Path, spark_session: Any
 ) -> None:
