@@ -56,7 +56,7 @@ def restore_seconds(pointer: str, spec: JobSpec, local: Path) -> float:
     """Wall-clock seconds to restore every keyed subtask of the counter from `pointer` with the real backends."""
     config = {
         "state.backend.type": spec.backend,
-        "state.backend.incremental": str(spec.incremental).lower(),
+        "execution.checkpointing.incremental": str(spec.incremental).lower(),
         "state.backend.rocksdb.localdir": str(local),
         "state.changelog.enabled": str(spec.changelog).lower(),
     }

@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_scenario(sub)
 
+    from statecert.cli.config_cmd import add_parser as add_config
+
+    add_config(sub)
+
     insp = sub.add_parser("inspect", help="print a checkpoint's or savepoint's metadata")
     insp.add_argument("path", help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)")
     insp.add_argument("--json", action="store_true", help="machine-readable output")
@@ -97,8 +101,8 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 
     base = args.checkpoint_dir or tempfile.mkdtemp(prefix="statecert-demo-")
     job_config = {
-        "state.checkpoints.dir": f"{base}/checkpoints",
-        "state.savepoints.dir": f"{base}/savepoints",
+        "execution.checkpointing.dir": f"{base}/checkpoints",
+        "execution.checkpointing.savepoint-dir": f"{base}/savepoints",
     }
     if args.backend:
         job_config["state.backend.type"] = args.backend
@@ -117,7 +121,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         report = run_word_count(
             backend,
             storage,
-            savepoint_dir=job_config["state.savepoints.dir"],
+            savepoint_dir=job_config["execution.checkpointing.savepoint-dir"],
             records=args.records,
             parallelism=args.parallelism,
             restored_parallelism=args.rescale_to,
@@ -172,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from statecert.cli.certify_cmd import certify
 
             return certify(args, console)
+        if args.command == "config":
+            from statecert.cli.config_cmd import config
+
+            return config(args, console)
         return _inspect(args, console, err)
     except (StateCertError, OSError, ValueError) as exc:
         err.print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)

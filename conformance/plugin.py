@@ -78,9 +78,9 @@ class CertificationSession:
         assert self.settings.storage_under_test is not None
         config = {
             **self.settings.backend_config,
-            "state.checkpoint-storage": self.settings.storage_under_test,
-            "state.checkpoints.dir": checkpoint_dir,
-            "state.savepoints.dir": f"{checkpoint_dir}-savepoints",
+            "execution.checkpointing.storage": self.settings.storage_under_test,
+            "execution.checkpointing.dir": checkpoint_dir,
+            "execution.checkpointing.savepoint-dir": f"{checkpoint_dir}-savepoints",
         }
         return load_checkpoint_storage(job_config=config)
 

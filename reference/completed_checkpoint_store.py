@@ -36,13 +36,29 @@ class CompletedCheckpointStore:
         subsumed = []
         while len(self._retained) > self.max_retained:
             oldest = self._retained.pop(0)
-            # `_metadata` first: a crash at any later point leaves an incomplete checkpoint, never a complete-looking
-            # one whose shared files are gone (FMT-13).
-            retract_metadata(oldest.pointer)
-            self.registry.release(oldest.metadata)
-            remove_directory(oldest.pointer)
+            self._discard(oldest)
             subsumed.append(oldest)
         return subsumed
+
+    def add_claimed(self, pointer: str, metadata: CheckpointMetadata) -> None:
+        """A snapshot the job started from in CLAIM mode (COORD-13): the job owns it, so it is subsumed and
+        discarded like the job's own checkpoints (a claimed savepoint too)."""
+        self.registry.register(metadata)
+        self._retained.append(CompletedCheckpoint(pointer, metadata))
+
+    def discard_all(self) -> list[CompletedCheckpoint]:
+        """Discard every retained checkpoint: a run ended whose retention keeps none (COORD-11)."""
+        discarded, self._retained = self._retained, []
+        for checkpoint in discarded:
+            self._discard(checkpoint)
+        return discarded
+
+    def _discard(self, checkpoint: CompletedCheckpoint) -> None:
+        # `_metadata` first: a crash at any later point leaves an incomplete checkpoint, never a complete-looking
+        # one whose shared files are gone (FMT-13).
+        retract_metadata(checkpoint.pointer)
+        self.registry.release(checkpoint.metadata)
+        remove_directory(checkpoint.pointer)
 
     @property
     def retained(self) -> list[CompletedCheckpoint]:

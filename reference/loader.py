@@ -9,12 +9,12 @@ DynamicCodeLoadingError for code that cannot be loaded, IllegalConfigurationErro
 from __future__ import annotations
 
 import importlib
-import warnings
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
 from statecert.reference import config as cfg
+from statecert.reference.config import catalog
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.spec.backend import ConfigurableStateBackend, StateBackend
@@ -23,10 +23,9 @@ from statecert.spec.errors import DynamicCodeLoadingError, UnknownStateBackendEr
 STATE_BACKEND_GROUP = "statecert.state_backends"
 CHECKPOINT_STORAGE_GROUP = "statecert.checkpoint_storages"
 DEFAULT_STATE_BACKEND = "hashmap"
-LEGACY_BACKENDS = {
-    "jobmanager": "jobmanager",
-    "filesystem": "filesystem",
-}  # legacy name -> storage it implies
+BUILT_IN_BACKENDS = ("hashmap", "rocksdb")
+REMOVED_BACKENDS = {"jobmanager": "jobmanager", "filesystem": "filesystem"}
+"""Flink 1.x's legacy backend names, removed in Flink 2.0, with the checkpoint storage that replaces each."""
 
 
 def registered_names(group: str) -> list[str]:
@@ -57,7 +56,7 @@ def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, obj
             target = getattr(target, part)
         factory = target
     else:
-        known = ", ".join(registered_names(group) + (list(LEGACY_BACKENDS) if group == STATE_BACKEND_GROUP else []))
+        known = ", ".join(registered_names(group))
         raise UnknownStateBackendError(
             f"unknown {what} {name!r}: known names are {known}; anything else must be a 'module:attr' factory path"
         )
@@ -67,8 +66,15 @@ def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, obj
 
 
 def _configured_backend_name(config: Mapping[str, object]) -> str:
-    name = cfg.get_str(config, cfg.STATE_BACKEND_TYPE) or cfg.get_str(config, cfg.LEGACY_STATE_BACKEND)
-    return name or DEFAULT_STATE_BACKEND
+    """`state.backend.type` (or its 1.x name `state.backend`); built-in names match without regard to case, as in
+    Flink's StateBackendLoader."""
+    name = cfg.read(config, catalog.STATE_BACKEND)
+    if name.lower() in REMOVED_BACKENDS:
+        raise UnknownStateBackendError(
+            f"{catalog.STATE_BACKEND.key}: {name!r} was removed in Flink 2.0; use 'hashmap' with "
+            f"{catalog.CHECKPOINT_STORAGE.key}: {REMOVED_BACKENDS[name.lower()]!r}"
+        )
+    return name.lower() if name.lower() in BUILT_IN_BACKENDS else name
 
 
 def load_state_backend(
@@ -79,14 +85,15 @@ def load_state_backend(
     """The state backend to use (LD-1): the application's (configured when configurable, LD-2), else
     `state.backend.type` from the job then the cluster configuration, else `hashmap`."""
     config = cfg.merge(job_config, cluster_config)
+    cfg.warn_unknown_keys(config)
     return _with_changelog(_load_state_backend(app_backend, config), config)
 
 
 def _with_changelog(backend: StateBackend, config: Mapping[str, object]) -> StateBackend:
     """Wrapped in the changelog backend when `state.changelog.enabled` (or its 1.x name) is true (CL-1)."""
-    from statecert.reference.changelog.backend import ChangelogStateBackend, changelog_enabled, changelog_settings
+    from statecert.reference.changelog.backend import ChangelogStateBackend, changelog_settings
 
-    if not changelog_enabled(config) or isinstance(backend, ChangelogStateBackend):
+    if not cfg.read(config, catalog.CHANGELOG_ENABLED) or isinstance(backend, ChangelogStateBackend):
         return backend
     return ChangelogStateBackend(backend, changelog_settings(config))
 
@@ -97,14 +104,6 @@ def _load_state_backend(app_backend: StateBackend | None, config: Mapping[str, o
             return app_backend.configure(config)
         return app_backend
     name = _configured_backend_name(config)
-    if name.lower() in LEGACY_BACKENDS:
-        warnings.warn(
-            f"{cfg.STATE_BACKEND_TYPE}: {name!r} is deprecated; use 'hashmap' with "
-            f"{cfg.CHECKPOINT_STORAGE}: {LEGACY_BACKENDS[name.lower()]!r}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        name = DEFAULT_STATE_BACKEND
     backend = load_factory(name, STATE_BACKEND_GROUP, "state backend")(config)
     if not isinstance(backend, StateBackend):
         raise DynamicCodeLoadingError(
@@ -119,22 +118,20 @@ def load_checkpoint_storage(
     cluster_config: Mapping[str, object] | None = None,
 ) -> Any:
     """The checkpoint storage to use (LD-1, LD-7): the application's (configured when it has `configure`), else
-    `state.checkpoint-storage`, else what a legacy backend name implies, else file system storage when
-    `state.checkpoints.dir` is set, else job-manager storage."""
+    `execution.checkpointing.storage` (1.x: `state.checkpoint-storage`; built-in names in any case), else file
+    system storage when a checkpoint directory is set, else job-manager storage, as Flink's CheckpointStorageLoader.
+    `filesystem` without a checkpoint directory is an IllegalConfigurationError."""
     config = cfg.merge(job_config, cluster_config)
+    cfg.warn_unknown_keys(config)
     if app_storage is not None:
         configure = getattr(app_storage, "configure", None)
         return configure(config) if callable(configure) else app_storage
-    name = cfg.get_str(config, cfg.CHECKPOINT_STORAGE)
+    name = cfg.read(config, catalog.CHECKPOINT_STORAGE)
     if name is None:
-        legacy = _configured_backend_name(config).lower()
-        if legacy in LEGACY_BACKENDS:
-            name = LEGACY_BACKENDS[legacy]
-        else:
-            name = "filesystem" if cfg.get_str(config, cfg.CHECKPOINTS_DIRECTORY) else "jobmanager"
-    if name == "filesystem":
+        name = "filesystem" if cfg.read(config, catalog.CHECKPOINTS_DIRECTORY) else "jobmanager"
+    if name.lower() == "filesystem":
         return FileSystemCheckpointStorage.from_config(config)
-    if name == "jobmanager":
+    if name.lower() == "jobmanager":
         return JobManagerCheckpointStorage.from_config(config)
     storage = load_factory(name, CHECKPOINT_STORAGE_GROUP, "checkpoint storage")(config)
     if not callable(getattr(storage, "create_checkpoint_storage", None)):

@@ -131,6 +131,55 @@ class LongSerializer(BaseSerializer):
         return _to_int32(unsigned ^ (unsigned >> 32))
 
 
+class _JavaFixedWidthInt(BaseSerializer):
+    """A signed integer of `_STRUCT`'s width, big-endian, whose key hash is the Java wrapper's `hashCode` (the value
+    itself, sign-extended), so keys land in the key groups Flink gives `Types.INT` / `SHORT` / `BYTE` keys (KG-1)."""
+
+    _STRUCT: ClassVar[struct.Struct]
+    _JAVA: ClassVar[str]
+
+    def serialize(self, value: int) -> bytes:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{type(self).__name__} expects int, got {type(value).__name__}")
+        try:
+            return self._STRUCT.pack(value)
+        except struct.error:
+            raise ValueError(f"{type(self).__name__}: {value} does not fit in a Java {self._JAVA}") from None
+
+    def deserialize(self, data: bytes) -> int:
+        if len(data) != self._STRUCT.size:
+            raise ValueError(f"{type(self).__name__}: {len(data)} bytes, expected {self._STRUCT.size}")
+        return int(self._STRUCT.unpack(data)[0])
+
+    def key_hash(self, value: int) -> int:
+        self.serialize(value)  # the same range check
+        return value
+
+
+class IntSerializer(_JavaFixedWidthInt):
+    """Java `Integer`: 4 bytes; key hash `Integer.hashCode` (the value), as Flink's `IntSerializer` keys."""
+
+    serializer_id = "int"
+    _STRUCT = struct.Struct(">i")
+    _JAVA = "int"
+
+
+class ShortSerializer(_JavaFixedWidthInt):
+    """Java `Short`: 2 bytes; key hash `Short.hashCode` (the value)."""
+
+    serializer_id = "short"
+    _STRUCT = struct.Struct(">h")
+    _JAVA = "short"
+
+
+class ByteSerializer(_JavaFixedWidthInt):
+    """Java `Byte`: 1 byte; key hash `Byte.hashCode` (the value)."""
+
+    serializer_id = "byte"
+    _STRUCT = struct.Struct(">b")
+    _JAVA = "byte"
+
+
 class DoubleSerializer(BaseSerializer):
     serializer_id = "double"
     _STRUCT = struct.Struct(">d")
@@ -154,6 +203,27 @@ class BooleanSerializer(BaseSerializer):
         if data not in (b"\x00", b"\x01"):
             raise ValueError(f"BooleanSerializer: invalid byte {data!r}")
         return data == b"\x01"
+
+
+class JavaDoubleSerializer(DoubleSerializer):
+    """`double` encoding, with Java's `Double.hashCode` as key hash (`doubleToLongBits`, NaN canonical, then
+    `(int)(bits ^ (bits >>> 32))`): keys land where Flink puts `Types.DOUBLE` keys. A separate id, so that savepoints
+    keyed with `double` (murmur3 hash) keep their key groups."""
+
+    serializer_id = "java-double"
+
+    def key_hash(self, value: float) -> int:
+        bits = 0x7FF8000000000000 if value != value else struct.unpack(">Q", struct.pack(">d", value))[0]
+        return _to_int32(bits ^ (bits >> 32))
+
+
+class JavaBooleanSerializer(BooleanSerializer):
+    """`bool` encoding, with Java's `Boolean.hashCode` as key hash (1231 for true, 1237 for false)."""
+
+    serializer_id = "java-bool"
+
+    def key_hash(self, value: bool) -> int:
+        return 1231 if value else 1237
 
 
 class BytesSerializer(BaseSerializer):

@@ -48,6 +48,12 @@ def shared_files(metadata: CheckpointMetadata) -> set[str]:
 class SharedStateRegistry:
     def __init__(self) -> None:
         self._references: Counter[str] = Counter()
+        self._not_owned: set[str] = set()
+
+    def register_not_owned(self, metadata: CheckpointMetadata) -> None:
+        """The shared files of a snapshot the job started from without claiming it (NO_CLAIM, COORD-13): never
+        deleted by this job, however its own checkpoints reference them."""
+        self._not_owned |= shared_files(metadata)
 
     def register(self, metadata: CheckpointMetadata) -> None:
         self._references.update(shared_files(metadata))
@@ -59,6 +65,8 @@ class SharedStateRegistry:
             self._references[path] -= 1
             if self._references[path] <= 0:
                 del self._references[path]
+                if path in self._not_owned:
+                    continue
                 fs, local = fsspec.core.url_to_fs(path)
                 if fs.exists(local):
                     fs.rm_file(local)

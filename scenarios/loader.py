@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from statecert.reference import config as cfg
+from statecert.reference.config import catalog
+from statecert.reference.coordinator.restart import FixedDelayRestart, RestartStrategy, restart_strategy_from_config
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
-from statecert.reference.loader import LEGACY_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
+from statecert.reference.loader import BUILT_IN_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
+from statecert.reference.simulator.flink_config import checkpointing_as_config
 from statecert.scenarios.model import (
     Action,
     Bound,
@@ -22,7 +27,7 @@ from statecert.scenarios.model import (
     Run,
     Scenario,
 )
-from statecert.spec.errors import ScenarioError, StateCertError
+from statecert.spec.errors import IllegalConfigurationError, ScenarioError, StateCertError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,7 +39,7 @@ OPERATORS = ("count", "sum")
 KEY_SELECTORS = ("key", "split")
 STORAGES = ("filesystem", "jobmanager")
 ERROR_CONDITIONS = ("always", "native-format-differs")
-SECTIONS = ("scenario", "job", "input", "checkpointing", "restart", "timeline", "expect")
+SECTIONS = ("scenario", "job", "input", "checkpointing", "restart", "timeline", "expect", "config")
 
 Check = Callable[[Any], bool]
 
@@ -68,7 +73,7 @@ CAPPED = "(scenario sizes are capped so that a run ends in minutes)"
 def backend_problem(name: str) -> str | None:
     """Why the loader cannot resolve backend `name` (a built-in or registered name, or an importable
     `module:attr`), or None when it can."""
-    if name in registered_names(STATE_BACKEND_GROUP) or name in LEGACY_BACKENDS:
+    if name in registered_names(STATE_BACKEND_GROUP) or name.lower() in BUILT_IN_BACKENDS:
         return None
     if ":" in name:
         try:
@@ -76,7 +81,7 @@ def backend_problem(name: str) -> str | None:
         except StateCertError as exc:
             return str(exc)
         return None
-    known = sorted({*registered_names(STATE_BACKEND_GROUP), *LEGACY_BACKENDS})
+    known = sorted(registered_names(STATE_BACKEND_GROUP))
     return f"unknown state backend {name!r}; known names are {known}, or a module:attr factory path"
 
 
@@ -166,7 +171,10 @@ def load_scenario(file: str | Path) -> Scenario:
         )
     if job.stages == 3 and "spark" in runners:
         raise ScenarioError(f'{path}: job.stages: the Spark runner runs 2 stages; set scenario.runners = ["sim"]')
-    return Scenario(path.stem, path, description, runners, job, source, checkpointing, attempts, runs, expect, backends)
+    scenario = Scenario(
+        path.stem, path, description, runners, job, source, checkpointing, attempts, runs, expect, backends
+    )
+    return _with_flink_config(path, scenario, data.get("config", {}))
 
 
 def _job(path: Path, table: Any) -> JobConfig:
@@ -279,6 +287,66 @@ def settings(config: CheckpointConfig) -> CheckpointingSettings:
         retained=config.retained,
         mode=config.mode,
     )
+
+
+def scenario_settings(scenario: Scenario) -> CheckpointingSettings:
+    """The coordinator's settings: the `[checkpointing]` section with the `[config]` table's Flink keys over it."""
+    native = settings(scenario.checkpointing)
+    if not scenario.config:
+        return native
+    merged = {**checkpointing_as_config(native), **dict(scenario.config)}
+    configured = CheckpointingSettings.from_config(merged)
+    assert configured is not None
+    return configured
+
+
+def scenario_restart(scenario: Scenario) -> RestartStrategy:
+    """`[restart] attempts` (a fixed delay of 0), unless `[config]` sets `restart-strategy.*`."""
+    config = dict(scenario.config)
+    if not any(key.startswith("restart-strategy") for key in config):
+        return FixedDelayRestart(scenario.restart_attempts, 0.0)
+    return restart_strategy_from_config(config, checkpointing_enabled=True)
+
+
+def _with_flink_config(path: Path, scenario: Scenario, table: Any) -> Scenario:
+    """Fold the `[config]` table's Flink keys into the scenario (backend, incremental, changelog and its interval,
+    a start path), and check every key now: a bad value is one ScenarioError naming the file and the key."""
+    if not isinstance(table, dict) or not all(
+        isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in table.items()
+    ):
+        raise ScenarioError(f"{path}: [config]: expected a table of Flink configuration keys and plain values")
+    if not table:
+        return scenario
+    config = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in table.items()}
+    job, checkpointing = scenario.job, scenario.checkpointing
+    try:
+        cfg.warn_unknown_keys(config)
+        for option in cfg.OPTIONS:
+            cfg.read(config, option)
+        if cfg.is_set(config, catalog.STATE_BACKEND):
+            job = replace(job, backend=cfg.read(config, catalog.STATE_BACKEND))
+        if cfg.is_set(config, catalog.CHANGELOG_ENABLED):
+            job = replace(job, changelog=cfg.read(config, catalog.CHANGELOG_ENABLED))
+        if cfg.is_set(config, catalog.INCREMENTAL_CHECKPOINTS):
+            checkpointing = replace(checkpointing, incremental=cfg.read(config, catalog.INCREMENTAL_CHECKPOINTS))
+        if cfg.is_set(config, catalog.CHANGELOG_MATERIALIZE_INTERVAL):
+            interval = cfg.read(config, catalog.CHANGELOG_MATERIALIZE_INTERVAL)
+            checkpointing = replace(checkpointing, materialize_interval_ms=interval)
+        start = cfg.read(config, catalog.STATE_RECOVERY_PATH)
+        if start is not None:
+            if job.start_from is not None:
+                raise ScenarioError(f"{path}: [config]: {catalog.STATE_RECOVERY_PATH.key} and job.start_from both set")
+            job = replace(job, start_from=(path.parent / start).resolve())
+        scenario = replace(scenario, job=job, checkpointing=checkpointing, config=tuple(sorted(config.items())))
+        scenario_settings(scenario)
+        scenario_restart(scenario)
+    except IllegalConfigurationError as exc:
+        raise ScenarioError(f"{path}: [config]: {exc}") from None
+    if problem := backend_problem(job.backend):
+        raise ScenarioError(f"{path}: [config]: {catalog.STATE_BACKEND.key}: {problem}")
+    if job.start_from is not None and not job.start_from.exists():
+        raise ScenarioError(f"{path}: [config]: {catalog.STATE_RECOVERY_PATH.key}: no such savepoint {start!r}")
+    return scenario
 
 
 _EVENT_KEYS: dict[str, type] = {

@@ -130,3 +130,4 @@ class Scenario:
     runs: tuple[Run, ...]
     expect: Expectations
     backends: tuple[str, ...] = field(default=())  # empty: any backend
+    config: tuple[tuple[str, str], ...] = ()  # Flink keys of the `[config]` table, applied over the sections above

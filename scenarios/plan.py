@@ -13,6 +13,7 @@ import fsspec
 
 from statecert.reference.loader import load_state_backend
 from statecert.scenarios.model import Action, Event, Scenario
+from statecert.spec.errors import ScenarioError
 
 REFERENCE_BACKENDS = ("hashmap", "rocksdb")
 
@@ -26,14 +27,20 @@ class RunSettings:
 
 
 def backend_config(
-    name: str, workdir: Path, incremental: bool, changelog: bool = False, materialize_interval_ms: int = 600_000
+    name: str,
+    workdir: Path,
+    incremental: bool,
+    changelog: bool = False,
+    materialize_interval_ms: int = 600_000,
+    extra: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, str]:
     """The job configuration that selects a backend by name (built-in, entry point or `module:attr`), wrapped in
-    the changelog backend when `changelog` (CL-1)."""
+    the changelog backend when `changelog` (CL-1), with the scenario's other Flink keys (`extra`)."""
     return {
+        **dict(extra),
         "state.backend.type": name,
         "state.backend.rocksdb.localdir": str(workdir / "rocksdb-local"),
-        "state.backend.incremental": str(incremental).lower(),
+        "execution.checkpointing.incremental": str(incremental).lower(),
         "state.changelog.enabled": str(changelog).lower(),
         "state.changelog.periodic-materialize.interval": f"{materialize_interval_ms}ms",
     }
@@ -96,6 +103,16 @@ def resume_pointer(resume: Event, savepoints: list[str], latest_checkpoint: str 
     """Where a resumed run restores from: the previous run's latest savepoint or retained checkpoint, moved into
     `workdir` first when the scenario relocates it."""
     pointer = (savepoints[-1] if savepoints else None) if resume.source == "savepoint" else latest_checkpoint
+    if pointer is None:
+        raise ScenarioError(
+            f"resume from the previous run's {resume.source}: it left none"
+            + (
+                " (a cancelled, stopped or finished run keeps its checkpoints only with "
+                "execution.checkpointing.externalized-checkpoint-retention: RETAIN_ON_CANCELLATION, COORD-11)"
+                if resume.source == "checkpoint"
+                else ""
+            )
+        )
     if resume.relocate and pointer is not None:
         pointer = relocate(pointer, workdir)
     return pointer

@@ -8,7 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from statecert.reference.config import catalog
 from statecert.reference.simulator.cuts import source_offsets
+from statecert.reference.simulator.flink_config import with_flink_config
 from statecert.reference.simulator.job_spec import Fault, JobSpec
 from statecert.reference.simulator.runtime import Simulation
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -44,7 +46,7 @@ def _faults(events: tuple[Event, ...], interval: float, sources: int) -> tuple[F
 def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
     c = scenario.checkpointing
     events = scenario.runs[run_index].events
-    return JobSpec(
+    spec = JobSpec(
         sources=scenario.job.sources,
         stages=scenario.job.stages,
         operator=scenario.job.operator,
@@ -65,6 +67,12 @@ def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
         storage=scenario.job.storage,
         window_ms=scenario.job.window_ms,
     )
+    config = dict(scenario.config)
+    config.pop(catalog.STATE_BACKEND.key, None)  # the run's backend (an override, "other") is in `spec` already
+    config.pop(catalog.STATE_BACKEND.deprecated_keys[0], None)
+    config.pop(catalog.STATE_RECOVERY_PATH.key, None)  # folded into job.start_from; resumed runs start elsewhere
+    config.pop(catalog.STATE_RECOVERY_PATH.deprecated_keys[0], None)
+    return with_flink_config(spec, config)
 
 
 def run_on_simulator(
@@ -93,6 +101,7 @@ def run_on_simulator(
             simulations.append(simulation)
             simulation.run()
             result.runs.append(_run_result(scenario, plan, simulation))
+            simulation.end_job()  # retention: the run's checkpoints go unless the setting keeps them (COORD-11)
             if simulation.failed:
                 break
     except StateCertError as exc:

@@ -63,7 +63,10 @@ def round_up_to_power_of_two(x: int) -> int:
 
 
 def compute_default_max_parallelism(parallelism: int) -> int:
-    """Flink's default: min(max(roundUpToPowerOfTwo(p + p/2), 128), 32768) (KG-5)."""
+    """Flink's default: min(max(roundUpToPowerOfTwo(p + p/2), 128), 32768) (KG-5), for a parallelism in
+    1..32768; anything else is a ValueError (Flink: IllegalArgumentException, KG-4)."""
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= 32768:
+        raise ValueError(f"parallelism must lie in 1..32768 to compute a default max parallelism, got {parallelism}")
     candidate = round_up_to_power_of_two(parallelism + parallelism // 2)
     return min(max(candidate, DEFAULT_LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
 

@@ -195,3 +195,24 @@ def test_crash_before_metadata_write_recovers_the_previous_checkpoint(tmp_path: 
     assert [c.metadata.checkpoint_id for c in recovered.store.retained] == [1, 2]
     assert recovered.next_checkpoint_id == 4, "checkpoint ids must never be reused"
     assert recovered.ignored_incomplete and not (tmp_path / "c" / "job" / "chk-3").exists()
+
+
+@pytest.mark.requirement("COORD-6")
+@pytest.mark.parametrize(
+    ("reason", "counts"),
+    [
+        (FailureReason.DECLINED, True),
+        (FailureReason.IO_ERROR, True),
+        (FailureReason.ASYNC_PHASE_FAILED, True),
+        (FailureReason.TASK_NOT_READY, False),
+        (FailureReason.TASK_FAILED, False),
+    ],
+)
+def test_a_generic_decline_counts_like_flinks_checkpoint_declined(
+    tmp_path: Path, reason: FailureReason, counts: bool
+) -> None:
+    """Flink's CheckpointFailureManager counts CHECKPOINT_DECLINED, not the specific declines."""
+    coordinator, _, recorder, _ = make(tmp_path, tolerable_failures=0)
+    coordinator.trigger_checkpoint()
+    coordinator.decline(1, ("counter", 0), reason)
+    assert (len(recorder.failovers) == 1) == counts, (reason, recorder.failovers)

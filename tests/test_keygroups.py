@@ -146,6 +146,13 @@ def test_default_max_parallelism_follows_flink(parallelism: int, expected: int) 
     assert compute_default_max_parallelism(parallelism) == expected, f"compute_default_max_parallelism({parallelism})"
 
 
+@pytest.mark.requirement("KG-5", "KG-4")
+@pytest.mark.parametrize("parallelism", [0, -1, 32769, 2**31])
+def test_default_max_parallelism_rejects_what_flink_rejects(parallelism: int) -> None:
+    with pytest.raises(ValueError, match=r"1\.\.32768"):
+        compute_default_max_parallelism(parallelism)
+
+
 @pytest.mark.requirement("KG-6", "KG-7")
 @given(st.data())
 def test_ranges_partition_key_groups_and_agree_with_owner(data: st.DataObject) -> None:

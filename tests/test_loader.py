@@ -164,12 +164,8 @@ def test_storage_selection(plugin: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.requirement("LD-8")
-@pytest.mark.parametrize(
-    ("legacy", "storage_type"),
-    [("jobmanager", JobManagerCheckpointStorage), ("filesystem", FileSystemCheckpointStorage)],
-)
-def test_legacy_names_warn_and_imply_storage(legacy: str, storage_type: type, tmp_path: Path) -> None:
-    config = {"state.backend.type": legacy, "state.checkpoints.dir": str(tmp_path)}
-    with pytest.warns(DeprecationWarning, match="deprecated"):
-        assert isinstance(load_state_backend(job_config=config), HashMapStateBackend)
-    assert isinstance(load_checkpoint_storage(job_config=config), storage_type)
+@pytest.mark.parametrize("legacy", ["jobmanager", "filesystem", "FileSystem"])
+def test_legacy_backend_names_removed_in_flink_2_name_their_replacement(legacy: str, tmp_path: Path) -> None:
+    config = {"state.backend.type": legacy, "execution.checkpointing.dir": str(tmp_path)}
+    with pytest.raises(UnknownStateBackendError, match=rf"state\.backend\.type: '{legacy}' was removed.*'hashmap'"):
+        load_state_backend(job_config=config)

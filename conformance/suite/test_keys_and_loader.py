@@ -54,7 +54,7 @@ def test_configure_keeps_the_backends_settings(state_backend: Any) -> None:
         pytest.skip("the backend takes no configuration (no configure())")
     caps = state_backend.capabilities
     other = {
-        "state.backend.incremental": str(not caps.incremental_checkpoints).lower(),
+        "state.backend.incremental": str(not caps.incremental_checkpoints).lower(),  # for backends reading 1.x keys
         "execution.checkpointing.incremental": str(not caps.incremental_checkpoints).lower(),
     }
     again = state_backend.configure(other)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from statecert.reference.completed_checkpoint_store import CompletedCheckpoint, CompletedCheckpointStore
 from statecert.reference.coordinator.failures import CheckpointFailureManager, FailureReason
 from statecert.reference.coordinator.scheduler import Cancellable, Scheduler
-from statecert.reference.coordinator.settings import CheckpointingSettings
+from statecert.reference.coordinator.settings import CheckpointingSettings, JobStatus
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 
@@ -241,6 +241,23 @@ class CheckpointCoordinator:
             if pending.timer is not None:
                 pending.timer.cancel()
         self.pending.clear()
+
+    def end_job(self, status: JobStatus) -> list[str]:
+        """The run ended with `status`: shut down, then discard the retained checkpoints unless the retention
+        setting keeps them for that status (COORD-11). Returns the pointers discarded."""
+        self.shutdown()
+        if self.settings.retention.retains(status):
+            return []
+        return [c.pointer for c in self.store.discard_all()]
+
+    def restore_from(self, pointer: str, metadata: CheckpointMetadata, claim: bool) -> None:
+        """The job starts from `pointer` (COORD-13): CLAIM makes it the job's own, subsumed and discarded like its
+        checkpoints; NO_CLAIM leaves it to the user: nothing of it is ever deleted by this job."""
+        if claim:
+            self.store.add_claimed(pointer, metadata)
+            self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
+        else:
+            self.store.registry.register_not_owned(metadata)
 
     def shutdown(self) -> None:
         self._shutdown = True

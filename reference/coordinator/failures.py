@@ -10,7 +10,8 @@ class FailureReason(str, enum.Enum):
     IO_ERROR = "io-error"  # storage failed while writing state
     ASYNC_PHASE_FAILED = "async-phase-failed"  # a task's asynchronous snapshot part failed
     FINALIZE_FAILED = "finalize-failed"  # writing _metadata failed
-    TASK_NOT_READY = "task-not-ready"  # a task declined: not running yet
+    DECLINED = "declined"  # a task declined the checkpoint (Flink's generic CHECKPOINT_DECLINED)
+    TASK_NOT_READY = "task-not-ready"  # a task declined: not running yet (CHECKPOINT_DECLINED_TASK_NOT_READY)
     TASK_FAILED = "task-failed"  # a task failed; failover handles it
     COORDINATOR_SHUTDOWN = "coordinator-shutdown"
     SUBSUMED = "subsumed"  # a newer checkpoint completed first
@@ -22,6 +23,7 @@ class FailureReason(str, enum.Enum):
             FailureReason.IO_ERROR,
             FailureReason.ASYNC_PHASE_FAILED,
             FailureReason.FINALIZE_FAILED,
+            FailureReason.DECLINED,
         )
 
 

@@ -252,9 +252,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             shared: dict[str, StreamStateHandle] = {}
             private: dict[str, StreamStateHandle] = {}
             try:
+                own_shared = getattr(factory, "shared_dir", None)
                 for path in sorted(local.iterdir()):
                     if path.suffix == SST_SUFFIX:
                         reused = base.get(path.name)
+                        if (
+                            isinstance(reused, FileStateHandle)
+                            and isinstance(own_shared, str)
+                            and not reused.path.startswith(own_shared.rstrip("/") + "/")
+                        ):
+                            # a file of a snapshot this job started from (another job's directory, a savepoint):
+                            # uploaded again, so the job never depends on files it does not own (NO_CLAIM, COORD-13)
+                            reused = None
                         shared[path.name] = reused or upload_file(
                             path, factory, CheckpointedStateScope.SHARED, cancelled
                         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from statecert.reference import config as cfg
+from statecert.reference.config.values import parse_bool
 from statecert.spec.errors import IllegalConfigurationError
 
 METRICS_PREFIX = "state.backend.rocksdb.metrics."
@@ -49,6 +49,6 @@ def enabled_metrics(config: Mapping[str, object]) -> frozenset[str]:
             if name not in PROPERTY_METRICS and name != "column-family-as-variable":
                 known = ", ".join(PROPERTY_METRICS)
                 raise IllegalConfigurationError(f"{key}: unknown RocksDB native metric; known: {known}")
-            if name != "column-family-as-variable" and cfg.get_bool(config, key, False):
+            if name != "column-family-as-variable" and config.get(key) is not None and parse_bool(key, config[key]):
                 names.add(name)
     return frozenset(names)

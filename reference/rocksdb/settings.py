@@ -10,20 +10,21 @@ from dataclasses import dataclass
 import rocksdict
 
 from statecert.reference import config as cfg
+from statecert.reference.config import catalog
 from statecert.reference.rocksdb.native_metrics import enabled_metrics
-from statecert.reference.rocksdb.options_factory import OPTIONS_FACTORY, apply_factory, load_options_factory
+from statecert.reference.rocksdb.options_factory import apply_factory, load_options_factory
 from statecert.reference.rocksdb.predefined_options import PredefinedOptions
 from statecert.reference.rocksdb.shared_memory import PROCESS_MEMORY, SharedResources, SlotMemory
 from statecert.spec.errors import IllegalConfigurationError
 
-MEMORY_MANAGED = "state.backend.rocksdb.memory.managed"
-MEMORY_FIXED_PER_SLOT = "state.backend.rocksdb.memory.fixed-per-slot"
-MEMORY_FIXED_PER_TM = "state.backend.rocksdb.memory.fixed-per-tm"
-WRITE_BUFFER_RATIO = "state.backend.rocksdb.memory.write-buffer-ratio"
-HIGH_PRIO_POOL_RATIO = "state.backend.rocksdb.memory.high-prio-pool-ratio"
-PREDEFINED_OPTIONS = "state.backend.rocksdb.predefined-options"
-TIMER_SERVICE_FACTORY = "state.backend.rocksdb.timer-service.factory"
-LOCAL_DIR = "state.backend.rocksdb.localdir"
+MEMORY_MANAGED = catalog.ROCKSDB_MEMORY_MANAGED.key
+MEMORY_FIXED_PER_SLOT = catalog.ROCKSDB_MEMORY_FIXED_PER_SLOT.key
+MEMORY_FIXED_PER_TM = catalog.ROCKSDB_MEMORY_FIXED_PER_TM.key
+WRITE_BUFFER_RATIO = catalog.ROCKSDB_WRITE_BUFFER_RATIO.key
+HIGH_PRIO_POOL_RATIO = catalog.ROCKSDB_HIGH_PRIO_POOL_RATIO.key
+PREDEFINED_OPTIONS = catalog.ROCKSDB_PREDEFINED_OPTIONS.key
+TIMER_SERVICE_FACTORY = catalog.ROCKSDB_TIMER_SERVICE_FACTORY.key
+LOCAL_DIR = catalog.ROCKSDB_LOCAL_DIR.key
 DEFAULT_MEMORY_BUDGET = 64 * 1024 * 1024
 """The managed memory of one slot: statecert's stand-in for Flink's `taskmanager.memory.managed.*` share."""
 DEFAULT_WRITE_BUFFER_RATIO = 0.5
@@ -105,47 +106,23 @@ class RocksDBSettings:
         return options
 
 
-def parse_ratio(config: Mapping[str, object], key: str, default: float) -> float:
-    value = config.get(key)
-    if value is None:
-        return default
-    try:
-        return float(str(value))
-    except ValueError:
-        raise IllegalConfigurationError(f"{key}: expected a number, got {value!r}") from None
-
-
-def parse_predefined(config: Mapping[str, object]) -> PredefinedOptions:
-    name = cfg.get_str(config, PREDEFINED_OPTIONS)
-    if name is None:
-        return PredefinedOptions.DEFAULT
-    try:
-        return PredefinedOptions(name.upper())
-    except ValueError:
-        known = ", ".join(p.value for p in PredefinedOptions)
-        raise IllegalConfigurationError(f"{PREDEFINED_OPTIONS}: unknown {name!r}; known: {known}") from None
-
-
 def settings_from_config(config: Mapping[str, object]) -> RocksDBSettings:
-    fixed_per_slot = config.get(MEMORY_FIXED_PER_SLOT) is not None
-    factory = cfg.get_str(config, OPTIONS_FACTORY)
+    factory = cfg.read(config, catalog.ROCKSDB_OPTIONS_FACTORY)
     if factory is not None:
         load_options_factory(factory, config)  # a factory that cannot be loaded fails at configuration time
-    timer_factory = cfg.get_str(config, TIMER_SERVICE_FACTORY)
+    fixed_per_slot = cfg.read(config, catalog.ROCKSDB_MEMORY_FIXED_PER_SLOT)
     return RocksDBSettings(
-        incremental=cfg.get_bool(config, cfg.INCREMENTAL_CHECKPOINTS, False),
-        memory_budget_bytes=cfg.get_memory_size(config, MEMORY_FIXED_PER_SLOT, DEFAULT_MEMORY_BUDGET),
-        write_buffer_ratio=parse_ratio(config, WRITE_BUFFER_RATIO, DEFAULT_WRITE_BUFFER_RATIO),
-        local_dir=cfg.get_str(config, LOCAL_DIR),
-        predefined_options=parse_predefined(config),
+        incremental=cfg.read(config, catalog.INCREMENTAL_CHECKPOINTS),
+        memory_budget_bytes=DEFAULT_MEMORY_BUDGET if fixed_per_slot is None else fixed_per_slot,
+        write_buffer_ratio=cfg.read(config, catalog.ROCKSDB_WRITE_BUFFER_RATIO),
+        local_dir=cfg.read(config, catalog.ROCKSDB_LOCAL_DIR),
+        predefined_options=PredefinedOptions(cfg.read(config, catalog.ROCKSDB_PREDEFINED_OPTIONS)),
         options_factory=factory,
         factory_config=tuple(sorted((str(k), str(v)) for k, v in config.items())) if factory else (),
-        memory_managed=cfg.get_bool(config, MEMORY_MANAGED, True),
-        memory_fixed_per_slot=fixed_per_slot,
-        memory_fixed_per_tm=(
-            cfg.get_memory_size(config, MEMORY_FIXED_PER_TM, 0) if config.get(MEMORY_FIXED_PER_TM) is not None else None
-        ),
-        high_prio_pool_ratio=parse_ratio(config, HIGH_PRIO_POOL_RATIO, DEFAULT_HIGH_PRIO_POOL_RATIO),
+        memory_managed=cfg.read(config, catalog.ROCKSDB_MEMORY_MANAGED),
+        memory_fixed_per_slot=fixed_per_slot is not None,
+        memory_fixed_per_tm=cfg.read(config, catalog.ROCKSDB_MEMORY_FIXED_PER_TM),
+        high_prio_pool_ratio=cfg.read(config, catalog.ROCKSDB_HIGH_PRIO_POOL_RATIO),
         metrics=enabled_metrics(config),
-        timer_service_factory=timer_factory.upper() if timer_factory else "ROCKSDB",
+        timer_service_factory=cfg.read(config, catalog.ROCKSDB_TIMER_SERVICE_FACTORY),
     )

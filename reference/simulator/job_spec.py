@@ -80,6 +80,9 @@ class JobSpec:
     max_time_ms: float = 600_000.0
     checkpointing: CheckpointingSettings = field(default_factory=lambda: CheckpointingSettings(interval_ms=100))
     faults: tuple[Fault, ...] = ()
+    config: tuple[tuple[str, str], ...] = ()
+    """Flink keys from the file's `[config]` table (already applied to the fields above; the backend and storage
+    loaders get them too)."""
 
 
 _JOB_KEYS: dict[str, type] = {
@@ -168,7 +171,9 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SimulationSpecError(f"{path}: invalid TOML: {exc}") from None
-    unknown = sorted(set(data) - {"job", "network", "storage", "checkpointing", "restart", "faults", "limits"})
+    unknown = sorted(
+        set(data) - {"job", "network", "storage", "checkpointing", "restart", "faults", "limits", "config"}
+    )
     if unknown:
         raise SimulationSpecError(f"{path}: unknown section(s) {unknown}")
     job = _section(path, data, "job", _JOB_KEYS)
@@ -216,6 +221,17 @@ def load_job_spec(file: str | Path) -> JobSpec:
         )
     except ValueError as exc:
         raise SimulationSpecError(f"{path}: [checkpointing]: {exc}") from None
+    flink_keys = data.get("config", {})
+    if not isinstance(flink_keys, dict) or not all(
+        isinstance(v, str | int | float | bool) and not isinstance(v, dict) for v in flink_keys.values()
+    ):
+        raise SimulationSpecError(f"{path}: [config]: expected a table of Flink configuration keys and plain values")
+    try:
+        from statecert.reference.simulator.flink_config import with_flink_config
+
+        spec = with_flink_config(spec, flink_keys)
+    except StateCertError as exc:
+        raise SimulationSpecError(f"{path}: [config]: {exc}") from None
     if not 1 <= spec.parallelism <= spec.max_parallelism or spec.sources < 1:
         raise SimulationSpecError(f"{path}: job: need 1 <= parallelism <= max_parallelism and sources >= 1")
     for key, value, cap in (
@@ -295,6 +311,8 @@ def to_toml(spec: JobSpec) -> str:
     ]
     if c.alignment_timeout_ms is not None:
         lines.append(f"alignment_timeout_ms = {c.alignment_timeout_ms}")
+    if spec.config:
+        lines += ["", "[config]"] + [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in spec.config]
     defaults = Fault("task-crash")
     for fault in spec.faults:
         lines += ["", "[[faults]]", f'kind = "{fault.kind}"']

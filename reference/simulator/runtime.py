@@ -15,10 +15,12 @@ from typing import Any
 import fsspec
 import simpy
 
+from statecert.reference import config as cfg
+from statecert.reference.config import catalog
 from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex, TaskId
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
-from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.coordinator.settings import CheckpointingMode, JobStatus
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
@@ -26,6 +28,7 @@ from statecert.reference.serializers import StringSerializer
 from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.simulator.checkers import CheckResult, check_outputs
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
+from statecert.reference.simulator.flink_config import restart_strategy
 from statecert.reference.simulator.inputs import generate_inputs
 from statecert.reference.simulator.job_spec import Fault, JobSpec
 from statecert.reference.simulator.keyed_tasks import CounterTask, KeyedTask, RouterTask
@@ -55,17 +58,22 @@ class Simulation:
         self.inputs = generate_inputs(
             self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
         )
+        flink_config = dict(spec.config)
+        restore_from = restore_from or cfg.read(flink_config, catalog.STATE_RECOVERY_PATH)
+        self.claim = cfg.read(flink_config, catalog.STATE_RECOVERY_CLAIM_MODE) == "CLAIM"
         self.initial = load_checkpoint_metadata(restore_from) if restore_from else None
         self.restored_from = restore_from
+        self.restart = restart_strategy(spec)
+        self.restart_rng = random.Random(seed ^ 0x5EED)  # restart jitter, apart from the job's own draws
         self.storage: Any = FileSystemCheckpointStorage(
             str(workdir / "checkpoints"),
             savepoint_dir=str(workdir / "sp"),
             file_state_size_threshold=spec.file_state_size_threshold,
-        )
+        ).configure(flink_config)
         if spec.storage == "jobmanager":
             self.storage = JobManagerCheckpointStorage(
                 checkpoint_dir=str(workdir / "checkpoints"), savepoint_dir=str(workdir / "sp")
-            )
+            ).configure(flink_config)
         self.access = self.storage.create_checkpoint_storage("sim")
         if spec.changelog and spec.checkpointing.max_concurrent > 1:
             raise IllegalConfigurationError(
@@ -74,9 +82,10 @@ class Simulation:
             )
         self.backend = load_state_backend(
             job_config={
+                **flink_config,
                 "state.backend.type": spec.backend,
                 "state.backend.rocksdb.localdir": str(workdir / "local"),
-                "state.backend.incremental": str(spec.incremental).lower(),
+                "execution.checkpointing.incremental": str(spec.incremental).lower(),
                 "state.changelog.enabled": str(spec.changelog).lower(),
                 "state.changelog.periodic-materialize.interval": f"{spec.materialize_interval_ms}ms",
                 **(
@@ -94,6 +103,8 @@ class Simulation:
         ]
         self.scheduler = SimpyScheduler(self.env)
         self.coordinator = self._coordinator(None, 1)
+        if self.initial is not None and restore_from is not None:
+            self.coordinator.restore_from(restore_from, self.initial, claim=self.claim)
         self.attempt = 0
         self.sources: list[SourceTask] = []
         self.routers: list[RouterTask] = []
@@ -135,7 +146,10 @@ class Simulation:
         self.extra_latency = 0.0
         self.switched_to_unaligned = 0
         # independent bookkeeping for the checkers
-        self.latest_completed_seen: int | None = None
+        self.latest_completed_seen: int | None = (
+            self.initial.checkpoint_id if self.initial is not None and self.claim else None
+        )
+        self.discarded_at_end: list[str] = []
         self.max_pending = 0
         self.ended_at: dict[int, float] = {}
         self.violations: list[str] = []
@@ -431,16 +445,17 @@ class Simulation:
             task.dispose()
         self.messages += self._delivered()
         self.sources, self.routers, self.counters = [], [], []
-        if len(self.failovers) > self.spec.restart_attempts:
+        delay = self.restart.on_failure(self.env.now, self.restart_rng)
+        if delay is None:
             self.failed = True
             self.timeline.append({"t": self.env.now, "event": "job-failed"})
             if not self.done.triggered:
                 self.done.succeed()
             return
-        self.env.process(self._restart(self.attempt))
+        self.env.process(self._restart(self.attempt, delay))
 
-    def _restart(self, attempt: int) -> Generator[Any, Any, None]:
-        yield self.env.timeout(self.spec.restart_delay_ms)
+    def _restart(self, attempt: int, delay: float) -> Generator[Any, Any, None]:
+        yield self.env.timeout(delay)
         if attempt == self.attempt:  # a failover during the restart delay supersedes this restart
             self._start_tasks()
 
@@ -502,6 +517,22 @@ class Simulation:
             task.dispose()
         self.coordinator.halt()
         return self.report()
+
+    @property
+    def status(self) -> JobStatus:
+        """How the run ended: cancelled, failed (restarts exhausted), finished (input done or stopped with a
+        savepoint), or suspended (the simulation's time limit)."""
+        if self.cancelled:
+            return JobStatus.CANCELED
+        if self.failed:
+            return JobStatus.FAILED
+        return JobStatus.FINISHED if self.done.triggered else JobStatus.SUSPENDED
+
+    def end_job(self) -> list[str]:
+        """Apply `execution.checkpointing.externalized-checkpoint-retention` to the ended run (COORD-11): call it
+        once the run's results are read; returns the checkpoints it discarded."""
+        self.discarded_at_end = self.coordinator.end_job(self.status)
+        return self.discarded_at_end
 
     def _window_checks(self) -> WindowCheck:
         """A window job's committed output against the windows of its whole input (a run from a savepoint or a

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from statecert.reference import config as cfg
+from statecert.reference.config import catalog
 from statecert.reference.format.paths import join_url, normalize_url
 from statecert.reference.storage.location import (
     CheckpointStorageAccessImpl,
@@ -34,25 +35,21 @@ class FileSystemCheckpointStorage:
         if self.savepoint_dir is not None:
             object.__setattr__(self, "savepoint_dir", normalize_url(self.savepoint_dir))
         threshold = self.file_state_size_threshold
-        if threshold is not None and not 0 <= threshold <= cfg.MAX_FS_SMALL_FILE_THRESHOLD:
+        if threshold is not None and not 0 <= threshold <= catalog.MAX_INLINE_THRESHOLD:
             raise IllegalConfigurationError(
-                f"{cfg.FS_SMALL_FILE_THRESHOLD}: {threshold} is outside 0..{cfg.MAX_FS_SMALL_FILE_THRESHOLD}"
+                f"{catalog.DATA_INLINE_THRESHOLD.key}: {threshold} bytes is outside 0..{catalog.MAX_INLINE_THRESHOLD} "
+                "(Flink warns and uses the default; statecert refuses a value it would not use)"
             )
 
     def configure(self, config: Mapping[str, object]) -> FileSystemCheckpointStorage:
         """Fill the settings this instance leaves unset from `config`; explicit settings win (LD-2)."""
         return replace(
             self,
-            checkpoint_dir=self.checkpoint_dir or cfg.get_str(config, cfg.CHECKPOINTS_DIRECTORY),
-            savepoint_dir=self.savepoint_dir or cfg.get_str(config, cfg.SAVEPOINT_DIRECTORY),
+            checkpoint_dir=self.checkpoint_dir or cfg.read(config, catalog.CHECKPOINTS_DIRECTORY),
+            savepoint_dir=self.savepoint_dir or cfg.read(config, catalog.SAVEPOINT_DIRECTORY),
             file_state_size_threshold=self.file_state_size_threshold
             if self.file_state_size_threshold is not None
-            else cfg.get_memory_size(
-                config,
-                cfg.FS_SMALL_FILE_THRESHOLD,
-                cfg.DEFAULT_FS_SMALL_FILE_THRESHOLD,
-                cfg.MAX_FS_SMALL_FILE_THRESHOLD,
-            ),
+            else cfg.read(config, catalog.DATA_INLINE_THRESHOLD),
         )
 
     @classmethod
@@ -60,19 +57,20 @@ class FileSystemCheckpointStorage:
         storage = cls().configure(config)
         if storage.checkpoint_dir is None:
             raise IllegalConfigurationError(
-                f"{cfg.CHECKPOINTS_DIRECTORY}: file system checkpoint storage needs a checkpoint directory"
+                f"{catalog.CHECKPOINTS_DIRECTORY.key}: file system checkpoint storage needs a checkpoint directory "
+                f"(1.x: {catalog.CHECKPOINTS_DIRECTORY.deprecated_keys[0]})"
             )
         return storage
 
     def create_checkpoint_storage(self, job_id: str) -> CheckpointStorageAccessImpl:
         if self.checkpoint_dir is None:
-            raise IllegalConfigurationError(f"{cfg.CHECKPOINTS_DIRECTORY}: no checkpoint directory configured")
+            raise IllegalConfigurationError(f"{catalog.CHECKPOINTS_DIRECTORY.key}: no checkpoint directory configured")
         threshold = self.file_state_size_threshold
         return CheckpointStorageAccessImpl(
             job_id,
             join_url(self.checkpoint_dir, job_id),
             self.savepoint_dir,
-            cfg.DEFAULT_FS_SMALL_FILE_THRESHOLD if threshold is None else threshold,
+            catalog.DATA_INLINE_THRESHOLD.default if threshold is None else threshold,
             None,
         )
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from statecert.reference import config as cfg
+from statecert.reference.config import catalog
 from statecert.reference.format.paths import join_url, normalize_url
 from statecert.reference.storage.location import (
     CheckpointStorageAccessImpl,
@@ -22,10 +23,13 @@ from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.metadata import CheckpointMetadata
 from statecert.spec.storage import CompletedCheckpointLocation
 
+DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024
+"""Flink's JobManagerCheckpointStorage default: 5 MiB of state per subtask."""
+
 
 @dataclass(frozen=True)
 class JobManagerCheckpointStorage:
-    max_state_size: int = cfg.DEFAULT_JOBMANAGER_MAX_STATE_SIZE
+    max_state_size: int = DEFAULT_MAX_STATE_SIZE
     checkpoint_dir: str | None = None
     savepoint_dir: str | None = None
 
@@ -47,8 +51,8 @@ class JobManagerCheckpointStorage:
         """Unset directories come from configuration; explicit ones win (LD-2)."""
         return replace(
             self,
-            checkpoint_dir=self.checkpoint_dir or cfg.get_str(config, cfg.CHECKPOINTS_DIRECTORY),
-            savepoint_dir=self.savepoint_dir or cfg.get_str(config, cfg.SAVEPOINT_DIRECTORY),
+            checkpoint_dir=self.checkpoint_dir or cfg.read(config, catalog.CHECKPOINTS_DIRECTORY),
+            savepoint_dir=self.savepoint_dir or cfg.read(config, catalog.SAVEPOINT_DIRECTORY),
         )
 
     @classmethod

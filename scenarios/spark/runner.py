@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import random
 import re
 import time
 import uuid
@@ -19,17 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statecert.reference import config as cfg
+from statecert.reference.config import catalog
 from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.scheduler import ManualScheduler
+from statecert.reference.coordinator.settings import JobStatus
 from statecert.reference.loader import load_state_backend
 from statecert.reference.simulator.cuts import source_offsets
 from statecert.reference.simulator.tasks import OFFSET
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
-from statecert.scenarios.loader import settings as checkpointing_settings
+from statecert.scenarios.loader import scenario_restart, scenario_settings
 from statecert.scenarios.model import Action, Event, Scenario
 from statecert.scenarios.plan import RunSettings, backend_config, expected_error, resume_pointer, run_settings
 from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
@@ -75,6 +79,7 @@ class _Run:
     savepoints: list[str] = field(default_factory=list)
     last_committed: _Position | None = None
     pending_stop: bool = False  # the epoch's snapshot is a stop-with-savepoint
+    cancelled: bool = False
 
     def __post_init__(self) -> None:
         scenario, plan = self.scenario, self.plan
@@ -84,8 +89,11 @@ class _Run:
             scenario.checkpointing.incremental,
             plan.changelog,
             scenario.checkpointing.materialize_interval_ms,
+            scenario.config,
         )
         self.backend = load_state_backend(job_config=self.config)
+        self.restart = scenario_restart(scenario)
+        self.restart_rng = random.Random(scenario.input.seed ^ 0x5EED)
         root = f"faulty://{self.workdir.resolve()}"
         if scenario.job.storage == "jobmanager":
             storage: Any = JobManagerCheckpointStorage(checkpoint_dir=f"{root}/checkpoints", savepoint_dir=f"{root}/sp")
@@ -104,6 +112,9 @@ class _Run:
         self.initial = _Position(initial.checkpoint_id if initial else None, self.restore_from, dict(self.start))
         self.position = self.initial  # the state the next epoch starts from
         self.coordinator = self._new_coordinator(None, first_id)
+        if initial is not None and self.restore_from is not None:
+            claim = cfg.read(dict(scenario.config), catalog.STATE_RECOVERY_CLAIM_MODE) == "CLAIM"
+            self.coordinator.restore_from(self.restore_from, initial, claim=claim)
 
     # -- the coordinator's listener -------------------------------------------------------------------------------
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
@@ -126,7 +137,7 @@ class _Run:
 
     # -- running ------------------------------------------------------------------------------------------------------
     def _new_coordinator(self, store: Any, next_id: int) -> CheckpointCoordinator:
-        settings = checkpointing_settings(self.scenario.checkpointing)
+        settings = scenario_settings(self.scenario)
         return CheckpointCoordinator(
             self.job_id, self.vertices, self.access, settings, self.scheduler, self, store, next_id
         )
@@ -143,8 +154,21 @@ class _Run:
         self.coordinator.abort_all(FailureReason.TASK_FAILED)
         self.staged.clear()
         self.position = self._recovery_point()
-        if self.failovers > self.scenario.restart_attempts:
+        delay = self.restart.on_failure(self.scheduler.now_ms(), self.restart_rng)
+        if delay is None:
             self.job_failed = True
+        else:
+            self.scheduler.advance(int(delay))  # the restart strategy's delay passes on the epoch clock
+
+    def end_job(self) -> list[str]:
+        """Retention for the ended run (COORD-11): its checkpoints go unless the setting keeps them."""
+        if self.job_failed:
+            status = JobStatus.FAILED
+        elif self.cancelled:
+            status = JobStatus.CANCELED
+        else:
+            status = JobStatus.FINISHED
+        return self.coordinator.end_job(status)
 
     def execute(self, progress: Callable[[str], None]) -> None:
         scenario = self.scenario
@@ -159,6 +183,7 @@ class _Run:
                 return
             now = [(i, e) for i, e in events if e.epoch <= epoch and i not in fired]
             if any(e.action is Action.CANCEL for _, e in now):
+                self.cancelled = True
                 return
             ranges = {s: (offsets[s], min(total, offsets[s] + per_epoch)) for s in offsets}
             savepoint = next((e for _, e in now if e.action in (Action.SAVEPOINT, Action.STOP_WITH_SAVEPOINT)), None)
@@ -348,6 +373,7 @@ def run_on_spark(
             runs.append(run)
             run.execute(progress)
             result.runs.append(_run_result(scenario, run, spark, oracle))
+            run.end_job()
             if run.job_failed:
                 break
         if oracle and scenario.job.window_ms and result.runs:

@@ -1,0 +1,60 @@
+"""A configuration option declared once (Flink's `ConfigOption`): its key, how its value is parsed, its default,
+the deprecated keys it falls back to and what it configures. `read` resolves an option against a configuration:
+the current key wins; a deprecated key is read with a DeprecationWarning naming the current one."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+Config = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class ConfigOption(Generic[T]):
+    key: str
+    parse: Callable[[str, object], T]
+    default: T
+    description: str
+    component: str
+    """What reads it: loader, storage, rocksdb, changelog, checkpointing, restart, recovery."""
+    type_name: str = "string"
+    deprecated_keys: tuple[str, ...] = ()
+    default_text: str | None = None
+    """How the default reads in the table, when the value itself does not say it (e.g. 'none: ...')."""
+
+    @property
+    def all_keys(self) -> tuple[str, ...]:
+        return (self.key, *self.deprecated_keys)
+
+
+def lookup(config: Config, option: ConfigOption[T]) -> tuple[str, object] | None:
+    """The key the value comes from and the raw value, or None when no key of the option is set."""
+    value = config.get(option.key)
+    if value is not None:
+        return option.key, value
+    for old in option.deprecated_keys:
+        value = config.get(old)
+        if value is not None:
+            warnings.warn(f"{old} is deprecated; use {option.key}", DeprecationWarning, stacklevel=4)
+            return old, value
+    return None
+
+
+def read(config: Config, option: ConfigOption[T]) -> T:
+    """The option's value: from its key, else from the first deprecated key set, else its default."""
+    found = lookup(config, option)
+    return option.default if found is None else option.parse(*found)
+
+
+def is_set(config: Config, option: ConfigOption[T]) -> bool:
+    return any(config.get(key) is not None for key in option.all_keys)
+
+
+def merge(job_config: Config | None, cluster_config: Config | None) -> dict[str, object]:
+    """Job configuration overrides cluster configuration key by key (LD-1)."""
+    return {**(cluster_config or {}), **(job_config or {})}

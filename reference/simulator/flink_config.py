@@ -1,0 +1,66 @@
+"""A simulated job's settings from Flink 2.x keys (a job or scenario file's `[config]` table): the checkpointing
+keys become the coordinator's settings, the restart keys the restart strategy, the backend keys the job's backend,
+recovery keys where it starts; everything else reaches the backend and storage loaders as it is."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from statecert.reference import config as cfg
+from statecert.reference.config import catalog
+from statecert.reference.coordinator.restart import FixedDelayRestart, RestartStrategy, restart_strategy_from_config
+from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.simulator.job_spec import JobSpec
+
+
+def checkpointing_as_config(settings: CheckpointingSettings) -> dict[str, object]:
+    """The Flink keys that describe `settings` (the job file's native `[checkpointing]` section)."""
+    config: dict[str, object] = {
+        catalog.CHECKPOINTING_INTERVAL.key: f"{settings.interval_ms} ms",
+        catalog.CHECKPOINTING_TIMEOUT.key: f"{settings.timeout_ms} ms",
+        catalog.MAX_CONCURRENT_CHECKPOINTS.key: settings.max_concurrent,
+        catalog.MIN_PAUSE.key: f"{settings.min_pause_ms} ms",
+        catalog.TOLERABLE_FAILED_CHECKPOINTS.key: settings.tolerable_failures,
+        catalog.MAX_RETAINED_CHECKPOINTS.key: settings.retained,
+        catalog.EXTERNALIZED_CHECKPOINT_RETENTION.key: settings.retention.value,
+        catalog.CHECKPOINTING_MODE.key: "AT_LEAST_ONCE"
+        if settings.mode is CheckpointingMode.AT_LEAST_ONCE
+        else "EXACTLY_ONCE",
+    }
+    if settings.mode is CheckpointingMode.UNALIGNED or settings.alignment_timeout_ms is not None:
+        config[catalog.UNALIGNED_ENABLED.key] = True
+        config[catalog.ALIGNED_CHECKPOINT_TIMEOUT.key] = f"{settings.alignment_timeout_ms or 0} ms"
+    return config
+
+
+def with_flink_config(spec: JobSpec, config: Mapping[str, object]) -> JobSpec:
+    """`spec` with the Flink keys of `config` applied over its native settings (IllegalConfigurationError names
+    the key)."""
+    if not config:
+        return spec
+    cfg.warn_unknown_keys(config)
+    keys = dict(config)
+    settings = CheckpointingSettings.from_config({**checkpointing_as_config(spec.checkpointing), **keys})
+    assert settings is not None  # the native settings always carry an interval
+    as_text = tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in keys.items()))
+    changes: dict[str, object] = {"checkpointing": settings, "config": as_text}
+    if cfg.is_set(keys, catalog.STATE_BACKEND):
+        changes["backend"] = cfg.read(keys, catalog.STATE_BACKEND)
+    if cfg.is_set(keys, catalog.INCREMENTAL_CHECKPOINTS):
+        changes["incremental"] = cfg.read(keys, catalog.INCREMENTAL_CHECKPOINTS)
+    if cfg.is_set(keys, catalog.CHANGELOG_ENABLED):
+        changes["changelog"] = cfg.read(keys, catalog.CHANGELOG_ENABLED)
+    if cfg.is_set(keys, catalog.CHANGELOG_MATERIALIZE_INTERVAL):
+        changes["materialize_interval_ms"] = cfg.read(keys, catalog.CHANGELOG_MATERIALIZE_INTERVAL)
+    if cfg.is_set(keys, catalog.DATA_INLINE_THRESHOLD):
+        changes["file_state_size_threshold"] = cfg.read(keys, catalog.DATA_INLINE_THRESHOLD)
+    return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
+
+
+def restart_strategy(spec: JobSpec) -> RestartStrategy:
+    """The job's restart strategy: its native fixed delay, unless `[config]` sets `restart-strategy.*`."""
+    config = dict(spec.config)
+    if not any(key.startswith("restart-strategy") for key in config):
+        return FixedDelayRestart(spec.restart_attempts, spec.restart_delay_ms)
+    return restart_strategy_from_config(config, checkpointing_enabled=True)
