@@ -70,6 +70,11 @@ MAX_COUNT = 1_000
 CAPPED = "(scenario sizes are capped so that a run ends in minutes)"
 
 
+def _backend_name(name: str) -> str:
+    """Built-in names in any case, as Flink matches them (LD-3)."""
+    return name.lower() if name.lower() in BUILT_IN_BACKENDS else name
+
+
 def backend_problem(name: str) -> str | None:
     """Why the loader cannot resolve backend `name` (a built-in or registered name, or an importable
     `module:attr`), or None when it can."""
@@ -204,7 +209,7 @@ def _job(path: Path, table: Any) -> JobConfig:
         max_parallelism=r.get("max_parallelism", 128, lambda v: 1 <= v <= 32768, "a number in 1..32768"),
         operator=r.get("operator", "count", choices=OPERATORS),
         key_selector=r.get("key_selector", "key", choices=KEY_SELECTORS),
-        backend=r.get("backend", "hashmap", lambda v: bool(v), "a backend name"),
+        backend=_backend_name(r.get("backend", "hashmap", lambda v: bool(v), "a backend name")),
         storage=r.get("storage", "filesystem", choices=STORAGES),
         stages=r.get("stages", 2, choices=(2, 3)),
         serializer_version=r.get("serializer_version", 1, choices=(1, 2)),
@@ -294,7 +299,7 @@ def scenario_settings(scenario: Scenario) -> CheckpointingSettings:
     native = settings(scenario.checkpointing)
     if not scenario.config:
         return native
-    merged = {**checkpointing_as_config(native), **dict(scenario.config)}
+    merged = cfg.overlay(checkpointing_as_config(native), dict(scenario.config))
     configured = CheckpointingSettings.from_config(merged)
     assert configured is not None
     return configured
@@ -324,7 +329,7 @@ def _with_flink_config(path: Path, scenario: Scenario, table: Any) -> Scenario:
         for option in cfg.OPTIONS:
             cfg.read(config, option)
         if cfg.is_set(config, catalog.STATE_BACKEND):
-            job = replace(job, backend=cfg.read(config, catalog.STATE_BACKEND))
+            job = replace(job, backend=_backend_name(cfg.read(config, catalog.STATE_BACKEND)))
         if cfg.is_set(config, catalog.CHANGELOG_ENABLED):
             job = replace(job, changelog=cfg.read(config, catalog.CHANGELOG_ENABLED))
         if cfg.is_set(config, catalog.INCREMENTAL_CHECKPOINTS):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from typing import Any
@@ -12,7 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.reference.serializers import (
+    ByteSerializer,
+    IntSerializer,
+    JavaBooleanSerializer,
+    JavaDoubleSerializer,
+    LongSerializer,
+    MsgpackSerializer,
+    ShortSerializer,
+    StringSerializer,
+)
 from statecert.spec.keygroups import (
     KeyGroupRange,
     assign_key_to_parallel_operator,
@@ -91,6 +101,41 @@ def test_string_key_hash_is_javas_string_hash_code(s: str) -> None:
 def test_long_key_hash_is_javas_long_hash_code(v: int) -> None:
     expected = _int32((v & 0xFFFFFFFFFFFFFFFF) ^ ((v & 0xFFFFFFFFFFFFFFFF) >> 32))
     assert LongSerializer().key_hash(v) == expected, f"LongSerializer().key_hash({v})"
+
+
+@pytest.mark.requirement("KG-1")
+@pytest.mark.parametrize(
+    ("serializer", "bits"), [(IntSerializer(), 32), (ShortSerializer(), 16), (ByteSerializer(), 8)]
+)
+@given(data=st.data())
+def test_java_integer_types_hash_to_their_value(serializer: Any, bits: int, data: st.DataObject) -> None:
+    """Java's Integer/Short/Byte.hashCode is the value: Flink jobs keyed by Types.INT put -5 elsewhere than
+    Types.LONG does (Long.hashCode(-5) == 4)."""
+    v = data.draw(st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1))
+    assert serializer.key_hash(v) == v, f"{type(serializer).__name__}().key_hash({v})"
+    assert serializer.deserialize(serializer.serialize(v)) == v
+    with pytest.raises(ValueError, match="does not fit"):
+        serializer.key_hash(2 ** (bits - 1))
+
+
+@pytest.mark.requirement("KG-1")
+def test_int_and_long_keys_land_in_different_key_groups_as_in_flink() -> None:
+    assert LongSerializer().key_hash(-5) == 4 and IntSerializer().key_hash(-5) == -5
+    groups = {s.key_hash(-5) for s in (LongSerializer(), IntSerializer())}
+    assert len({assign_to_key_group(h, 128) for h in groups}) == 2
+
+
+@pytest.mark.requirement("KG-1")
+@given(st.floats(allow_nan=True) | st.sampled_from([0.0, -0.0, float("inf"), float("nan")]))
+def test_java_double_hash_is_javas_double_hash_code(v: float) -> None:
+    bits = 0x7FF8000000000000 if v != v else struct.unpack(">Q", struct.pack(">d", v))[0]
+    assert JavaDoubleSerializer().key_hash(v) == _int32(bits ^ (bits >> 32))
+    assert JavaDoubleSerializer().key_hash(0.0) == 0 and JavaDoubleSerializer().key_hash(1.0) == 1072693248
+
+
+@pytest.mark.requirement("KG-1")
+def test_java_boolean_hash_is_javas_boolean_hash_code() -> None:
+    assert JavaBooleanSerializer().key_hash(True) == 1231 and JavaBooleanSerializer().key_hash(False) == 1237
 
 
 @pytest.mark.requirement("KG-1")

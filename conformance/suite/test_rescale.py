@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -12,7 +13,15 @@ from hypothesis import strategies as st
 from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.helpers import create_subtasks, owner_of
 from statecert.reference.checkpointing import take_snapshot
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.serializers import (
+    ByteSerializer,
+    IntSerializer,
+    JavaBooleanSerializer,
+    JavaDoubleSerializer,
+    LongSerializer,
+    ShortSerializer,
+    StringSerializer,
+)
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.metadata import CheckpointKind
@@ -108,6 +117,49 @@ def test_restore_at_any_parallelism(
     operator = write_checkpoint(backend, storage, old, keys, max_parallelism)
     got = read_back(backend, operator, new, max_parallelism)["keyed"]
     assert got == {k: (i, [i, i + 1]) for i, k in enumerate(keys)}
+
+
+JAVA_KEYED = {
+    "int": (IntSerializer(), st.integers(-(2**31), 2**31 - 1)),
+    "short": (ShortSerializer(), st.integers(-(2**15), 2**15 - 1)),
+    "byte": (ByteSerializer(), st.integers(-128, 127)),
+    "long": (LongSerializer(), st.integers(-(2**63), 2**63 - 1)),
+    "java-double": (JavaDoubleSerializer(), st.floats(allow_nan=False)),
+    "java-bool": (JavaBooleanSerializer(), st.booleans()),
+}
+
+
+@pytest.mark.requirement("KB-RESTORE-2", "KG-1")
+@pytest.mark.capability("rescaling")
+@pytest.mark.parametrize("key_type", sorted(JAVA_KEYED))
+@given(data=st.data(), old=st.integers(1, 5), new=st.integers(1, 5))
+def test_keys_of_every_java_key_type_rescale_to_their_key_groups(
+    state_backend: Any, storage: Any, key_type: str, data: st.DataObject, old: int, new: int
+) -> None:
+    """Keys hashed like Flink's INT, SHORT, BYTE, LONG, DOUBLE and BOOLEAN keys (negative ones too) are found, after
+    a rescaled restore, in the subtask owning their key group by the key serializer's hash."""
+    serializer, values = JAVA_KEYED[key_type]
+    keys = data.draw(st.lists(values, min_size=1, max_size=30, unique_by=serializer.serialize))
+    subtasks = create_subtasks(state_backend, serializer, old, 128)
+    for i, key in enumerate(keys):
+        owner_of(subtasks, key, 128, serializer).get_or_create_state(VALUE).update(i)
+    job = f"job-{uuid.uuid4().hex}"  # the storage outlives hypothesis' examples: one job each
+    location = storage.create_checkpoint_storage(job).initialize_location_for_checkpoint(1)
+    pointer = take_snapshot(subtasks, location, 1, 128)
+    for s in subtasks:
+        s.dispose()
+    restored = create_subtasks(
+        state_backend, serializer, new, 128, restore_from=storage.load_checkpoint(pointer).operator("op")
+    )
+    try:
+        for i, key in enumerate(keys):
+            got = owner_of(restored, key, 128, serializer).get_or_create_state(VALUE).value()
+            assert got == i, (
+                f"KB-RESTORE-2: {key_type} key {key!r} after rescaling {old} -> {new}: expected {i}, got {got}"
+            )
+    finally:
+        for s in restored:
+            s.dispose()
 
 
 @pytest.mark.requirement("KB-RESTORE-4")

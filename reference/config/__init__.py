@@ -3,7 +3,7 @@ as Flink parses it (`values`), read with its deprecated fallbacks (`option.read`
 (`unknown_keys`)."""
 
 from statecert.reference.config.catalog import OPTIONS, UNSUPPORTED
-from statecert.reference.config.option import Config, ConfigOption, is_set, lookup, merge, read
+from statecert.reference.config.option import Config, ConfigOption, is_set, lookup, merge, overlay, read
 from statecert.reference.config.unknown_keys import UnknownConfigurationKeyWarning, unknown_keys, warn_unknown_keys
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "is_set",
     "lookup",
     "merge",
+    "overlay",
     "read",
     "unknown_keys",
     "warn_unknown_keys",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -58,3 +58,17 @@ def is_set(config: Config, option: ConfigOption[T]) -> bool:
 def merge(job_config: Config | None, cluster_config: Config | None) -> dict[str, object]:
     """Job configuration overrides cluster configuration key by key (LD-1)."""
     return {**(cluster_config or {}), **(job_config or {})}
+
+
+def overlay(base: Config, override: Config, options: tuple[ConfigOption[Any], ...] | None = None) -> dict[str, object]:
+    """`override` over `base`, option by option: an option set in `override` under any of its keys (current or
+    deprecated) drops every key of it from `base`, so a 1.x key in `override` is not masked by `base`'s current key."""
+    from statecert.reference.config.catalog import OPTIONS
+
+    merged = dict(base)
+    for option in options if options is not None else OPTIONS:
+        if is_set(override, option):
+            for key in option.all_keys:
+                merged.pop(key, None)
+    merged.update(override)
+    return merged

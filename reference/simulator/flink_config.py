@@ -41,7 +41,7 @@ def with_flink_config(spec: JobSpec, config: Mapping[str, object]) -> JobSpec:
         return spec
     cfg.warn_unknown_keys(config)
     keys = dict(config)
-    settings = CheckpointingSettings.from_config({**checkpointing_as_config(spec.checkpointing), **keys})
+    settings = CheckpointingSettings.from_config(cfg.overlay(checkpointing_as_config(spec.checkpointing), keys))
     assert settings is not None  # the native settings always carry an interval
     as_text = tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in keys.items()))
     changes: dict[str, object] = {"checkpointing": settings, "config": as_text}

@@ -1,0 +1,451 @@
+"""The settings layer against Flink 2.x (chapter LD, COORD-10..13): every key under its current name and each 1.x
+fallback reaches the component it configures, with Flink's default when unset; the current key wins; values parse
+with Flink's units; unknown keys are named; `statecert config --list` prints the table."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.reference import config as cfg
+from statecert.reference.changelog.backend import ChangelogStateBackend
+from statecert.reference.config import catalog
+from statecert.reference.config.values import parse_duration_ms, parse_memory_size
+from statecert.reference.coordinator.restart import (
+    ExponentialDelayRestart,
+    FailureRateRestart,
+    FixedDelayRestart,
+    NoRestart,
+    restart_strategy_from_config,
+)
+from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.loader import load_checkpoint_storage, load_state_backend
+from statecert.spec.errors import IllegalConfigurationError
+
+Config = dict[str, object]
+ON = {"execution.checkpointing.interval": "1 s"}  # checkpointing keys take effect once checkpointing is on
+
+
+def _rocksdb(config: Config) -> Any:
+    return load_state_backend(job_config={"state.backend.type": "rocksdb", **config})
+
+
+def _changelog(config: Config) -> Any:
+    backend = load_state_backend(job_config={"state.changelog.enabled": "true", **config})
+    assert isinstance(backend, ChangelogStateBackend)
+    return backend.settings
+
+
+def _checkpointing(config: Config) -> CheckpointingSettings:
+    settings = CheckpointingSettings.from_config({**ON, **config})
+    assert settings is not None
+    return settings
+
+
+def _restart(config: Config) -> Any:
+    return restart_strategy_from_config(config, checkpointing_enabled=True)
+
+
+def _fs(config: Config) -> Any:
+    return load_checkpoint_storage(job_config={"execution.checkpointing.dir": "memory://ck", **config})
+
+
+# key -> (a value to set, how to observe it in the component that reads it, what to observe, Flink's default as
+# observed with the key unset). The defaults are Flink 2.x's (CheckpointingOptions, StateRecoveryOptions,
+# RestartStrategyOptions, StateChangelogOptions, RocksDBOptions).
+PROBES: dict[str, tuple[object, Callable[[Config], Any], Any, Any]] = {
+    "state.backend.type": ("ROCKSDB", lambda c: load_state_backend(job_config=c).name, "rocksdb", "hashmap"),
+    "execution.checkpointing.storage": (
+        "JobManager",
+        lambda c: load_checkpoint_storage(job_config={"execution.checkpointing.dir": "memory://ck", **c}).name,
+        "jobmanager",
+        "filesystem",  # unset with a directory: file system storage (Flink's CheckpointStorageLoader)
+    ),
+    "execution.checkpointing.dir": (
+        "memory://elsewhere",
+        lambda c: getattr(load_checkpoint_storage(job_config=c), "checkpoint_dir", None),
+        "memory://elsewhere",
+        None,  # unset: job-manager storage without a directory
+    ),
+    "execution.checkpointing.savepoint-dir": ("memory://sp", lambda c: _fs(c).savepoint_dir, "memory://sp", None),
+    "execution.checkpointing.data-inline-threshold": (
+        "1 kibibytes",
+        lambda c: _fs(c).file_state_size_threshold,
+        1024,
+        20 * 1024,
+    ),
+    "execution.checkpointing.incremental": ("true", lambda c: _rocksdb(c).incremental, True, False),
+    "execution.checkpointing.num-retained": ("3", lambda c: _checkpointing(c).retained, 3, 1),
+    "execution.checkpointing.interval": (
+        "2 min",
+        lambda c: getattr(CheckpointingSettings.from_config(c), "interval_ms", None),
+        120_000,
+        None,  # unset: checkpointing off
+    ),
+    "execution.checkpointing.mode": (
+        "at_least_once",
+        lambda c: _checkpointing(c).mode,
+        CheckpointingMode.AT_LEAST_ONCE,
+        CheckpointingMode.EXACTLY_ONCE,
+    ),
+    "execution.checkpointing.timeout": ("30 s", lambda c: _checkpointing(c).timeout_ms, 30_000, 600_000),
+    "execution.checkpointing.max-concurrent-checkpoints": ("2", lambda c: _checkpointing(c).max_concurrent, 2, 1),
+    "execution.checkpointing.min-pause": ("500 ms", lambda c: _checkpointing(c).min_pause_ms, 500, 0),
+    "execution.checkpointing.tolerable-failed-checkpoints": (
+        "4",
+        lambda c: _checkpointing(c).tolerable_failures,
+        4,
+        0,
+    ),
+    "execution.checkpointing.unaligned.enabled": (
+        "true",
+        lambda c: _checkpointing(c).mode,
+        CheckpointingMode.UNALIGNED,
+        CheckpointingMode.EXACTLY_ONCE,
+    ),
+    "execution.checkpointing.aligned-checkpoint-timeout": (
+        "3 s",
+        lambda c: _checkpointing({"execution.checkpointing.unaligned.enabled": "true", **c}).alignment_timeout_ms,
+        3000,
+        None,  # 0 s: unaligned from the start (no alignment phase)
+    ),
+    "execution.checkpointing.externalized-checkpoint-retention": (
+        "retain_on_cancellation",
+        lambda c: _checkpointing(c).retention.value,
+        "RETAIN_ON_CANCELLATION",
+        "NO_EXTERNALIZED_CHECKPOINTS",
+    ),
+    "execution.state-recovery.path": (
+        "memory://sp/savepoint-1",
+        lambda c: cfg.read(c, catalog.STATE_RECOVERY_PATH),
+        "memory://sp/savepoint-1",
+        None,
+    ),
+    "execution.state-recovery.claim-mode": (
+        "claim",
+        lambda c: cfg.read(c, catalog.STATE_RECOVERY_CLAIM_MODE),
+        "CLAIM",
+        "NO_CLAIM",
+    ),
+    "restart-strategy.type": ("fixeddelay", lambda c: _restart(c).name, "fixed-delay", "exponential-delay"),
+    "restart-strategy.fixed-delay.attempts": (
+        "5",
+        lambda c: _restart({"restart-strategy.type": "fixed-delay", **c}).attempts,
+        5,
+        1,
+    ),
+    "restart-strategy.fixed-delay.delay": (
+        "10 s",
+        lambda c: _restart({"restart-strategy.type": "fixed-delay", **c}).delay_ms,
+        10_000,
+        1000,
+    ),
+    "restart-strategy.failure-rate.max-failures-per-interval": (
+        "3",
+        lambda c: _restart({"restart-strategy.type": "failure-rate", **c}).max_failures,
+        3,
+        1,
+    ),
+    "restart-strategy.failure-rate.failure-rate-interval": (
+        "5 min",
+        lambda c: _restart({"restart-strategy.type": "failure-rate", **c}).interval_ms,
+        300_000,
+        60_000,
+    ),
+    "restart-strategy.failure-rate.delay": (
+        "2 s",
+        lambda c: _restart({"restart-strategy.type": "failure-rate", **c}).delay_ms,
+        2000,
+        1000,
+    ),
+    "restart-strategy.exponential-delay.initial-backoff": ("2 s", lambda c: _restart(c).initial_ms, 2000, 1000),
+    "restart-strategy.exponential-delay.max-backoff": ("5 min", lambda c: _restart(c).max_ms, 300_000, 60_000),
+    "restart-strategy.exponential-delay.backoff-multiplier": ("2.0", lambda c: _restart(c).multiplier, 2.0, 1.5),
+    "restart-strategy.exponential-delay.reset-backoff-threshold": (
+        "10 min",
+        lambda c: _restart(c).reset_ms,
+        600_000,
+        3_600_000,
+    ),
+    "restart-strategy.exponential-delay.jitter-factor": ("0.2", lambda c: _restart(c).jitter, 0.2, 0.1),
+    "restart-strategy.exponential-delay.attempts-before-reset-backoff": (
+        "10",
+        lambda c: _restart(c).attempts,
+        10,
+        2**31 - 1,
+    ),
+    "state.changelog.enabled": (
+        "true",
+        lambda c: isinstance(load_state_backend(job_config=c), ChangelogStateBackend),
+        True,
+        False,
+    ),
+    "state.changelog.storage": ("memory", lambda c: _changelog(c).storage, "memory", "filesystem"),
+    "state.changelog.periodic-materialize.interval": (
+        "1 min",
+        lambda c: _changelog(c).materialize_interval_ms,
+        60_000,
+        600_000,
+    ),
+    "state.changelog.max-failures-allowed": ("7", lambda c: _changelog(c).max_failures_allowed, 7, 3),
+    "state.backend.rocksdb.localdir": ("/tmp/rocks", lambda c: _rocksdb(c).local_dir, "/tmp/rocks", None),
+    "state.backend.rocksdb.predefined-options": (
+        "flash_ssd_optimized",
+        lambda c: _rocksdb(c).settings.predefined_options.value,
+        "FLASH_SSD_OPTIMIZED",
+        "DEFAULT",
+    ),
+    "state.backend.rocksdb.options-factory": (
+        "tests.rocksdb_options_factories:MoreWriteBuffers",
+        lambda c: _rocksdb(c).settings.options_factory,
+        "tests.rocksdb_options_factories:MoreWriteBuffers",
+        None,
+    ),
+    "state.backend.rocksdb.memory.managed": ("false", lambda c: _rocksdb(c).settings.memory_managed, False, True),
+    "state.backend.rocksdb.memory.fixed-per-slot": (
+        "128mb",
+        lambda c: _rocksdb(c).settings.memory_budget_bytes,
+        128 * 1024 * 1024,
+        64 * 1024 * 1024,  # statecert's stand-in for a slot's managed memory
+    ),
+    "state.backend.rocksdb.memory.fixed-per-tm": (
+        "1gb",
+        lambda c: _rocksdb(c).settings.memory_fixed_per_tm,
+        1024**3,
+        None,
+    ),
+    "state.backend.rocksdb.memory.write-buffer-ratio": (
+        "0.3",
+        lambda c: _rocksdb(c).settings.write_buffer_ratio,
+        0.3,
+        0.5,
+    ),
+    "state.backend.rocksdb.memory.high-prio-pool-ratio": (
+        "0.2",
+        lambda c: _rocksdb(c).settings.high_prio_pool_ratio,
+        0.2,
+        0.1,
+    ),
+    "state.backend.rocksdb.timer-service.factory": (
+        "heap",
+        lambda c: _rocksdb(c).settings.timer_service_factory,
+        "HEAP",
+        "ROCKSDB",
+    ),
+}
+REFUSED = {"state.changelog.dstl.dfs.base-path"}  # declared so it is refused, not silently ignored (CL-10)
+
+KEYS = [(o.key, key) for o in catalog.OPTIONS for key in o.all_keys if o.key not in REFUSED]
+
+
+@pytest.mark.requirement("LD-9")
+def test_every_declared_option_has_a_probe() -> None:
+    declared = {o.key for o in catalog.OPTIONS} - REFUSED
+    assert declared == set(PROBES), (
+        f"options without a test: {sorted(declared - set(PROBES))}; probes without an option: "
+        f"{sorted(set(PROBES) - declared)}"
+    )
+
+
+@pytest.mark.requirement("LD-9", "LD-3", "LD-7", "COORD-10", "COORD-12")
+@pytest.mark.parametrize(("option", "key"), KEYS, ids=[key for _, key in KEYS])
+def test_each_key_and_each_fallback_reaches_its_component(option: str, key: str) -> None:
+    value, probe, expected, _ = PROBES[option]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = probe({key: value})
+    assert got == expected, f"{key}={value!r}: expected {expected!r} in the component, got {got!r}"
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    if key == option:
+        assert not any(key in m for m in deprecations), deprecations
+    else:
+        assert any(m == f"{key} is deprecated; use {option}" for m in deprecations), (
+            f"reading the 1.x key {key} should warn naming {option}; got {deprecations}"
+        )
+
+
+@pytest.mark.requirement("LD-9", "COORD-10", "COORD-12")
+@pytest.mark.parametrize("option", sorted(PROBES))
+def test_unset_keys_take_flinks_default(option: str) -> None:
+    _, probe, _, default = PROBES[option]
+    got = probe({})
+    assert got == default, f"{option} unset: expected Flink's default {default!r}, got {got!r}"
+
+
+STALE = {  # a value for the deprecated key that the component would show differently from PROBES' value
+    "state.backend.type": "hashmap",
+    "execution.checkpointing.storage": "filesystem",
+    "execution.checkpointing.dir": "memory://stale",
+    "execution.checkpointing.savepoint-dir": "memory://stale-sp",
+    "execution.checkpointing.data-inline-threshold": "4kb",
+    "execution.checkpointing.incremental": "false",
+    "execution.checkpointing.num-retained": "9",
+    "execution.checkpointing.unaligned.enabled": "false",
+    "execution.checkpointing.aligned-checkpoint-timeout": "9 s",
+    "execution.state-recovery.path": "memory://stale",
+    "execution.state-recovery.claim-mode": "NO_CLAIM",
+    "restart-strategy.type": "failure-rate",
+    "state.changelog.enabled": "false",
+    "state.changelog.storage": "filesystem",
+    "state.changelog.periodic-materialize.interval": "9 min",
+    "state.changelog.max-failures-allowed": "9",
+}
+WITH_FALLBACKS = [(o.key, old) for o in catalog.OPTIONS for old in o.deprecated_keys if o.key in PROBES]
+
+
+@pytest.mark.requirement("LD-9")
+def test_every_option_with_fallbacks_has_a_stale_value() -> None:
+    assert {key for key, _ in WITH_FALLBACKS} == set(STALE), sorted({key for key, _ in WITH_FALLBACKS} ^ set(STALE))
+
+
+@pytest.mark.requirement("LD-9")
+@pytest.mark.parametrize(("option", "old"), WITH_FALLBACKS, ids=[old for _, old in WITH_FALLBACKS])
+def test_the_current_key_wins_over_a_deprecated_one(option: str, old: str) -> None:
+    value, probe, expected, _ = PROBES[option]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = probe({option: value, old: STALE[option]})
+        alone = probe({old: STALE[option]})
+    assert alone != expected, f"the stale value {STALE[option]!r} of {old} must show differently"
+    assert got == expected, f"{option}={value!r} with {old}={STALE[option]!r}: expected {expected!r}, got {got!r}"
+    assert [w for w in caught if f"{old} is deprecated" in str(w.message)] != [], "reading the old key alone warns"
+
+
+# -- values ----------------------------------------------------------------------------------------------------------
+MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "bytes": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kibibytes": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mebibytes": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "gibibytes": 1024**3,
+    "t": 1024**4,
+    "tb": 1024**4,
+    "tebibytes": 1024**4,
+}
+TIME_UNITS = {"": 1, "ms": 1, "millis": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000, "m": 60_000}
+TIME_UNITS |= {"minutes": 60_000, "h": 3_600_000, "hours": 3_600_000, "d": 86_400_000, "days": 86_400_000}
+
+
+@pytest.mark.requirement("LD-6")
+@given(
+    n=st.integers(0, 10**6),
+    unit=st.sampled_from(sorted(MEMORY_UNITS)),
+    space=st.sampled_from(["", " "]),
+    upper=st.booleans(),
+)
+def test_memory_sizes_take_every_flink_unit_spelling(n: int, unit: str, space: str, upper: bool) -> None:
+    text = f"{n}{space}{unit.upper() if upper else unit}"
+    assert parse_memory_size("k", text) == n * MEMORY_UNITS[unit], text
+
+
+@pytest.mark.requirement("LD-6")
+@given(n=st.integers(0, 10**6), unit=st.sampled_from(sorted(TIME_UNITS)), space=st.sampled_from(["", " "]))
+def test_durations_take_flinks_units(n: int, unit: str, space: str) -> None:
+    assert parse_duration_ms("k", f"{n}{space}{unit}") == n * TIME_UNITS[unit]
+
+
+@pytest.mark.requirement("LD-6")
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("execution.checkpointing.interval", "soon"),
+        ("execution.checkpointing.interval", "10 fortnights"),
+        ("execution.checkpointing.data-inline-threshold", "2mb"),
+        ("execution.checkpointing.data-inline-threshold", "12 parsecs"),
+        ("execution.checkpointing.num-retained", "0"),
+        ("execution.checkpointing.mode", "MOSTLY_ONCE"),
+        ("restart-strategy.type", "sometimes"),
+    ],
+)
+def test_bad_values_name_the_key(key: str, value: object) -> None:
+    option = next(o for o in catalog.OPTIONS if key in o.all_keys)
+    with pytest.raises(IllegalConfigurationError, match="^" + re.escape(key) + ": "):
+        cfg.read({key: value}, option)
+
+
+@pytest.mark.requirement("LD-10")
+@pytest.mark.parametrize(
+    ("typo", "closest"),
+    [
+        ("execution.checkpointing.intervall", "execution.checkpointing.interval"),
+        ("state.checkpoint.dir", "state.checkpoints.dir"),
+        ("restart-strategy.fixed-delay.attempt", "restart-strategy.fixed-delay.attempts"),
+    ],
+)
+def test_an_unknown_key_is_named_with_the_closest_known_one(typo: str, closest: str) -> None:
+    with pytest.warns(cfg.UnknownConfigurationKeyWarning, match=rf"{typo}: .*did you mean {closest}\?"):
+        load_state_backend(job_config={typo: "x"})
+
+
+@pytest.mark.requirement("LD-10")
+def test_known_but_unsupported_and_foreign_keys_are_not_reported() -> None:
+    config = {key: "x" for key in cfg.UNSUPPORTED} | {"pipeline.name": "x", "state.backend.rocksdb.metrics.size": 1}
+    assert cfg.unknown_keys(config) == {}
+
+
+# -- restart strategies ----------------------------------------------------------------------------------------------
+@pytest.mark.requirement("COORD-12")
+def test_restart_strategies_follow_flinks_rules() -> None:
+    import random
+
+    rng = random.Random(0)
+    assert NoRestart().on_failure(0, rng) is None
+    fixed = FixedDelayRestart(2, 100)
+    assert [fixed.on_failure(t, rng) for t in (0, 1, 2)] == [100, 100, None]
+    rate = FailureRateRestart(2, 1000, 5)
+    assert [rate.on_failure(t, rng) for t in (0, 10, 20)] == [5, 5, None], "3 failures within 1 s > 2"
+    rate = FailureRateRestart(2, 1000, 5)
+    assert [rate.on_failure(t, rng) for t in (0, 10, 2000)] == [5, 5, 5], "the first two left the interval"
+    exp = ExponentialDelayRestart(100, 1000, 2.0, 10_000, 0.0, 5)
+    assert [exp.on_failure(t, rng) for t in (0, 1, 2, 3, 4, 5)] == [100, 200, 400, 800, 1000, None]
+    exp = ExponentialDelayRestart(100, 1000, 2.0, 10_000, 0.0, 5)
+    assert [exp.on_failure(t, rng) for t in (0, 1, 20_000)] == [100, 200, 100], "reset after the threshold"
+    jittery = ExponentialDelayRestart(100, 1000, 2.0, 10_000, 0.1, 5)
+    delay = jittery.on_failure(0, rng)
+    assert delay is not None and 90 <= delay <= 110
+
+
+@pytest.mark.requirement("COORD-12")
+def test_the_default_restart_strategy_depends_on_checkpointing() -> None:
+    assert isinstance(restart_strategy_from_config({}, checkpointing_enabled=False), NoRestart)
+    assert isinstance(restart_strategy_from_config({}, checkpointing_enabled=True), ExponentialDelayRestart)
+    for alias in ("none", "off", "disable", "NONE"):
+        assert isinstance(restart_strategy_from_config({"restart-strategy": alias}, True), NoRestart)
+
+
+# -- the command -----------------------------------------------------------------------------------------------------
+@pytest.mark.requirement("LD-9")
+def test_config_list_prints_every_key_with_its_fallbacks() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "config", "--markdown"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    for option in catalog.OPTIONS:
+        assert f"`{option.key}`" in done.stdout, option.key
+        for old in option.deprecated_keys:
+            assert f"`{old}`" in done.stdout, old
+    for key in cfg.UNSUPPORTED:
+        assert f"`{key}`" in done.stdout, key
+    listed = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "config", "--list"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0 and "execution.checkpointing.dir" in listed.stdout, listed.stderr
+
+
+ROOT = Path(__file__).resolve().parent.parent
