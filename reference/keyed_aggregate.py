@@ -6,9 +6,11 @@ has two versions: version 2 adds `last_offset` (compatible after migration, so a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
+from statecert.reference.key_types import KeyType
 from statecert.reference.serializers import LongSerializer, RecordSerializer
 from statecert.spec.state import ValueStateDescriptor
 
@@ -26,6 +28,7 @@ class KeyedAggregate:
     operator: str = "count"
     key_selector: str = "key"
     serializer_version: int = 1
+    key_type: KeyType = field(default_factory=KeyType)  # the keys' Java type: which hashCode places them
 
     def __post_init__(self) -> None:
         if self.operator not in OPERATORS or self.key_selector not in KEY_SELECTORS:
@@ -33,8 +36,13 @@ class KeyedAggregate:
         if self.serializer_version not in (1, 2):
             raise ValueError(f"serializer version must be 1 or 2, got {self.serializer_version}")
 
-    def key(self, key: str, source: int) -> str:
-        return key if self.key_selector == "key" else f"s{source}"
+    def key(self, key: str, source: int) -> Any:
+        name = key if self.key_selector == "key" else f"s{source}"
+        return name if self.key_type.is_string else self.key_type.of(name)
+
+    def render(self, key: Any) -> str:
+        """A key as text, as the state reader writes it (SCN-8): the oracle compares keys of every type as text."""
+        return key if isinstance(key, str) else json.dumps(key)
 
     def weight(self, offset: int) -> int:
         return 1 if self.operator == "count" else record_value(offset)

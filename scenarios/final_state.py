@@ -6,15 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from statecert.reference.keyed_aggregate import KeyedAggregate
-from statecert.reference.serializers import StringSerializer
 from statecert.reference.simulator.cuts import operator_totals
 from statecert.reference.storage.location import load_checkpoint_metadata
 
 SINK_OPERATOR = "counter"
 
 
-def final_totals(pointer: str, backend: Any, aggregate: KeyedAggregate) -> dict[str, int]:
-    """Per key (the second shuffle's `/2` suffix removed) the total of the sink operator's aggregate."""
+def final_totals(pointer: str, backend: Any, aggregate: KeyedAggregate, stages: int = 2) -> dict[Any, int]:
+    """Per key (in a 3-stage job the first stage's key) the total of the sink operator's aggregate."""
     op = load_checkpoint_metadata(pointer).operator(SINK_OPERATOR)
-    totals = operator_totals(op, backend, StringSerializer(), aggregate)
-    return {key.removesuffix("/2"): total for key, total in totals.items()}
+    totals = operator_totals(op, backend, aggregate.key_type.serializer(), aggregate)
+    if stages == 3:
+        return {aggregate.key_type.first_stage(key): total for key, total in totals.items()}
+    return totals

@@ -13,6 +13,7 @@ from statecert.reference import config as cfg
 from statecert.reference.config import catalog
 from statecert.reference.coordinator.restart import FixedDelayRestart, RestartStrategy, restart_strategy_from_config
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.key_types import KEY_TYPES, KeyType
 from statecert.reference.loader import BUILT_IN_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
 from statecert.reference.simulator.flink_config import checkpointing_as_config
 from statecert.scenarios.model import (
@@ -159,6 +160,12 @@ def load_scenario(file: str | Path) -> Scenario:
     job = _job(path, data.get("job", {}))
     source = _input(path, data.get("input", {}))
     checkpointing = _checkpointing(path, data.get("checkpointing", {}))
+    keys = job.sources * (source.keys_per_source if job.key_selector == "key" else 1)
+    if keys > KeyType(job.key_type).capacity:
+        raise ScenarioError(
+            f"{path}: job.key_type: {job.key_type} holds {KeyType(job.key_type).capacity} distinct keys, the input "
+            f"has {keys} (sources x input.keys_per_source)"
+        )
     restart = _Reader(path, "restart", data.get("restart", {}), {"attempts": int})
     attempts = restart.get("attempts", 100, _non_negative, "a number >= 0")
     runs = _runs(path, data.get("timeline", []), job)
@@ -193,6 +200,7 @@ def _job(path: Path, table: Any) -> JobConfig:
             "max_parallelism": int,
             "operator": str,
             "key_selector": str,
+            "key_type": str,
             "backend": str,
             "storage": str,
             "stages": int,
@@ -209,6 +217,7 @@ def _job(path: Path, table: Any) -> JobConfig:
         max_parallelism=r.get("max_parallelism", 128, lambda v: 1 <= v <= 32768, "a number in 1..32768"),
         operator=r.get("operator", "count", choices=OPERATORS),
         key_selector=r.get("key_selector", "key", choices=KEY_SELECTORS),
+        key_type=r.get("key_type", "string", choices=KEY_TYPES),
         backend=_backend_name(r.get("backend", "hashmap", lambda v: bool(v), "a backend name")),
         storage=r.get("storage", "filesystem", choices=STORAGES),
         stages=r.get("stages", 2, choices=(2, 3)),

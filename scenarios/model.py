@@ -34,6 +34,7 @@ class JobConfig:
     max_parallelism: int = 128
     operator: str = "count"  # count | sum (per key, in value state)
     key_selector: str = "key"  # key: the record's key; split: one key per source split
+    key_type: str = "string"  # the keys' Java type: string | long | int | short | byte | double (KG-1)
     backend: str = "hashmap"
     storage: str = "filesystem"  # filesystem | jobmanager (state inline in `_metadata`)
     stages: int = 2  # the simulator also runs 3 (a second keyed shuffle)

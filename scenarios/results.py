@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from statecert.reference.key_types import KeyType
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.simulator.checkers import check_outputs
 from statecert.reference.simulator.inputs import generate_inputs
@@ -32,7 +33,7 @@ class RunResult:
     completed_checkpoints: int = 0
     failovers: int = 0
     job_failed: bool = False
-    final_state: dict[str, int] | None = None
+    final_state: dict[Any, int] | None = None
     oracle_mismatches: list[str] = field(default_factory=list)  # from a runner's own oracle (Spark DataFrames)
 
 
@@ -69,7 +70,12 @@ def inputs_of(scenario: Scenario) -> list[list[Record]]:
 
 def aggregate_of(scenario: Scenario, serializer_version: int | None = None) -> KeyedAggregate:
     job = scenario.job
-    return KeyedAggregate(job.operator, job.key_selector, serializer_version or job.serializer_version)
+    return KeyedAggregate(
+        job.operator,
+        job.key_selector,
+        serializer_version or job.serializer_version,
+        KeyType(job.key_type, scenario.input.keys_per_source),
+    )
 
 
 def expected_totals(scenario: Scenario, end_offsets: dict[int, int]) -> dict[str, int]:
@@ -112,12 +118,13 @@ def evaluate(scenario: Scenario, result: ScenarioResult) -> list[str]:
         failures += _exactly_once(inputs, aggregate, runs)
     if expect.state_equals_oracle:
         last = runs[-1]
-        oracle = expected_totals(scenario, last.end_offsets)
+        # keys compared as text: the Spark runner reads the final state as a DataFrame of rendered keys
+        oracle = {aggregate.render(k): v for k, v in expected_totals(scenario, last.end_offsets).items()}
         if last.final_state is None:
             failures.append("expected a final state, got no completed checkpoint or savepoint in the last run")
-        elif last.final_state != oracle:
-            wrong = sorted(k for k in set(oracle) | set(last.final_state) if oracle.get(k) != last.final_state.get(k))
-            shown = ", ".join(f"{k}: expected {oracle.get(k)}, got {last.final_state.get(k)}" for k in wrong[:5])
+        elif (got := {aggregate.render(k): v for k, v in last.final_state.items()}) != oracle:
+            wrong = sorted(k for k in set(oracle) | set(got) if oracle.get(k) != got.get(k))
+            shown = ", ".join(f"{k}: expected {oracle.get(k)}, got {got.get(k)}" for k in wrong[:5])
             failures.append(f"final state differs from the oracle for {len(wrong)} key(s): {shown}")
         failures += last.oracle_mismatches
     return failures

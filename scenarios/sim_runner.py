@@ -51,6 +51,7 @@ def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
         stages=scenario.job.stages,
         operator=scenario.job.operator,
         key_selector=scenario.job.key_selector,
+        key_type=scenario.job.key_type,
         serializer_version=run.serializer_version,
         parallelism=run.parallelism,
         max_parallelism=scenario.job.max_parallelism,
@@ -80,7 +81,10 @@ def run_on_simulator(
     workdir: Path,
     backend: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
+    end_jobs: bool = True,
 ) -> ScenarioResult:
+    """Run every run of `scenario` on the simulator; `end_jobs=False` leaves each run's retained checkpoints in
+    `workdir` for inspection, as if its job were still running, instead of applying the retention setting."""
     started = time.perf_counter()
     plans = run_settings(scenario, backend)
     result = ScenarioResult(scenario.name, "sim", plans[0].backend, [], expected_error=expected_error(scenario, plans))
@@ -101,7 +105,8 @@ def run_on_simulator(
             simulations.append(simulation)
             simulation.run()
             result.runs.append(_run_result(scenario, plan, simulation))
-            simulation.end_job()  # retention: the run's checkpoints go unless the setting keeps them (COORD-11)
+            if end_jobs:
+                simulation.end_job()  # retention: the run's checkpoints go unless the setting keeps them (COORD-11)
             if simulation.failed:
                 break
     except StateCertError as exc:
@@ -127,5 +132,5 @@ def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation) -> RunRe
         completed_checkpoints=sum(1 for e in sim.timeline if e["event"] == "complete"),
         failovers=len(sim.failovers),
         job_failed=sim.failed,
-        final_state=final_totals(final, sim.backend, aggregate) if final else None,
+        final_state=final_totals(final, sim.backend, aggregate, scenario.job.stages) if final else None,
     )

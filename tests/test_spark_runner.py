@@ -74,6 +74,16 @@ def test_stop_with_savepoint_and_rescale_on_spark(spark: Any, tmp_path: Path) ->
     assert [r.parallelism for r in result.runs] == [2, 4, 1]
 
 
+@pytest.mark.requirement("KG-1", "SCN-3", "SCN-4")
+def test_int_keys_on_spark_match_the_dataframe_oracle_through_failure_and_rescale(spark: Any, tmp_path: Path) -> None:
+    """Java Integer keys (half negative) shuffled by `Integer.hashCode` key groups; the committed output and the
+    final state, read as a DataFrame, match the DataFrame aggregation."""
+    result = run(spark, tmp_path, "int-keys-rescale", "hashmap")
+    assert result.passed, result.failures
+    assert [r.parallelism for r in result.runs] == [2, 3]
+    assert any(isinstance(k, int) and k < 0 for k, _, _ in result.runs[0].committed)
+
+
 @pytest.mark.requirement("SCN-10", "SCN-6", "TM-6", "TM-7")
 @pytest.mark.parametrize("backend", ["rocksdb", "tests.broken_backends:timers_forget_restored"])
 def test_windows_on_spark_match_the_dataframe_window_aggregation(spark: Any, tmp_path: Path, backend: str) -> None:
@@ -115,7 +125,7 @@ def test_the_state_reader_gives_one_row_per_key_namespace_and_state(
     """Read a checkpoint (canonical, or RocksDB native incremental) as a DataFrame; compare it with the state
     restored through the backend, an independent path."""
     scenario = load_scenario(resolve("incremental-chain" if incremental else "task-failure-processing"))
-    simulation_result = run_on_simulator(scenario, tmp_path / "sim", backend)
+    simulation_result = run_on_simulator(scenario, tmp_path / "sim", backend, end_jobs=False)
     assert simulation_result.passed
     pointer = next((tmp_path / "sim" / "run-1" / "checkpoints").glob("*/chk-*/_metadata"))
     frame = read_keyed_state(spark, str(pointer), "counter")

@@ -89,6 +89,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         self._options = settings.options(slot)
         self._uploaded: dict[int, dict[str, StreamStateHandle]] = {}
         self._base_uploads: dict[str, StreamStateHandle] = {}
+        self._restored_uploads: set[str] = set()  # restored files, uploaded again when not in this job's directory
         self._fast_path = self._fast_path_handle(params.restore_state)
         self._db: rocksdict.Rdict | None = None
         try:
@@ -136,6 +137,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         for meta in metas:
             self._stores[meta.name] = self.create_store(meta)
         self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
+        self._restored_uploads = set(handle.shared_state)
 
     def restore_foreign_handles(self, handles: Sequence[Any]) -> None:
         """Native handles of other ranges: open each, copy the key groups of this range (RDB-3, KB-RESTORE-2)."""
@@ -257,7 +259,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                     if path.suffix == SST_SUFFIX:
                         reused = base.get(path.name)
                         if (
-                            isinstance(reused, FileStateHandle)
+                            path.name in self._restored_uploads
+                            and isinstance(reused, FileStateHandle)
                             and isinstance(own_shared, str)
                             and not reused.path.startswith(own_shared.rstrip("/") + "/")
                         ):

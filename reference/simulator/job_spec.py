@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
+from statecert.reference.key_types import KeyType
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.spec.errors import StateCertError
 
@@ -53,6 +54,7 @@ class JobSpec:
     stages: int = 2  # 2: sources -> counters; 3: sources -> routers -> counters (two keyed shuffles)
     operator: str = "count"  # the keyed aggregate: count | sum
     key_selector: str = "key"  # key | split (one key per source split)
+    key_type: str = "string"  # the keys' Java type (reference.key_types): which hashCode places them (KG-1)
     serializer_version: int = 1  # the aggregate's value schema (2 adds a field)
     parallelism: int = 2
     max_parallelism: int = 128
@@ -90,6 +92,7 @@ _JOB_KEYS: dict[str, type] = {
     "stages": int,
     "operator": str,
     "key_selector": str,
+    "key_type": str,
     "serializer_version": int,
     "parallelism": int,
     "max_parallelism": int,
@@ -141,6 +144,12 @@ _FAULT_KEYS: dict[str, type] = {
     "native": bool,
     "phase": str,
 }
+
+
+def aggregate_of(spec: JobSpec) -> KeyedAggregate:
+    """The job's keyed aggregate, its keys of the spec's key type."""
+    key_type = KeyType(spec.key_type, spec.keys_per_source)
+    return KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version, key_type)
 
 
 def _typed(path: str, key: str, value: Any, kind: type) -> Any:
@@ -246,9 +255,15 @@ def load_job_spec(file: str | Path) -> JobSpec:
                 f"got {value}"
             )
     try:
-        KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version)
+        aggregate = aggregate_of(spec)
     except ValueError as exc:
         raise SimulationSpecError(f"{path}: job: {exc}") from None
+    keys = spec.sources * (spec.keys_per_source if spec.key_selector == "key" else 1)
+    if keys > aggregate.key_type.capacity:
+        raise SimulationSpecError(
+            f"{path}: job.key_type: {spec.key_type} holds {aggregate.key_type.capacity} distinct keys, the input "
+            f"has {keys} (sources x keys_per_source)"
+        )
     if spec.storage not in ("filesystem", "jobmanager"):
         raise SimulationSpecError(f"{path}: storage.storage: expected filesystem or jobmanager, got {spec.storage!r}")
     if spec.stages not in (2, 3):

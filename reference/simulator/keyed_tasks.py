@@ -106,7 +106,7 @@ class KeyedTask:
         """Nothing restored, pending or staged: what the end of the job waits for."""
         return not self.replaying and not self.progress
 
-    def key_of(self, record: Record) -> str:
+    def key_of(self, record: Record) -> Any:
         return self.sim.aggregate.key(record.key, record.source)
 
     def notify_priority(self) -> None:
@@ -359,7 +359,7 @@ class CounterTask(KeyedTask):
     def idle(self) -> bool:
         return super().idle and not self.open_txn and not self.txns
 
-    def key_of(self, record: Record) -> str:
+    def key_of(self, record: Record) -> Any:
         return self.sim.counter_key(record)
 
     def stage(self, record: Record, total: int) -> None:

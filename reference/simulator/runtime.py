@@ -21,16 +21,14 @@ from statecert.reference.coordinator.coordinator import CheckpointCoordinator, C
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.settings import CheckpointingMode, JobStatus
-from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
-from statecert.reference.serializers import StringSerializer
 from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.simulator.checkers import CheckResult, check_outputs
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
 from statecert.reference.simulator.flink_config import restart_strategy
 from statecert.reference.simulator.inputs import generate_inputs
-from statecert.reference.simulator.job_spec import Fault, JobSpec
+from statecert.reference.simulator.job_spec import Fault, JobSpec, aggregate_of
 from statecert.reference.simulator.keyed_tasks import CounterTask, KeyedTask, RouterTask
 from statecert.reference.simulator.network import Channel
 from statecert.reference.simulator.scheduler import SimpyScheduler
@@ -53,8 +51,8 @@ class Simulation:
         self.spec, self.seed = spec, seed
         self.env = simpy.Environment()
         self.rng = random.Random(seed)
-        self.keys = StringSerializer()
-        self.aggregate = KeyedAggregate(spec.operator, spec.key_selector, spec.serializer_version)
+        self.aggregate = aggregate_of(spec)
+        self.keys = self.aggregate.key_type.serializer()
         self.inputs = generate_inputs(
             self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
         )
@@ -191,16 +189,16 @@ class Simulation:
                 return True
         return False
 
-    def first_stage_key(self, record: Record) -> str:
+    def first_stage_key(self, record: Record) -> Any:
         """The key the sources partition by: the routers' in a 3-stage job, else the counters'."""
         return self.aggregate.key(record.key, record.source) if self.spec.stages == 3 else self.counter_key(record)
 
-    def counter_key(self, record: Record) -> str:
+    def counter_key(self, record: Record) -> Any:
         """The counters' key: in a 3-stage job another key than the routers', so the second shuffle is its own."""
         key = self.aggregate.key(record.key, record.source)
-        return key if self.spec.stages == 2 else f"{key}/2"
+        return key if self.spec.stages == 2 else self.aggregate.key_type.second_stage(key)
 
-    def owner(self, key: str) -> int:
+    def owner(self, key: Any) -> int:
         return assign_key_to_parallel_operator(
             self.keys.key_hash(key), self.spec.max_parallelism, self.spec.parallelism
         )
@@ -555,8 +553,10 @@ class Simulation:
                 metadata, self.backend, self.keys, self.inputs, self.keyed_stages, self._original_key, self.aggregate
             )
 
-    def _original_key(self, stage: str, key: str) -> str:
-        return key.removesuffix("/2") if stage == "counter" and self.spec.stages == 3 else key
+    def _original_key(self, stage: str, key: Any) -> Any:
+        if stage == "counter" and self.spec.stages == 3:
+            return self.aggregate.key_type.first_stage(key)
+        return key
 
     def _recovery_times(self) -> list[float]:
         """Per failover: time until the first checkpoint completed after it (the job is back to steady state)."""

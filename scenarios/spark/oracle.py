@@ -18,7 +18,12 @@ WINDOW_SCHEMA = "key string, start long, total long"
 
 def _split_rows(spec: worker.InputSpec, scenario_aggregate: Any, source: int) -> list[tuple[int, int, str, int]]:
     return [
-        (r.source, r.offset, scenario_aggregate.key(r.key, r.source), scenario_aggregate.weight(r.offset))
+        (
+            r.source,
+            r.offset,
+            scenario_aggregate.render(scenario_aggregate.key(r.key, r.source)),
+            scenario_aggregate.weight(r.offset),
+        )
         for r in worker.inputs(spec)[source]
     ]
 
@@ -53,7 +58,7 @@ class OracleCheck:
         """The sink operator's totals in a checkpoint or savepoint, read as a DataFrame."""
         name = aggregate_of(self.scenario, serializer_version).descriptor.name
         state = read_keyed_state(self.spark, pointer, worker.OPERATOR).filter(f"state = '{name}'")
-        return {row["key"].removesuffix("/2"): int(json.loads(row["value"])["total"]) for row in state.collect()}
+        return {row["key"]: int(json.loads(row["value"])["total"]) for row in state.collect()}
 
     def expected_windows(self) -> Any:
         """The oracle of a window job: a DataFrame tumbling-window aggregation over the whole input, event time
@@ -66,7 +71,8 @@ class OracleCheck:
 
     def compare_windows(self, committed: list[tuple[str, int, int]]) -> list[str]:
         """Mismatches between the window results the runs committed and the DataFrame window aggregation."""
-        output = self.spark.createDataFrame(committed, WINDOW_SCHEMA)
+        render = aggregate_of(self.scenario).render
+        output = self.spark.createDataFrame([(render(k), s, t) for k, s, t in committed], WINDOW_SCHEMA)
         expected = self.expected_windows()
         duplicated = output.groupBy("key", "start").count().filter("count > 1").count()
         missing = expected.exceptAll(output).count()
@@ -87,7 +93,8 @@ class OracleCheck:
         final_state: dict[str, int],
     ) -> list[str]:
         """Mismatches between the job's results and the oracle, each as expected vs got."""
-        output = self.spark.createDataFrame(committed, OUTPUT_SCHEMA)
+        render = aggregate_of(self.scenario).render
+        output = self.spark.createDataFrame([(render(k), o, t) for k, o, t in committed], OUTPUT_SCHEMA)
         expected = self._range(start, end).select("key", "offset")
         problems = []
         lost = expected.join(output, ["key", "offset"], "left_anti").count()
@@ -98,7 +105,7 @@ class OracleCheck:
                 f"committed output vs input (DataFrames): expected each of {expected.count()} records once, got "
                 f"{lost} lost, {duplicated} committed more than once, {unexpected} not in the input range"
             )
-        state = self.spark.createDataFrame(sorted(final_state.items()), "key string, total long")
+        state = self.spark.createDataFrame([(render(k), t) for k, t in final_state.items()], "key string, total long")
         oracle = self.expected_totals(end)
         differing = oracle.exceptAll(state).count() + state.exceptAll(oracle).count()
         if differing:

@@ -21,7 +21,6 @@ from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
-from statecert.reference.serializers import StringSerializer
 from statecert.reference.simulator.inputs import generate_inputs
 from statecert.reference.simulator.tasks import Record
 from statecert.reference.storage.faulty_fs import FaultRule
@@ -33,7 +32,6 @@ from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_
 from statecert.spec.metadata import OperatorSubtaskState
 
 OPERATOR = "counter"
-KEYS = StringSerializer()
 
 
 class InjectedTaskFailure(RuntimeError):
@@ -98,8 +96,9 @@ def inputs(spec: InputSpec) -> list[list[Record]]:
     return _INPUTS[spec]
 
 
-def owner(task: EpochTask, key: str) -> int:
-    return assign_key_to_parallel_operator(KEYS.key_hash(key), task.max_parallelism, task.parallelism)
+def owner(task: EpochTask, key: Any) -> int:
+    key_hash = task.aggregate.key_type.serializer().key_hash(key)
+    return assign_key_to_parallel_operator(key_hash, task.max_parallelism, task.parallelism)
 
 
 def read_split(task: EpochTask, source: int) -> Iterator[tuple[int, tuple[str, int, int]]]:
@@ -147,7 +146,7 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
     params = KeyedBackendParameters(
         task.job_id,
         OPERATOR,
-        KEYS,
+        task.aggregate.key_type.serializer(),
         task.max_parallelism,
         key_group_range_for_operator(task.max_parallelism, task.parallelism, subtask),
         handles,
