@@ -14,6 +14,7 @@ Usage: python benchmarks/bench_changelog.py  (from the repository root; `tox -e 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import sys
@@ -21,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from figures import add_json_argument, record
 
 from statecert.reference.checkpointing import create_subtasks
 from statecert.reference.coordinator.settings import CheckpointingSettings
@@ -92,6 +95,9 @@ def measure(spec: JobSpec) -> dict[str, Any]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_json_argument(parser)
+    args = parser.parse_args()
     incremental = measure(JOB)
     changelog = measure(dataclasses.replace(JOB, changelog=True, materialize_interval_ms=1000))
     print(
@@ -106,9 +112,11 @@ def main() -> None:
         ("full checkpoint size (bytes)", "full_bytes", "+30% (1.3x)"),
         ("recovery, restore wall s", "restore_s", "20 s -> 35-65 s (1.7-3.2x)"),
     )
+    figures: dict[str, Any] = {"incremental": incremental, "changelog": changelog, "by_interval": {}}
     for label, key, flink in rows:
         a, b = incremental[key], changelog[key]
         print(f"{label:32}{a:>14,.3f}{b:>14,.3f}{b / a if a else float('nan'):>9.3f}x   {flink}")
+        figures[f"ratio_{key}"] = round(b / a, 4) if a else None
     print(f"checkpoints completed: incremental {incremental['checkpoints']}, changelog {changelog['checkpoints']}")
 
     print("\ntrade-off over the materialization interval (changelog on RocksDB)")
@@ -119,6 +127,8 @@ def main() -> None:
             f"{interval:>12}{m['duration_p50_ms']:>10.2f}{m['uploaded_p50_bytes']:>12,.0f}{m['full_bytes']:>12,}"
             f"{m['materialized_bytes']:>14,}{m['restore_s']:>11.3f}"
         )
+        figures["by_interval"][str(interval)] = m
+    record(args.json, "changelog", figures)
 
 
 if __name__ == "__main__":

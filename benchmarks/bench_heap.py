@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 
 import fsspec
+from figures import add_json_argument, record
 
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
@@ -135,17 +136,27 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--ops", type=int, default=200_000)
     parser.add_argument("--snapshot-mb", type=int, default=50)
+    add_json_argument(parser)
     args = parser.parse_args()
     keys = [f"key-{i}" for i in range(args.keys)]
     print(f"heap backend vs plain dict with the same serialization ({args.ops} ops over {args.keys} keys)")
     print(f"{'operation':<26}{'ours ops/s':>14}{'plain ops/s':>14}{'ours/plain':>12}")
+    figures: dict[str, object] = {"ops": args.ops, "keys": args.keys}
     for name, ours, plain in op_rates(keys, args.ops):
         print(f"{name:<26}{ours:>14,.0f}{plain:>14,.0f}{ours / plain:>12.2f}")
+        figures[f"{name} ops/s"], figures[f"{name} ratio"] = round(ours), round(ours / plain, 3)
     with tempfile.TemporaryDirectory() as directory:
         ours_mbs, raw_mbs, size = snapshot_throughput(args.snapshot_mb, f"file://{directory}")
     print(f"\nsnapshot write of {size / 1e6:.1f} MB to file:// storage vs raw fsspec write of the same bytes")
     print(f"{'ours MB/s':>12}{'raw MB/s':>12}{'ours/raw':>12}")
     print(f"{ours_mbs:>12.1f}{raw_mbs:>12.1f}{ours_mbs / raw_mbs:>12.2f}")
+    figures.update(
+        snapshot_mb=round(size / 1e6, 1),
+        snapshot_mb_per_s=round(ours_mbs, 1),
+        raw_mb_per_s=round(raw_mbs, 1),
+        snapshot_ratio=round(ours_mbs / raw_mbs, 3),
+    )
+    record(args.json, "heap", figures)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import rocksdict
+from figures import add_json_argument, record
 
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
@@ -156,13 +157,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--ops", type=int, default=100_000)
+    add_json_argument(parser)
     args = parser.parse_args()
+    figures: dict[str, object] = {"ops": args.ops, "keys": args.keys}
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         print(f"RocksDB backend vs raw rocksdict, same key layout and serializers ({args.ops} ops over 10000 keys)")
         print(f"{'operation':<26}{'ours ops/s':>14}{'raw ops/s':>14}{'ours/raw':>12}")
         for name, ours, raw in op_rates(root / "ops", [f"key-{i}" for i in range(10_000)], args.ops):
             print(f"{name:<26}{ours:>14,.0f}{raw:>14,.0f}{ours / raw:>12.2f}")
+            figures[f"{name} ops/s"], figures[f"{name} ratio"] = round(ours), round(ours / raw, 3)
         r = incremental_vs_full(root / "ckpt", args.keys)
     print(f"\ncheckpoint after 1% of {args.keys} keys changed (parallelism 2)")
     print(
@@ -178,6 +182,8 @@ def main() -> None:
         f"native/canonical at p=2: {r['restore_incremental_p2'] / r['restore_full_p2']:.2f}, "
         f"at p=3: {r['restore_incremental_p3'] / r['restore_full_p3']:.2f}"
     )
+    figures.update(r)
+    record(args.json, "rocksdb", figures)
 
 
 if __name__ == "__main__":

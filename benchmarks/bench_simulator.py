@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import simpy
+from figures import add_json_argument, record
+
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
 from statecert.reference.simulator.job_spec import JobSpec, load_job_spec
 from statecert.reference.simulator.runtime import Simulation
@@ -122,10 +125,36 @@ def trends() -> None:
     )
 
 
+def bare_simpy_rate(pairs: int = 64, messages: int = 2_000) -> float:
+    """The floor a simpy-based simulator is measured against: `pairs` producers and consumers, each message one
+    put, one get and one timeout (a store-and-forward hop), in messages per wall second."""
+    env = simpy.Environment()
+    stores = [simpy.Store(env, capacity=16) for _ in range(pairs)]
+
+    def producer(store: simpy.Store) -> Any:
+        for i in range(messages):
+            yield env.timeout(0.001)
+            yield store.put(i)
+
+    def consumer(store: simpy.Store) -> Any:
+        for _ in range(messages):
+            yield store.get()
+
+    for store in stores:
+        env.process(producer(store))
+        env.process(consumer(store))
+    start = time.perf_counter()
+    env.run()
+    return pairs * messages / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-scale", action="store_true")
+    add_json_argument(parser)
     args = parser.parse_args()
+    floor = bare_simpy_rate()
+    print(f"bare simpy store-and-forward loop (64 producers, 64 consumers): {floor:,.0f} messages/s")
     spec = JobSpec(
         sources=4,
         parallelism=4,
@@ -137,6 +166,28 @@ def main() -> None:
     print(
         f"speed: {events(report):,} simulated events in {wall:.2f} s wall = {events(report) / wall:,.0f} events/s "
         f"({len(report['completed_checkpoints'])} checkpoints)"
+    )
+    records = spec.sources * spec.records_per_source
+    per_record = events(report) / records
+    large = 10_000_000 * per_record * 2  # 3 stages: about twice the events per record of 2 stages
+    print(
+        f"records: {records:,} in {wall:.2f} s = {records / wall:,.0f} simulated records per wall second "
+        f"({per_record:.1f} events per record: one simpy event per record per hop)"
+    )
+    record(
+        args.json,
+        "simulator",
+        {
+            "bare_simpy_messages_per_s": round(floor),
+            "events_per_s": round(events(report) / wall),
+            "records_per_s": round(records / wall),
+            "events_per_record": round(per_record, 2),
+            "large_job_wall_s": None,
+            "large_job_wall_s_note": (
+                f"not run: one simpy event per record per hop, about {large / (events(report) / wall) / 3600:.1f} h "
+                "at this run's event rate"
+            ),
+        },
     )
     if not args.skip_scale:
         scale()

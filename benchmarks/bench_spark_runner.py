@@ -1,9 +1,15 @@
-"""The PySpark runner's throughput against a plain Spark DataFrame aggregation of the same input, measured in one
-run on the same SparkSession (local[2]): what checkpointed, exactly-once keyed state costs over a stateless batch
-aggregation. The runner is timed without its DataFrame oracle (the committed output is still checked for
-exactly-once in Python). Prints records per second of each and their ratio; asserts nothing.
+"""The PySpark runner's throughput against the peers a Spark user would pick instead, measured in one run on the same
+SparkSession (local[2]) over the same input (default 1,000,000 records, 2,000 keys, 5 checkpointed epochs):
 
-    python benchmarks/bench_spark_runner.py [--records 50000] [--epoch 10000] [--backend hashmap]
+- a plain DataFrame `groupBy(key).sum` (stateless batch: the ceiling of what Spark does with this input);
+- Spark Structured Streaming's native aggregation over the same records as 5 Parquet micro-batches, with the
+  HDFS-backed state store, the RocksDB provider, and the RocksDB provider with changelog checkpointing (the
+  checkpointed, exactly-once stateful peers).
+
+The runner is timed without its DataFrame oracle (the committed output is still checked for exactly-once in
+Python). Prints records per second and ratios; asserts nothing.
+
+    python benchmarks/bench_spark_runner.py [--records 500000] [--epoch 100000] [--backend hashmap] [--json F]
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ import dataclasses
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from figures import add_json_argument, record
 
 from statecert.scenarios.catalog import resolve
 from statecert.scenarios.loader import load_scenario
@@ -20,17 +29,61 @@ from statecert.scenarios.spark.oracle import OracleCheck
 from statecert.scenarios.spark.runner import run_on_spark
 from statecert.scenarios.spark.session import spark_session
 
+PROVIDERS = {
+    "hdfs": ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider", False),
+    "rocksdb": ("org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider", False),
+    "rocksdb_changelog": ("org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider", True),
+}
+
+
+def write_micro_batches(frame: Any, epoch: int, epochs: int, directory: str) -> None:
+    """The input as one Parquet file per epoch, oldest first, so a file stream reads one epoch per micro-batch."""
+    from pyspark.sql import functions as F
+
+    for e in range(epochs):
+        part = frame.filter((F.col("offset") >= e * epoch) & (F.col("offset") < (e + 1) * epoch))
+        part.coalesce(1).write.mode("append").parquet(directory)
+        time.sleep(0.05)  # distinct modification times: the file source orders by them
+
+
+def streaming_aggregation(spark: Any, directory: str, provider: str, changelog: bool, partitions: int) -> float:
+    """Wall seconds of a Structured Streaming `groupBy(key).sum` over the Parquet micro-batches, exactly-once with
+    its state checkpointed every micro-batch, as Spark users run keyed state."""
+    from pyspark.sql import functions as F
+
+    from statecert.scenarios.spark.oracle import INPUT_SCHEMA
+
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", str(changelog).lower())
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+    with tempfile.TemporaryDirectory() as checkpoints:
+        start = time.perf_counter()
+        query = (
+            stream.groupBy("key")
+            .agg(F.sum("weight").alias("total"))
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", checkpoints)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return time.perf_counter() - start
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=50_000, help="records per source split (2 splits)")
-    parser.add_argument("--epoch", type=int, default=10_000, help="records per split per epoch")
+    parser.add_argument("--records", type=int, default=500_000, help="records per source split (2 splits)")
+    parser.add_argument("--epoch", type=int, default=100_000, help="records per split per epoch")
+    parser.add_argument("--keys", type=int, default=1_000, help="keys per source split")
     parser.add_argument("--backend", action="append", help="backends to measure (default: hashmap and rocksdb)")
+    add_json_argument(parser)
     args = parser.parse_args()
     base = load_scenario(resolve("task-failure-processing"))
     scenario = dataclasses.replace(
         base,
-        input=dataclasses.replace(base.input, records_per_source=args.records, keys_per_source=1000),
+        input=dataclasses.replace(base.input, records_per_source=args.records, keys_per_source=args.keys),
         checkpointing=dataclasses.replace(base.checkpointing, records_per_epoch=args.epoch),
         runs=(dataclasses.replace(base.runs[0], events=()),),
         expect=dataclasses.replace(
@@ -48,6 +101,18 @@ def main() -> None:
     plain = time.perf_counter() - start
     print(f"input: {records} records, {len(rows)} keys, epochs of {args.epoch} records per split")
     print(f"plain DataFrame groupBy(key).sum: {plain:.2f} s = {records / plain:,.0f} records/s")
+    figures: dict[str, Any] = {"records": records, "keys": len(rows), "plain_records_per_s": round(records / plain)}
+    epochs = -(-args.records // args.epoch)
+    with tempfile.TemporaryDirectory() as directory:
+        write_micro_batches(oracle.input, args.epoch, epochs, f"{directory}/input")
+        streaming_aggregation(spark, f"{directory}/input", PROVIDERS["hdfs"][0], False, scenario.job.parallelism)
+        for name, (provider, changelog) in PROVIDERS.items():
+            wall = streaming_aggregation(spark, f"{directory}/input", provider, changelog, scenario.job.parallelism)
+            figures[f"streaming_{name}_records_per_s"] = round(records / wall)
+            print(
+                f"Structured Streaming groupBy(key).sum, {name} state store, {epochs} micro-batches: {wall:.2f} s = "
+                f"{records / wall:,.0f} records/s"
+            )
     with tempfile.TemporaryDirectory() as workdir:  # warm-up: Python workers started, modules imported
         run_on_spark(scenario, Path(workdir), spark, "hashmap", oracle=False)
     for backend in args.backend or ["hashmap", "rocksdb"]:
@@ -61,6 +126,19 @@ def main() -> None:
             f"({epochs} checkpointed epochs, exactly-once={result.passed}); "
             f"{plain / wall:.2f}x the plain aggregation's rate"
         )
+        figures[f"runner_{backend}_records_per_s"] = round(records / wall)
+        figures[f"runner_{backend}_exactly_once"] = result.passed
+        for peer in PROVIDERS:
+            ratio = records / wall / figures[f"streaming_{peer}_records_per_s"]
+            figures[f"ratio_{backend}_vs_streaming_{peer}"] = round(ratio, 3)
+            print(f"  {ratio:.2f}x Structured Streaming with the {peer} state store")
+    figures["ratio_heap_vs_transform_with_state_pandas"] = None
+    figures["ratio_heap_vs_transform_with_state_pandas_note"] = (
+        "not measured: the Python stateful peers need pandas and pyarrow, not installed by tox -e bench"
+    )
+    if "runner_hashmap_records_per_s" in figures:
+        figures["ratio_heap_vs_streaming_rocksdb"] = figures["ratio_hashmap_vs_streaming_rocksdb"]
+    record(args.json, "spark_runner", figures)
     spark.stop()
 
 

@@ -30,6 +30,12 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--master", default=None, help="Spark master (default local[2,4]: 2 cores, task retries)")
     run.add_argument("--report", help="write the JSON report here, and a PNG summary beside it")
     run.add_argument("--workdir", help="keep checkpoints and savepoints here (default: a temporary directory)")
+    run.add_argument(
+        "--checkpoint-dir",
+        metavar="URL",
+        help="Spark runner: all checkpoints and savepoints under this fsspec URL, which every executor reaches "
+        "(s3://, gs://, hdfs://, a shared file:// mount); default: --workdir on the driver's disk",
+    )
 
 
 def list_scenarios(console: Console) -> int:
@@ -46,6 +52,7 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
     from statecert.scenarios.catalog import library_paths, resolve
     from statecert.scenarios.loader import load_scenario
 
+    checkpoint_dir = _checkpoint_dir(args)
     paths = library_paths() if args.all else [resolve(a) for a in args.scenarios]
     if not paths:
         raise ValueError("name scenario files or library scenarios, or pass --all")
@@ -69,7 +76,7 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
                 def show(message: str, name: str = scenario.name) -> None:
                     progress.update(bar, description=f"{name}: {message}")
 
-                result = _run(scenario, root / scenario.name, args, spark, show)
+                result = _run(scenario, root / scenario.name, args, spark, show, checkpoint_dir)
                 results.append(result)
                 progress.advance(bar)
                 verdict = "[green]passed[/green]" if result.passed else "[red]FAILED[/red]"
@@ -88,6 +95,7 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
             "runner": args.runner,
             "backend": args.backend,
             "master": args.master if args.runner == "spark" else None,
+            "checkpoint_dir": checkpoint_dir,
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "skipped": skipped,
             "results": [r.to_dict() for r in results],
@@ -107,12 +115,34 @@ def _spark(master: str | None) -> Any:
     return spark_session(master or DEFAULT_MASTER)
 
 
-def _run(scenario: Any, workdir: Path, args: argparse.Namespace, spark: Any, show: Any) -> Any:
+def _checkpoint_dir(args: argparse.Namespace) -> str | None:
+    """`--checkpoint-dir`, checked before anything runs: a URL of a file system this machine can open."""
+    url: str | None = args.checkpoint_dir
+    if url is None:
+        return None
+    if args.runner != "spark":
+        raise ValueError("--checkpoint-dir: only the Spark runner takes it; the simulator keeps its state in --workdir")
+    import fsspec
+
+    from statecert.reference.storage.faulty_fs import faulty_url
+
+    try:
+        faulty_url(url)
+        fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as exc:
+        raise ValueError(f"--checkpoint-dir {url!r}: {str(exc).splitlines()[0]}") from None
+    return url.rstrip("/")
+
+
+def _run(
+    scenario: Any, workdir: Path, args: argparse.Namespace, spark: Any, show: Any, checkpoint_dir: str | None = None
+) -> Any:
     workdir.mkdir(parents=True, exist_ok=True)
     if args.runner == "spark":
         from statecert.scenarios.spark.runner import run_on_spark
 
-        return run_on_spark(scenario, workdir, spark, args.backend, show)
+        root = f"{checkpoint_dir}/{scenario.name}" if checkpoint_dir else None
+        return run_on_spark(scenario, workdir, spark, args.backend, show, checkpoint_dir=root)
     from statecert.scenarios.sim_runner import run_on_simulator
 
     return run_on_simulator(scenario, workdir, args.backend, show)

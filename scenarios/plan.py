@@ -99,7 +99,9 @@ def expected_error(scenario: Scenario, settings: list[RunSettings]) -> str | Non
     return None
 
 
-def resume_pointer(resume: Event, savepoints: list[str], latest_checkpoint: str | None, workdir: Path) -> str | None:
+def resume_pointer(
+    resume: Event, savepoints: list[str], latest_checkpoint: str | None, workdir: Path | str
+) -> str | None:
     """Where a resumed run restores from: the previous run's latest savepoint or retained checkpoint, moved into
     `workdir` first when the scenario relocates it."""
     pointer = (savepoints[-1] if savepoints else None) if resume.source == "savepoint" else latest_checkpoint
@@ -118,11 +120,15 @@ def resume_pointer(resume: Event, savepoints: list[str], latest_checkpoint: str 
     return pointer
 
 
-def relocate(pointer: str, target: Path) -> str:
-    """Move a local savepoint directory to `target` (a user moving it elsewhere); returns the new pointer."""
-    source = Path(fsspec.core.url_to_fs(pointer)[1])
-    if source.name == "_metadata":
-        source = source.parent
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(source), str(target))
-    return str(target)
+def relocate(pointer: str, target: Path | str) -> str:
+    """Move a savepoint directory to `target` (a user moving it elsewhere; a local path or an fsspec URL on the
+    savepoint's file system); returns the new pointer."""
+    fs, source = fsspec.core.url_to_fs(pointer)
+    if source.rstrip("/").endswith("/_metadata"):
+        source = source.rstrip("/").rsplit("/", 1)[0]
+    if isinstance(target, Path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(source, str(target))
+        return str(target)
+    fs.mv(source, fsspec.core.url_to_fs(target)[1], recursive=True)
+    return target

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+import uuid
 import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import msgpack
 import pytest
 from hypothesis import given
@@ -17,6 +19,7 @@ from statecert.conformance.helpers import savepoint
 from statecert.reference.format.metadata_codec import CURRENT_VERSION, MAGIC, decode_metadata, encode_metadata
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.faulty_fs import faulty_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import (
@@ -350,3 +353,36 @@ def test_failed_metadata_write_leaves_no_checkpoint(tmp_path: Path, faulty_fs: A
     with pytest.raises(StateCertError, match="refusing to overwrite"):
         location.write_metadata(CheckpointMetadata(2, ()))
     assert storage.load_checkpoint(location.pointer).checkpoint_id == 1
+
+
+@pytest.mark.requirement("FMT-7", "CS-6")
+@pytest.mark.parametrize("root", ["memory://statecert-faulty", "file"])
+def test_the_fault_injecting_wrapper_reaches_any_file_system(tmp_path: Path, faulty_fs: Any, root: str) -> None:
+    """`faulty+<protocol>://` passes every call to the wrapped file system and injects the same faults: a
+    checkpoint whose metadata write fails there leaves nothing that looks complete."""
+    # over the local file system: the wrapper, not the `faulty://` that faulty_url gives for local paths
+    url = faulty_url(root) if root != "file" else f"faulty+file://{tmp_path}"
+    storage = FileSystemCheckpointStorage(f"{url}/{uuid.uuid4().hex}")
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    fs, directory = fsspec.core.url_to_fs(location.pointer)
+    assert type(fs).__name__ == "FaultInjectingWrapper"
+    faulty_fs.fail_writes("*_metadata*", after_bytes=10)
+    with pytest.raises(OSError, match="injected"):
+        location.write_metadata(CheckpointMetadata(1, ()))
+    with pytest.raises(IncompleteCheckpointError):
+        storage.load_checkpoint(location.pointer)
+    assert fs.ls(directory, detail=False) == [], "a half-written metadata file was left behind"
+    location.write_metadata(CheckpointMetadata(1, ()))
+    assert storage.load_checkpoint(location.pointer).checkpoint_id == 1
+    wrapped = fsspec.filesystem("memory") if root.startswith("memory") else fsspec.filesystem("file")
+    assert wrapped.exists(f"{directory}/_metadata"), "the checkpoint is on the wrapped file system"
+
+
+@pytest.mark.requirement("CS-6")
+def test_faulty_url_wraps_supported_protocols_and_names_the_others() -> None:
+    assert faulty_url("/tmp/x") == "faulty:///tmp/x"
+    assert faulty_url("file:///tmp/x") == "faulty:///tmp/x"
+    assert faulty_url("s3://bucket/x") == "faulty+s3://bucket/x"
+    assert faulty_url("faulty+gs://b/x") == "faulty+gs://b/x"
+    with pytest.raises(ValueError, match="no fault-injecting wrapper for ftp://"):
+        faulty_url("ftp://host/x")

@@ -202,6 +202,20 @@ def test_cli_rejects_an_unknown_backend_before_running() -> None:
     assert "no-such-backend" in done.stderr and "passed" not in done.stdout
 
 
+@pytest.mark.requirement("SCN-1")
+@pytest.mark.parametrize(
+    "args,problem",
+    [
+        (["--runner", "sim", "--checkpoint-dir", "/tmp/x"], "--checkpoint-dir: only the Spark runner takes it"),
+        (["--runner", "spark", "--checkpoint-dir", "ftp://host/x"], "no fault-injecting wrapper for ftp://"),
+    ],
+)
+def test_cli_rejects_a_bad_checkpoint_dir_before_running(tmp_path: Path, args: list[str], problem: str) -> None:
+    done = _cli("scenario", "run", "storage-outage", *args)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert problem in done.stderr and "passed" not in done.stdout
+
+
 @pytest.mark.requirement("SCN-9", "SB-3")
 def test_library_scenarios_are_gated_on_the_capabilities_they_use() -> None:
     """The scenarios tier runs a scenario only against backends declaring what it uses (windows need timers, a

@@ -74,6 +74,18 @@ def test_stop_with_savepoint_and_rescale_on_spark(spark: Any, tmp_path: Path) ->
     assert [r.parallelism for r in result.runs] == [2, 4, 1]
 
 
+@pytest.mark.requirement("SCN-6", "SCN-7")
+def test_checkpoint_storage_at_a_url_keeps_nothing_on_the_driver_disk(spark: Any, tmp_path: Path) -> None:
+    """`checkpoint_dir` holds every checkpoint and savepoint (here a `file://` URL standing for shared storage),
+    storage faults are injected there, and the driver's workdir gets no checkpoint state."""
+    scenario = load_scenario(resolve("repeated-failures"))  # storage write failures beyond the tolerable count
+    result = run_on_spark(scenario, tmp_path / "work", spark, "rocksdb", checkpoint_dir=f"file://{tmp_path}/shared")
+    assert result.passed and result.runs[0].failovers >= 1, result.failures
+    # the finished job's checkpoints were discarded there (COORD-11); its directories show where they were
+    assert list((tmp_path / "shared" / "run-1" / "checkpoints").iterdir()), "nothing in the checkpoint dir"
+    assert not list((tmp_path / "work").rglob("_metadata")), "checkpoint state on the driver's workdir"
+
+
 @pytest.mark.requirement("KG-1", "SCN-3", "SCN-4")
 def test_int_keys_on_spark_match_the_dataframe_oracle_through_failure_and_rescale(spark: Any, tmp_path: Path) -> None:
     """Java Integer keys (half negative) shuffled by `Integer.hashCode` key groups; the committed output and the

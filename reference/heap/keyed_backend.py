@@ -7,7 +7,7 @@ from typing import Any
 
 from statecert.reference.format.canonical import CanonicalHeader, Entry, write_canonical_snapshot
 from statecert.reference.format.state_meta import StateMetaInfo
-from statecert.reference.heap.state_table import StateTable, to_payload
+from statecert.reference.heap.state_table import Cell, StateTable
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.handles import KeyedStateHandle
@@ -45,11 +45,17 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         start = key_group_range.start
 
         def blocks(key_group: int) -> list[Entry]:
-            return [
-                [index, key, ns, to_payload(stored)]
-                for index, maps in enumerate(captured)
-                for (key, ns), stored in maps[key_group - start].items()
-            ]
+            # to_payload inlined (the hot loop of a snapshot); a captured list cell is never written again (a later
+            # write copies it), so its list goes to the packer as it is
+            entries: list[Entry] = []
+            append = entries.append
+            for index, maps in enumerate(captured):
+                for (key, ns), stored in maps[key_group - start].items():
+                    if type(stored) is Cell:
+                        data = stored.data
+                        stored = [[k, v] for k, v in data.items()] if type(data) is dict else data
+                    append([index, key, ns, stored])
+            return entries
 
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not captured:

@@ -1,7 +1,10 @@
-"""A fault-injecting fsspec file system over the real local one: `faulty:///tmp/x` is the local `/tmp/x`.
+"""Fault-injecting fsspec file systems over real ones: `faulty:///tmp/x` is the local `/tmp/x`, and
+`faulty+<protocol>://<path>` is `<protocol>://<path>` (`faulty+s3://bucket/x`, `faulty+file:///tmp/x`, ...), so the
+same faults reach checkpoint storage on any file system a cluster uses.
 
-Tests and scenarios use it to make writes fail after some bytes, or renames fail, at chosen paths, and then check
-that nothing that looks complete was left behind (FMT-7, CS-6). It never fakes success.
+Tests and scenarios use them to make writes fail after some bytes, or renames fail, at chosen paths, and then check
+that nothing that looks complete was left behind (FMT-7, CS-6). They never fake success. The rules are one list per
+process, shared by every fault-injecting file system, matched against paths without their protocol.
 """
 
 from __future__ import annotations
@@ -10,7 +13,12 @@ import fnmatch
 from dataclasses import dataclass
 from typing import IO, Any
 
+import fsspec
+from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
+
+_RULES: list[Any] = []  # FaultRule
+WRAPPED_PROTOCOLS = ("file", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az", "hdfs", "webhdfs", "sftp")
 
 
 class InjectedFault(OSError):
@@ -60,15 +68,35 @@ class _FailingWriter:
         self._inner.close()
 
 
-class FaultInjectingFileSystem(LocalFileSystem):  # type: ignore[misc]
+class _FaultRules:
+    """The rule plumbing both file systems share."""
+
+    @property
+    def rules(self) -> list[FaultRule]:
+        return _RULES
+
+    def fail_writes(self, pattern: str, after_bytes: int = 0, times: int = 1) -> FaultRule:
+        rule = FaultRule("write", pattern, after_bytes, times)
+        _RULES.append(rule)
+        return rule
+
+    def fail_moves(self, pattern: str, times: int = 1) -> FaultRule:
+        rule = FaultRule("move", pattern, 0, times)
+        _RULES.append(rule)
+        return rule
+
+    def clear_faults(self) -> None:
+        _RULES.clear()
+
+    def _rule(self, kind: str, path: str) -> FaultRule | None:
+        return next((r for r in _RULES if r.take(kind, path)), None)
+
+
+class FaultInjectingFileSystem(_FaultRules, LocalFileSystem):  # type: ignore[misc]
     """`faulty://<absolute path>`: the local file system, with fault rules. One instance per process (fsspec
-    caches it), so tests reach the same rules through `fsspec.filesystem("faulty")`."""
+    caches it), so tests reach the rules through `fsspec.filesystem("faulty")`."""
 
     protocol = "faulty"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.rules: list[FaultRule] = []
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -78,22 +106,6 @@ class FaultInjectingFileSystem(LocalFileSystem):  # type: ignore[misc]
 
     def unstrip_protocol(self, name: str) -> str:
         return "faulty://" + str(self._strip_protocol(name))
-
-    def fail_writes(self, pattern: str, after_bytes: int = 0, times: int = 1) -> FaultRule:
-        rule = FaultRule("write", pattern, after_bytes, times)
-        self.rules.append(rule)
-        return rule
-
-    def fail_moves(self, pattern: str, times: int = 1) -> FaultRule:
-        rule = FaultRule("move", pattern, 0, times)
-        self.rules.append(rule)
-        return rule
-
-    def clear_faults(self) -> None:
-        self.rules.clear()
-
-    def _rule(self, kind: str, path: str) -> FaultRule | None:
-        return next((r for r in self.rules if r.take(kind, path)), None)
 
     def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
         path = self._strip_protocol(path)
@@ -105,3 +117,59 @@ class FaultInjectingFileSystem(LocalFileSystem):  # type: ignore[misc]
         if self._rule("move", self._strip_protocol(path2)):
             raise InjectedFault(f"injected failure moving {path1} to {path2}")
         return super().mv(path1, path2, *args, **kwargs)
+
+
+class FaultInjectingWrapper(_FaultRules, DirFileSystem):  # type: ignore[misc]
+    """`faulty+<protocol>://<path>`: the file system of `<protocol>` (one of `WRAPPED_PROTOCOLS`), every call passed
+    through, with the same fault rules on writes and moves."""
+
+    protocol = tuple(f"faulty+{p}" for p in WRAPPED_PROTOCOLS)
+
+    def __init__(self, target_protocol: str = "file", target_options: dict[str, Any] | None = None, **kwargs: Any):
+        kwargs.pop("fo", None)
+        super().__init__(path="", fo="", target_protocol=target_protocol, target_options=target_options, **kwargs)
+        self.path = ""  # no prefix (a local file system would have made "" the working directory)
+        self.target_protocol = target_protocol
+
+    @classmethod
+    def _get_kwargs_from_urls(cls, path: str) -> dict[str, Any]:
+        scheme = path.split("://", 1)[0]
+        return {"target_protocol": scheme.split("+", 1)[1]} if scheme.startswith("faulty+") else {}
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, str) and path.startswith("faulty+") and "://" in path:
+            scheme, rest = path.split("://", 1)
+            target = scheme.split("+", 1)[1]
+            return fsspec.get_filesystem_class(target)._strip_protocol(f"{target}://{rest}")
+        return path
+
+    def _join(self, path: Any) -> Any:
+        return super()._join(self._strip_protocol(path) if isinstance(path, str) else path)
+
+    def unstrip_protocol(self, name: str) -> str:
+        return f"faulty+{self.target_protocol}://{self._strip_protocol(name)}"
+
+    def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        path = self._strip_protocol(path)
+        handle = super().open(path, mode, *args, **kwargs)
+        rule = self._rule("write", path) if ("w" in mode or "a" in mode) else None
+        return _FailingWriter(handle, path, rule.after_bytes) if rule else handle
+
+    def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
+        if self._rule("move", self._strip_protocol(path2)):
+            raise InjectedFault(f"injected failure moving {path1} to {path2}")
+        return super().mv(path1, path2, *args, **kwargs)
+
+
+def faulty_url(url: str) -> str:
+    """The fault-injecting URL of `url`: a local path or `file://` URL becomes `faulty://<absolute path>`, any other
+    URL `faulty+<protocol>://...`; an unsupported protocol is a ValueError naming it."""
+    if url.startswith(("faulty://", "faulty+")):
+        return url
+    if "://" not in url or url.startswith("file://"):
+        return "faulty://" + LocalFileSystem._strip_protocol(url)
+    protocol = url.split("://", 1)[0]
+    if protocol not in WRAPPED_PROTOCOLS:
+        raise ValueError(f"no fault-injecting wrapper for {protocol}:// (supported: {', '.join(WRAPPED_PROTOCOLS)})")
+    return f"faulty+{url}"

@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import fsspec
 
 from statecert.reference import config as cfg
 from statecert.reference.config import catalog
@@ -30,6 +31,7 @@ from statecert.reference.coordinator.settings import JobStatus
 from statecert.reference.loader import load_state_backend
 from statecert.reference.simulator.cuts import source_offsets
 from statecert.reference.simulator.tasks import OFFSET
+from statecert.reference.storage.faulty_fs import faulty_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -68,6 +70,7 @@ class _Run:
     workdir: Path
     spark: Any
     restore_from: str | None
+    storage_root: str | None = None  # checkpoint storage (an fsspec URL); default: `workdir` on this machine
     job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:8]}")
     staged: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
     committed: list[tuple[str, int, int]] = field(default_factory=list)
@@ -94,7 +97,7 @@ class _Run:
         self.backend = load_state_backend(job_config=self.config)
         self.restart = scenario_restart(scenario)
         self.restart_rng = random.Random(scenario.input.seed ^ 0x5EED)
-        root = f"faulty://{self.workdir.resolve()}"
+        root = faulty_url(self.storage_root or str(self.workdir.resolve()))
         if scenario.job.storage == "jobmanager":
             storage: Any = JobManagerCheckpointStorage(checkpoint_dir=f"{root}/checkpoints", savepoint_dir=f"{root}/sp")
         else:
@@ -322,7 +325,8 @@ def _crash(checkpoint_id: int) -> None:
 
 
 def _local(url: str) -> str:
-    return re.sub(r"^[a-z]+://", "", url)
+    """A URL's path as the fault-injecting file systems match their rules against it."""
+    return str(fsspec.core.url_to_fs(url)[1])
 
 
 def run_epoch_job(spark: Any, task: EpochTask) -> list[tuple[Any, ...]]:
@@ -350,9 +354,12 @@ def run_on_spark(
     backend: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
     oracle: bool = True,
+    checkpoint_dir: str | None = None,
 ) -> ScenarioResult:
     """`oracle=False` skips the DataFrame oracle and the state read-back (benchmarks time the job alone); the
-    expectations that need them then report what is missing."""
+    expectations that need them then report what is missing. `checkpoint_dir` (any fsspec URL every executor
+    reaches: `s3://...`, `hdfs://...`, a shared `file://` mount) holds all checkpoints and savepoints instead of
+    `workdir`, which then only holds RocksDB's local working directories (on each executor's own disk)."""
     started = time.perf_counter()
     plans = run_settings(scenario, backend)
     result = ScenarioResult(
@@ -366,10 +373,12 @@ def run_on_spark(
             if resume is not None:
                 previous = runs[-1]
                 latest = previous.coordinator.latest_completed()
-                restore_from = resume_pointer(
-                    resume, previous.savepoints, latest.pointer if latest else None, workdir / f"moved-{i + 1}"
-                )
-            run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from)
+                moved: Path | str = workdir / f"moved-{i + 1}"
+                if checkpoint_dir:
+                    moved = f"{faulty_url(checkpoint_dir.rstrip('/'))}/moved-{i + 1}"
+                restore_from = resume_pointer(resume, previous.savepoints, latest.pointer if latest else None, moved)
+            root = f"{checkpoint_dir.rstrip('/')}/run-{i + 1}" if checkpoint_dir else None
+            run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from, root)
             runs.append(run)
             run.execute(progress)
             result.runs.append(_run_result(scenario, run, spark, oracle))

@@ -1,0 +1,109 @@
+"""The performance targets (issue 14) beside the figures one `tox -e bench` run measured, as a table and as a PNG
+next to the JSON file. A target whose figure the run did not measure says so; nothing is asserted.
+
+    python benchmarks/summary.py [benchmarks/results/figures.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from figures import DEFAULT
+
+
+@dataclass(frozen=True)
+class Target:
+    """`benchmark.figure` compared with `threshold` by `relation` (">=" or "<")."""
+
+    title: str
+    benchmark: str
+    figure: str
+    relation: str
+    threshold: float
+
+    def measured(self, data: dict[str, Any]) -> float | None:
+        value = data.get(self.benchmark, {}).get(self.figure)
+        return None if value is None else float(value)
+
+    def met(self, value: float) -> bool:
+        compare: Callable[[float, float], bool] = operator.ge if self.relation == ">=" else operator.lt
+        return compare(value, self.threshold)
+
+    def progress(self, value: float) -> float:
+        """How far the figure is toward the target: 1.0 is exactly on it."""
+        return value / self.threshold if self.relation == ">=" else self.threshold / value
+
+
+TARGETS = (
+    Target("simulator: simulated records per wall second", "simulator", "records_per_s", ">=", 1_000_000),
+    Target("simulator: 3 stages, parallelism 256, 10M records, 50 checkpoints (wall s)", "simulator",
+           "large_job_wall_s", "<", 60),
+    Target("Spark runner (heap) / native streaming aggregation, RocksDB provider", "spark_runner",
+           "ratio_heap_vs_streaming_rocksdb", ">=", 0.5),
+    Target("Spark runner (heap) / transformWithStateInPandas", "spark_runner",
+           "ratio_heap_vs_transform_with_state_pandas", ">=", 2.0),
+    Target("heap snapshot write / raw fsspec write of the same bytes", "heap", "snapshot_ratio", ">=", 0.7),
+)  # fmt: skip
+
+
+def rows(data: dict[str, Any]) -> list[tuple[Target, float | None]]:
+    return [(t, t.measured(data)) for t in TARGETS]
+
+
+def print_table(data: dict[str, Any]) -> None:
+    print(f"\nperformance targets, run started {data.get('started', '?')} on {data.get('machine', {})}")
+    print(f"{'target':<78}{'wanted':>14}{'measured':>14}  verdict")
+    for target, value in rows(data):
+        wanted = f"{target.relation} {target.threshold:,.6g}"
+        if value is None:
+            reason = data.get(target.benchmark, {}).get(f"{target.figure}_note", "not measured in this run")
+            print(f"{target.title:<78}{wanted:>14}{'-':>14}  not measured: {reason}")
+            continue
+        verdict = "met" if target.met(value) else "NOT MET"
+        print(f"{target.title:<78}{wanted:>14}{value:>14,.4g}  {verdict}")
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [(t, v) for t, v in rows(data) if v is not None]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * max(1, len(measured)) + 1.5))
+    names = [t.title for t, _ in measured]
+    progress = [t.progress(v) for t, v in measured]
+    colours = ["tab:green" if t.met(v) else "tab:red" for t, v in measured]
+    ax.barh(names, progress, color=colours)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("measured / target (1 = on target; green: met, red: not met)")
+    for i, (_target, v) in enumerate(measured):
+        ax.text(progress[i], i, f"  {v:,.3g}", va="center")
+    ax.invert_yaxis()
+    ax.set_title(f"statecert benchmarks, {data.get('started', '')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json", nargs="?", default=str(DEFAULT))
+    args = parser.parse_args()
+    path = Path(args.json)
+    data = json.loads(path.read_text())
+    print_table(data)
+    png = path.with_suffix(".png")
+    plot(data, png)
+    print(f"\nfigures: {path}\nplot: {png}")
+
+
+if __name__ == "__main__":
+    main()
