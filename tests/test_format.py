@@ -386,3 +386,51 @@ def test_faulty_url_wraps_supported_protocols_and_names_the_others() -> None:
     assert faulty_url("faulty+gs://b/x") == "faulty+gs://b/x"
     with pytest.raises(ValueError, match="no fault-injecting wrapper for ftp://"):
         faulty_url("ftp://host/x")
+
+
+def _large_heap_backend(keys: int) -> Any:
+    """A heap backend whose key groups are large enough (> 64 KiB each) for the background writer."""
+    from statecert.spec.keyed_backend import KeyedBackendParameters
+    from statecert.spec.state import ListStateDescriptor
+
+    params = KeyedBackendParameters("job", "op", StringSerializer(), 8, KeyGroupRange(0, 7))
+    backend = HashMapStateBackend().create_keyed_state_backend(params)
+    state = backend.get_or_create_state(ListStateDescriptor("l", element_serializer=StringSerializer()))
+    for i in range(keys):
+        backend.set_current_key(f"k{i}")
+        state.add(f"{i:>6}" * 200)  # 1.2 KB per element
+    return backend
+
+
+@pytest.mark.requirement("FMT-6", "KB-SNAP-6")
+@given(fail_after=st.integers(0, 2_000_000))  # the state file has about 2.4 MB
+def test_a_large_snapshot_failing_mid_write_raises_and_leaves_no_file(tmp_path_factory: Any, fail_after: int) -> None:
+    """Large key groups are written by a background thread; a write failing at any byte reaches the caller, and
+    the half-written state file is gone. Without the failure the snapshot restores to the same state."""
+    from statecert.spec.keyed_backend import KeyedBackendParameters
+    from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor
+
+    def contents(b: Any) -> dict[str, list[str]]:
+        state = b.get_or_create_state(ListStateDescriptor("l", element_serializer=StringSerializer()))
+        found = {}
+        for key in b.get_keys("l", VOID_NAMESPACE):
+            b.set_current_key(key)
+            found[key] = list(state.get())
+        return found
+
+    root = tmp_path_factory.mktemp("large")
+    backend = _large_heap_backend(2_000)  # about 2.4 MB in 8 key groups
+    faulty = fsspec.filesystem("faulty")
+    storage = FileSystemCheckpointStorage(f"faulty://{root}")
+    access = storage.create_checkpoint_storage("job")
+    rule = faulty.fail_writes(f"{root}/job/chk-1/*", after_bytes=fail_after, times=-1)
+    try:
+        with pytest.raises(OSError, match="injected"):
+            backend.snapshot(1, 0, access.initialize_location_for_checkpoint(1)).run()
+    finally:
+        faulty.rules.remove(rule)
+    assert [p for p in (root / "job" / "chk-1").rglob("*") if p.is_file()] == [], "a half-written file was left"
+    handle = backend.snapshot(2, 0, access.initialize_location_for_checkpoint(2)).run()
+    params = KeyedBackendParameters("job", "op", StringSerializer(), 8, KeyGroupRange(0, 7), restore_state=(handle,))
+    restored = HashMapStateBackend().create_keyed_state_backend(params)
+    assert contents(restored) == contents(backend)

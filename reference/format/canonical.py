@@ -11,7 +11,6 @@ key group, so a restoring subtask reads only the key groups it owns (KB-RESTORE-
 from __future__ import annotations
 
 import struct
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,40 +57,61 @@ def describe(handle: StreamStateHandle) -> str:
     return handle.path if isinstance(handle, FileStateHandle) else f"<inline state {handle.handle_name}>"
 
 
-WRITE_CHUNK = 4 << 20  # blocks are gathered into writes of about this size
+BACKGROUND_WRITE = 64 << 10  # blocks from this size are written by a background thread while the next is packed
 
 
-class _BackgroundWriter:
-    """Writes to a stream in one background thread, in submission order, while the caller packs the next blocks:
-    packing holds the GIL, the stream's CRC and file writes release it, so the two overlap on two cores. At most
-    `depth` chunks wait, bounding memory; the first write error is raised to the caller. A stream written in one
-    chunk (most snapshots) is written directly, with no thread."""
+class _DoubleBufferedWriter:
+    """Packs key-group blocks into two reused msgpack buffers and writes each from a background thread while the next
+    is packed: packing holds the GIL, the stream's CRC and file writes release it, so the two overlap on two cores;
+    reusing the buffers spares the kernel zeroing fresh pages for every block. Small blocks are written directly, with
+    no thread. Writes stay in order; the first write error is raised to the caller."""
 
-    def __init__(self, stream: CheckpointStateOutputStream, depth: int = 2) -> None:
+    def __init__(self, stream: CheckpointStateOutputStream) -> None:
         self._stream = stream
+        self._buffers = getattr(stream, "accepts_buffers", False)  # else each block is written as bytes
+        self._packers = [msgpack.Packer(use_bin_type=True, autoreset=False) for _ in range(2)]
+        self._pending: list[Future[None] | None] = [None, None]
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque[Future[Any]] = deque()
-        self._depth = depth
+        self._turn = 0
 
-    def write(self, data: bytes, last: bool = False) -> None:
-        if last and self._pool is None:
-            self._stream.write(data)
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="statecert-snapshot-writer")
-        while len(self._pending) >= self._depth:
-            self._pending.popleft().result()
-        self._pending.append(self._pool.submit(self._stream.write, data))
+    def _write(self, prefix: bytes, view: memoryview) -> None:
+        try:
+            self._stream.write(prefix)
+            self._stream.write(view if self._buffers else view.tobytes())  # type: ignore[arg-type]
+        finally:
+            view.release()
+
+    def _wait(self, slot: int) -> None:
+        future, self._pending[slot] = self._pending[slot], None
+        if future is not None:
+            future.result()
+
+    def write_block(self, entries: list[Entry]) -> int:
+        """Pack and write one block with its length prefix; returns the bytes it adds to the stream."""
+        slot = self._turn = 1 - self._turn
+        self._wait(slot)  # the buffer is free again once its previous block is written
+        packer = self._packers[slot]
+        packer.reset()
+        packer.pack(entries)
+        view = packer.getbuffer()
+        size = len(view)
+        if size < BACKGROUND_WRITE:
+            self._wait(1 - slot)  # in order: the other buffer's write first
+            self._write(_LEN.pack(size), view)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="statecert-snapshot-writer")
+            self._pending[slot] = self._pool.submit(self._write, _LEN.pack(size), view)
+        return _LEN.size + size
 
     def drain(self) -> None:
-        """Wait for every submitted write; the first failure is raised (the rest are waited for too)."""
-        if self._pool is None:
-            return
+        """Wait for both buffers' writes (the first failure is raised) and stop the thread."""
         try:
-            while self._pending:
-                self._pending.popleft().result()
+            for slot in (1 - self._turn, self._turn):
+                self._wait(slot)
         finally:
-            self._pool.shutdown(wait=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)  # a write still running after a failure finishes before we return
 
 
 def write_key_groups(
@@ -101,29 +121,19 @@ def write_key_groups(
     blocks: Callable[[int], Iterable[Entry]],
     cancelled: Callable[[], bool] = lambda: False,
 ) -> tuple[int, ...]:
-    """Write header and one block per key group of the range; returns the offsets (FMT-6). Blocks are gathered into
-    large writes that a background thread issues while the next blocks are packed."""
+    """Write header and one block per key group of the range; returns the offsets (FMT-6). Large blocks are written
+    by a background thread while the next one is packed."""
     head = msgpack.packb(header.to_plain(), use_bin_type=True)
+    stream.write(_PREFIX.pack(MAGIC, VERSION, len(head)) + head)
     position = stream.tell()
-    writer = _BackgroundWriter(stream)
-    pieces = [_PREFIX.pack(MAGIC, VERSION, len(head)), head]
-    gathered = len(pieces[0]) + len(head)
-    position += gathered
+    writer = _DoubleBufferedWriter(stream)
     offsets = []
     try:
         for key_group in key_group_range:
             if cancelled():
                 raise SnapshotCancelledError("snapshot cancelled while writing key groups")
             offsets.append(position)
-            block = msgpack.packb(list(blocks(key_group)), use_bin_type=True)
-            pieces += (_LEN.pack(len(block)), block)
-            gathered += _LEN.size + len(block)
-            position += _LEN.size + len(block)
-            if gathered >= WRITE_CHUNK:
-                writer.write(b"".join(pieces))
-                pieces, gathered = [], 0
-        if pieces:
-            writer.write(b"".join(pieces), last=True)
+            position += writer.write_block(list(blocks(key_group)))
     finally:
         writer.drain()
     return tuple(offsets)

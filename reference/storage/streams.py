@@ -18,7 +18,10 @@ from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, Strea
 class CheckpointStateOutputStreamImpl:
     """State of one task for one checkpoint. At most `inline_threshold` bytes stay inline in `_metadata`; more
     goes to a uniquely named file in `directory`, whose handle carries the CRC-32C of its bytes (CS-9). `max_size`
-    bounds the whole stream (job-manager storage)."""
+    bounds the whole stream (job-manager storage). `write` takes any bytes-like object (`accepts_buffers`), so the
+    canonical writer hands it its packing buffer without a copy."""
+
+    accepts_buffers = True
 
     def __init__(self, directory: str, inline_threshold: float, max_size: int | None = None) -> None:
         self._directory = directory
@@ -31,7 +34,7 @@ class CheckpointStateOutputStreamImpl:
         self._crc = 0
         self._closed = False
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._closed:
             raise ValueError("write to a closed checkpoint stream")
         self._pos += len(data)
