@@ -91,6 +91,18 @@ class _FaultRules:
     def _rule(self, kind: str, path: str) -> FaultRule | None:
         return next((r for r in _RULES if r.take(kind, path)), None)
 
+    # the wrapped file system's open and mv (next in the method order), with the rules applied first
+    def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        path = self._strip_protocol(path)  # type: ignore[attr-defined]
+        handle = super().open(path, mode, *args, **kwargs)  # type: ignore[misc]
+        rule = self._rule("write", path) if ("w" in mode or "a" in mode) else None
+        return _FailingWriter(handle, path, rule.after_bytes) if rule else handle
+
+    def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
+        if self._rule("move", self._strip_protocol(path2)):  # type: ignore[attr-defined]
+            raise InjectedFault(f"injected failure moving {path1} to {path2}")
+        return super().mv(path1, path2, *args, **kwargs)  # type: ignore[misc]
+
 
 class FaultInjectingFileSystem(_FaultRules, LocalFileSystem):  # type: ignore[misc]
     """`faulty://<absolute path>`: the local file system, with fault rules. One instance per process (fsspec
@@ -106,17 +118,6 @@ class FaultInjectingFileSystem(_FaultRules, LocalFileSystem):  # type: ignore[mi
 
     def unstrip_protocol(self, name: str) -> str:
         return "faulty://" + str(self._strip_protocol(name))
-
-    def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
-        path = self._strip_protocol(path)
-        handle = super().open(path, mode, *args, **kwargs)
-        rule = self._rule("write", path) if ("w" in mode or "a" in mode) else None
-        return _FailingWriter(handle, path, rule.after_bytes) if rule else handle
-
-    def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
-        if self._rule("move", self._strip_protocol(path2)):
-            raise InjectedFault(f"injected failure moving {path1} to {path2}")
-        return super().mv(path1, path2, *args, **kwargs)
 
 
 class FaultInjectingWrapper(_FaultRules, DirFileSystem):  # type: ignore[misc]
@@ -150,17 +151,6 @@ class FaultInjectingWrapper(_FaultRules, DirFileSystem):  # type: ignore[misc]
     def unstrip_protocol(self, name: str) -> str:
         return f"faulty+{self.target_protocol}://{self._strip_protocol(name)}"
 
-    def open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
-        path = self._strip_protocol(path)
-        handle = super().open(path, mode, *args, **kwargs)
-        rule = self._rule("write", path) if ("w" in mode or "a" in mode) else None
-        return _FailingWriter(handle, path, rule.after_bytes) if rule else handle
-
-    def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
-        if self._rule("move", self._strip_protocol(path2)):
-            raise InjectedFault(f"injected failure moving {path1} to {path2}")
-        return super().mv(path1, path2, *args, **kwargs)
-
 
 def faulty_url(url: str) -> str:
     """The fault-injecting URL of `url`: a local path or `file://` URL becomes `faulty://<absolute path>`, any other
@@ -168,7 +158,7 @@ def faulty_url(url: str) -> str:
     if url.startswith(("faulty://", "faulty+")):
         return url
     if "://" not in url or url.startswith("file://"):
-        return "faulty://" + LocalFileSystem._strip_protocol(url)
+        return "faulty://" + str(LocalFileSystem._strip_protocol(url))
     protocol = url.split("://", 1)[0]
     if protocol not in WRAPPED_PROTOCOLS:
         raise ValueError(f"no fault-injecting wrapper for {protocol}:// (supported: {', '.join(WRAPPED_PROTOCOLS)})")
