@@ -84,8 +84,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
     ax.set_xlabel("measured / target (1 = on target; green: met, red: not met)")
-    for i, (_target, v) in enumerate(measured):
-        ax.text(progress[i], i, f"  {v:,.3g}", va="center")
+    for i, (target, v) in enumerate(measured):
+        ax.text(progress[i], i, f"  {v:,.3g} (wanted {target.relation} {target.threshold:,.3g})", va="center")
+    ax.set_xlim(right=max([*progress, 1.0]) * 8)  # room for the labels
     ax.invert_yaxis()
     ax.set_title(f"statecert benchmarks, {data.get('started', '')}")
     fig.tight_layout()
