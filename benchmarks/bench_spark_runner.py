@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,11 @@ def write_micro_batches(frame: Any, epoch: int, epochs: int, directory: str) -> 
         time.sleep(0.05)  # distinct modification times: the file source orders by them
 
 
-def streaming_aggregation(spark: Any, directory: str, provider: str, changelog: bool, partitions: int) -> float:
-    """Wall seconds of a Structured Streaming `groupBy(key).sum` over the Parquet micro-batches, exactly-once with
-    its state checkpointed every micro-batch, as Spark users run keyed state."""
-    from pyspark.sql import functions as F
-
+def timed_stream(
+    spark: Any, directory: str, provider: str, changelog: bool, partitions: int, query_of: Callable[[Any], Any]
+) -> float:
+    """Wall seconds of the streaming query `query_of(stream)` over the Parquet micro-batches with the state store
+    `provider`, exactly-once with its state checkpointed every micro-batch, to the no-op sink."""
     from statecert.scenarios.spark.oracle import INPUT_SCHEMA
 
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
@@ -63,8 +64,7 @@ def streaming_aggregation(spark: Any, directory: str, provider: str, changelog: 
     with tempfile.TemporaryDirectory() as checkpoints:
         start = time.perf_counter()
         query = (
-            stream.groupBy("key")
-            .agg(F.sum("weight").alias("total"))
+            query_of(stream)
             .writeStream.format("noop")
             .outputMode("update")
             .option("checkpointLocation", checkpoints)
@@ -73,6 +73,16 @@ def streaming_aggregation(spark: Any, directory: str, provider: str, changelog: 
         )
         query.awaitTermination()
         return time.perf_counter() - start
+
+
+def streaming_aggregation(spark: Any, directory: str, provider: str, changelog: bool, partitions: int) -> float:
+    """Structured Streaming's native `groupBy(key).sum`, as Spark users keep keyed state."""
+    from pyspark.sql import functions as F
+
+    def aggregate(stream: Any) -> Any:
+        return stream.groupBy("key").agg(F.sum("weight").alias("total"))
+
+    return timed_stream(spark, directory, provider, changelog, partitions, aggregate)
 
 
 def _apply_in_pandas_with_state(stream: Any) -> Any:
@@ -121,26 +131,9 @@ PYTHON_PEERS = {
 
 
 def python_stateful(spark: Any, directory: str, peer: str, partitions: int) -> float:
-    """Wall seconds of Spark's Python stateful operator `peer` keeping a running sum per key over the Parquet
-    micro-batches (RocksDB state store, which transformWithState requires)."""
-    from statecert.scenarios.spark.oracle import INPUT_SCHEMA
-
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS["rocksdb"][0])
-    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "false")
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
-    with tempfile.TemporaryDirectory() as checkpoints:
-        start = time.perf_counter()
-        query = (
-            PYTHON_PEERS[peer](stream)
-            .writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", checkpoints)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        return time.perf_counter() - start
+    """Spark's Python stateful operator `peer` keeping a running sum per key (RocksDB state store, which
+    transformWithState requires)."""
+    return timed_stream(spark, directory, PROVIDERS["rocksdb"][0], False, partitions, PYTHON_PEERS[peer])
 
 
 def main() -> None:
