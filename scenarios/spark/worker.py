@@ -86,6 +86,7 @@ class _Cached:
 
 _CACHE: dict[tuple[str, int], _Cached] = {}  # per worker process: (job, subtask) -> backend at a checkpoint
 _INPUTS: dict[InputSpec, list[list[Record]]] = {}
+_OWNERS: dict[tuple[Any, int, int], dict[Any, int]] = {}
 
 
 def inputs(spec: InputSpec) -> list[list[Record]]:
@@ -101,11 +102,26 @@ def owner(task: EpochTask, key: Any) -> int:
     return assign_key_to_parallel_operator(key_hash, task.max_parallelism, task.parallelism)
 
 
+def _owners(task: EpochTask) -> dict[Any, int]:
+    """The subtask of each key seen so far in this worker for the task's key type and parallelism: a key's hash is
+    computed once per worker, not per record."""
+    shape = (task.aggregate.key_type, task.max_parallelism, task.parallelism)
+    if shape not in _OWNERS:
+        _OWNERS.clear()
+        _OWNERS[shape] = {}
+    return _OWNERS[shape]
+
+
 def read_split(task: EpochTask, source: int) -> Iterator[tuple[int, tuple[str, int, int]]]:
     """The epoch's records of one source split, keyed by the subtask that owns their key group."""
     start, end = task.ranges[source]
+    owners = _owners(task)
     for r in inputs(task.inputs)[source][start:end]:
-        yield owner(task, task.aggregate.key(r.key, r.source)), (r.key, r.source, r.offset)
+        key = task.aggregate.key(r.key, r.source)
+        subtask = owners.get(key)
+        if subtask is None:
+            subtask = owners[key] = owner(task, key)
+        yield subtask, (r.key, r.source, r.offset)
 
 
 def _attempt() -> int:
@@ -218,14 +234,17 @@ def _process(
     state = keyed.get_or_create_state(task.aggregate.descriptor)
     staged: list[tuple[str, int, int]] = []
     halfway = len(records) // 2
+    # the loop's lookups hoisted: per record, only the backend calls and the aggregate remain
+    key_of, add, stage = task.aggregate.key, task.aggregate.add, staged.append
+    set_current_key, get, update = keyed.set_current_key, state.value, state.update
     for i, (key, source, offset) in enumerate(records):
         if i == halfway:
             _fault(task, subtask, "processing", attempt)
-        aggregate_key = task.aggregate.key(key, source)
-        keyed.set_current_key(aggregate_key)
-        value = task.aggregate.add(state.value(), offset)
-        state.update(value)
-        staged.append((aggregate_key, offset, value["total"]))
+        aggregate_key = key_of(key, source)
+        set_current_key(aggregate_key)
+        value = add(get(), offset)
+        update(value)
+        stage((aggregate_key, offset, value["total"]))
     if not records:
         _fault(task, subtask, "processing", attempt)
     return staged
