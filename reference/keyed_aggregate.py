@@ -29,14 +29,18 @@ class KeyedAggregate:
     key_selector: str = "key"
     serializer_version: int = 1
     key_type: KeyType = field(default_factory=KeyType)  # the keys' Java type: which hashCode places them
+    _plain: bool = field(init=False, repr=False, compare=False, default=False)  # `key` returns the record's key
 
     def __post_init__(self) -> None:
         if self.operator not in OPERATORS or self.key_selector not in KEY_SELECTORS:
             raise ValueError(f"operator must be one of {OPERATORS}, key selector one of {KEY_SELECTORS}")
         if self.serializer_version not in (1, 2):
             raise ValueError(f"serializer version must be 1 or 2, got {self.serializer_version}")
+        object.__setattr__(self, "_plain", self.key_selector == "key" and self.key_type.is_string)
 
     def key(self, key: str, source: int) -> Any:
+        if self._plain:  # string keys by the record's key: the common case, on every record's path
+            return key
         name = key if self.key_selector == "key" else f"s{source}"
         return name if self.key_type.is_string else self.key_type.of(name)
 

@@ -4,6 +4,7 @@ with Flink's units; unknown keys are named; `statecert config --list` prints the
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from statecert.reference.coordinator.restart import (
 )
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
 from statecert.reference.loader import load_checkpoint_storage, load_state_backend
+from statecert.reference.simulator.flink_config import with_flink_config
+from statecert.reference.simulator.job_spec import JobSpec
 from statecert.spec.errors import IllegalConfigurationError
 
 Config = dict[str, object]
@@ -57,6 +60,11 @@ def _restart(config: Config) -> Any:
 
 def _fs(config: Config) -> Any:
     return load_checkpoint_storage(job_config={"execution.checkpointing.dir": "memory://ck", **config})
+
+
+def _simulated(config: Config) -> JobSpec:
+    """The simulator's job settings with `config` as a job file's `[config]` table."""
+    return with_flink_config(JobSpec(), config)
 
 
 # key -> (a value to set, how to observe it in the component that reads it, what to observe, Flink's default as
@@ -197,6 +205,8 @@ PROBES: dict[str, tuple[object, Callable[[Config], Any], Any, Any]] = {
         600_000,
     ),
     "state.changelog.max-failures-allowed": ("7", lambda c: _changelog(c).max_failures_allowed, 7, 3),
+    "execution.buffer-timeout.interval": ("5 ms", lambda c: _simulated(c).buffer_timeout_ms, 5.0, 100.0),
+    "execution.buffer-timeout.enabled": ("false", lambda c: _simulated(c).buffer_timeout_ms, math.inf, 100.0),
     "state.backend.rocksdb.localdir": ("/tmp/rocks", lambda c: _rocksdb(c).local_dir, "/tmp/rocks", None),
     "state.backend.rocksdb.predefined-options": (
         "flash_ssd_optimized",
@@ -298,6 +308,7 @@ STALE = {  # a value for the deprecated key that the component would show differ
     "state.changelog.storage": "filesystem",
     "state.changelog.periodic-materialize.interval": "9 min",
     "state.changelog.max-failures-allowed": "9",
+    "execution.buffer-timeout.interval": "9 ms",
 }
 WITH_FALLBACKS = [(o.key, old) for o in catalog.OPTIONS for old in o.deprecated_keys if o.key in PROBES]
 

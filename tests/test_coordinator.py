@@ -79,6 +79,22 @@ def test_periodic_trigger_respects_max_concurrent(tmp_path: Path) -> None:
     assert recorder.triggered == [1, 2, 3]
 
 
+@pytest.mark.requirement("COORD-2", "COORD-7")
+def test_a_pending_savepoint_counts_toward_max_concurrent_checkpoints(tmp_path: Path) -> None:
+    coordinator, scheduler, recorder, _ = make(tmp_path, interval_ms=100, max_concurrent=1)
+    coordinator.start_periodic()
+    savepoint = coordinator.trigger_savepoint()
+    scheduler.advance(300)
+    assert recorder.triggered == [savepoint], (
+        f"periodic checkpoints triggered while a savepoint was pending with max concurrent 1: {recorder.triggered}"
+    )
+    ack_all(coordinator, savepoint)
+    scheduler.advance(100)
+    assert len(recorder.triggered) == 2, "no periodic checkpoint once the savepoint completed"
+    second = coordinator.trigger_savepoint()  # a savepoint is not limited by a pending checkpoint
+    assert recorder.triggered[-1] == second
+
+
 @pytest.mark.requirement("COORD-3")
 def test_min_pause_delays_the_next_trigger(tmp_path: Path) -> None:
     coordinator, scheduler, recorder, _ = make(tmp_path, interval_ms=100, min_pause_ms=250)

@@ -421,6 +421,25 @@ ROCKSDB_TIMER_SERVICE_FACTORY = ConfigOption[str](
     "enum",
 )
 
+BUFFER_TIMEOUT = ConfigOption[int](
+    "execution.buffer-timeout.interval",
+    parse_duration_ms,
+    100,
+    "How long a partly filled network buffer waits before it is sent (the simulator's buffer timeout, SIM-14).",
+    "network",
+    "duration",
+    ("execution.buffer-timeout",),
+    "100 ms",
+)
+BUFFER_TIMEOUT_ENABLED = ConfigOption[bool](
+    "execution.buffer-timeout.enabled",
+    parse_bool,
+    True,
+    "False: a network buffer is sent only when full (or flushed before an event), never on a timeout.",
+    "network",
+    "boolean",
+)
+
 OPTIONS: tuple[ConfigOption[Any], ...] = (
     STATE_BACKEND,
     CHECKPOINT_STORAGE,
@@ -466,6 +485,8 @@ OPTIONS: tuple[ConfigOption[Any], ...] = (
     ROCKSDB_WRITE_BUFFER_RATIO,
     ROCKSDB_HIGH_PRIO_POOL_RATIO,
     ROCKSDB_TIMER_SERVICE_FACTORY,
+    BUFFER_TIMEOUT,
+    BUFFER_TIMEOUT_ENABLED,
 )
 
 KEY_PREFIXES = ("state.backend.rocksdb.metrics.",)

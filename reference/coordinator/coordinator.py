@@ -127,8 +127,7 @@ class CheckpointCoordinator:
         """A periodic checkpoint, unless too many are pending or the min pause has not passed (COORD-2, COORD-3)."""
         if self._shutdown:
             return TriggerResult(None, "shutdown")
-        in_flight = [p for p in self.pending.values() if not p.is_savepoint]
-        if len(in_flight) >= self.settings.max_concurrent:
+        if len(self.pending) >= self.settings.max_concurrent:  # savepoints count too, as in Flink
             return TriggerResult(None, "too-many-concurrent")
         now = self.scheduler.now_ms()
         if self.last_completion_ms is not None and now - self.last_completion_ms < self.settings.min_pause_ms:

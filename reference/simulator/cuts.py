@@ -1,6 +1,7 @@
 """The consistent-cut check: a completed checkpoint of the simulated job must be a Chandy-Lamport cut. Per keyed
 stage and key, the records the stage counted, plus those persisted as input channel state at it or upstream, plus
-the output channel state upstream, are exactly the key's records before its source's offset in that checkpoint."""
+the output channel state upstream (sources' included), are exactly the key's records before its source's offset in
+that checkpoint."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Any
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.rescale import keyed_handles_for_subtask
-from statecert.reference.simulator.keyed_tasks import unpack
-from statecert.reference.simulator.tasks import CHANNEL_STATE, OFFSET, OUTPUT_STATE, Record
+from statecert.reference.simulator.tasks import CHANNEL_STATE, OFFSET, OUTPUT_STATE, Record, unpack
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.metadata import CheckpointMetadata, OperatorState
@@ -76,6 +76,10 @@ def cut_violations(
     for s, records in enumerate(inputs):
         expected += weights(records[: offsets.get(s, 0)])
     upstream: Counter[str] = Counter()  # channel state at earlier stages: records not yet counted downstream
+    for state in metadata.operator("source").subtask_states.values():  # the sources' output channel state
+        params = OperatorBackendParameters("check", "source", state.managed_operator_state)
+        with backend.create_operator_state_backend(params) as ops:
+            upstream += weights(unpack(raw) for raw in ops.get_list_state(OUTPUT_STATE).get())
     problems = []
     for stage in stages:
         op = metadata.operator(stage)

@@ -1,10 +1,12 @@
 """A simulated job's settings from Flink 2.x keys (a job or scenario file's `[config]` table): the checkpointing
 keys become the coordinator's settings, the restart keys the restart strategy, the backend keys the job's backend,
-recovery keys where it starts; everything else reaches the backend and storage loaders as it is."""
+recovery keys where it starts, the buffer-timeout keys its network buffers' timeout; everything else reaches the
+backend and storage loaders as it is."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 from statecert.reference import config as cfg
@@ -55,6 +57,10 @@ def with_flink_config(spec: JobSpec, config: Mapping[str, object]) -> JobSpec:
         changes["materialize_interval_ms"] = cfg.read(keys, catalog.CHANGELOG_MATERIALIZE_INTERVAL)
     if cfg.is_set(keys, catalog.DATA_INLINE_THRESHOLD):
         changes["file_state_size_threshold"] = cfg.read(keys, catalog.DATA_INLINE_THRESHOLD)
+    if cfg.is_set(keys, catalog.BUFFER_TIMEOUT):
+        changes["buffer_timeout_ms"] = float(cfg.read(keys, catalog.BUFFER_TIMEOUT))
+    if cfg.is_set(keys, catalog.BUFFER_TIMEOUT_ENABLED) and not cfg.read(keys, catalog.BUFFER_TIMEOUT_ENABLED):
+        changes["buffer_timeout_ms"] = math.inf  # sent only when full or flushed before an event
     return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
 
 

@@ -4,6 +4,7 @@ what was expected (until the scenarios issue brings the full scenario format).""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ else:  # pragma: no cover
 
 MAX_SIMULATED_PARALLELISM = 1024
 MAX_SIMULATED_RECORDS = 10_000_000
+MAX_BUFFER_RECORDS = 1 << 16
 
 
 class SimulationSpecError(StateCertError):
@@ -72,7 +74,9 @@ class JobSpec:
     sink_ms: float = 0.0  # extra time per record at the counters (a slow sink): backpressure on the last shuffle
     latency_ms: float = 1.0
     latency_jitter_ms: float = 0.5
-    buffer_records: int = 16
+    buffer_records: int = 16  # credits per channel: the receiver's buffers for it (Flink's buffers-per-channel)
+    buffer_size_records: int = 1  # records per network buffer (SIM-14); 1 sends every record as its own message
+    buffer_timeout_ms: float = 100.0  # a partly filled buffer leaves after this long (execution.buffer-timeout)
     bandwidth_bytes_per_ms: float = 100_000.0
     file_state_size_threshold: int | None = None  # state below it is inline in _metadata (Flink's default 20 KB)
     storage: str = "filesystem"  # filesystem | jobmanager (all state inline in _metadata)
@@ -109,7 +113,13 @@ _JOB_KEYS: dict[str, type] = {
     "rocksdb_options_factory": str,
     "window_ms": int,
 }
-_NETWORK_KEYS: dict[str, type] = {"latency_ms": float, "latency_jitter_ms": float, "buffer_records": int}
+_NETWORK_KEYS: dict[str, type] = {
+    "latency_ms": float,
+    "latency_jitter_ms": float,
+    "buffer_records": int,
+    "buffer_size_records": int,
+    "buffer_timeout_ms": float,
+}
 _CHECKPOINT_KEYS: dict[str, type] = {
     "interval_ms": int,
     "timeout_ms": int,
@@ -263,6 +273,16 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(
             f"{path}: job.key_type: {spec.key_type} holds {aggregate.key_type.capacity} distinct keys, the input "
             f"has {keys} (sources x keys_per_source)"
+        )
+    if not 1 <= spec.buffer_records <= MAX_BUFFER_RECORDS or not 1 <= spec.buffer_size_records <= MAX_BUFFER_RECORDS:
+        raise SimulationSpecError(
+            f"{path}: network: buffer_records and buffer_size_records: expected numbers in 1..{MAX_BUFFER_RECORDS}, "
+            f"got {spec.buffer_records} and {spec.buffer_size_records}"
+        )
+    if not (0 <= spec.buffer_timeout_ms <= spec.max_time_ms or spec.buffer_timeout_ms == math.inf):
+        raise SimulationSpecError(
+            f"{path}: network.buffer_timeout_ms: expected 0..limits.max_time_ms or inf (sent only when full), "
+            f"got {spec.buffer_timeout_ms}"
         )
     if spec.storage not in ("filesystem", "jobmanager"):
         raise SimulationSpecError(f"{path}: storage.storage: expected filesystem or jobmanager, got {spec.storage!r}")

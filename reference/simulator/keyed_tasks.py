@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import simpy
 
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.simulator.output_buffers import DataBuffer, OutputBuffers
 from statecert.reference.simulator.tasks import (
     CHANNEL_STATE,
     OUTPUT_STATE,
@@ -26,6 +26,8 @@ from statecert.reference.simulator.tasks import (
     CheckpointProgress,
     Record,
     Watermark,
+    pack,
+    unpack,
 )
 from statecert.reference.tumbling_windows import TumblingWindowOperator
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
@@ -35,14 +37,6 @@ from statecert.spec.operator_backend import OperatorBackendParameters
 if TYPE_CHECKING:
     from statecert.reference.simulator.network import Channel
     from statecert.reference.simulator.runtime import Simulation
-
-
-def pack(record: Record) -> bytes:
-    return bytes(msgpack.packb([record.key, record.source, record.offset]))
-
-
-def unpack(raw: bytes) -> Record:
-    return Record(*msgpack.unpackb(raw))
 
 
 class SimulatedClock:
@@ -112,13 +106,27 @@ class KeyedTask:
     def notify_priority(self) -> None:
         """A priority event (an unaligned barrier) reached the inbox; only a task blocked on output cares."""
 
+    def flush_deadline(self) -> float | None:
+        """When output buffers this task holds must leave though not full (the buffer timeout), if it holds any."""
+        return None
+
     # -- what subclasses add -------------------------------------------------------------------------------------------
-    def update(self, record: Record) -> None:
-        """Apply the record to keyed state and stage what it produces."""
-        self.keyed.set_current_key(self.key_of(record))
-        value = self.sim.aggregate.add(self.aggregate.value(), record.offset)
-        self.aggregate.update(value)
-        self.stage(record, value["total"])
+    def update(self, records: Sequence[Record]) -> None:
+        """Apply a buffer's records to keyed state and stage what each produces: per key one state read and one
+        write, the key's records applied in order between them, so a buffer costs backend calls per key rather than
+        per record (a buffer of one record: one read and one write, as ever)."""
+        by_key: dict[Any, list[Record]] = {}
+        key_of = self.key_of
+        for record in records:
+            by_key.setdefault(key_of(record), []).append(record)
+        add, stage, state = self.sim.aggregate.add, self.stage, self.aggregate
+        for key, group in by_key.items():
+            self.keyed.set_current_key(key)
+            value = state.value()
+            for record in group:
+                value = add(value, record.offset)
+                stage(record, value["total"])
+            state.update(value)
 
     def restore_output(self) -> Generator[Any, Any, None]:
         """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
@@ -144,14 +152,24 @@ class KeyedTask:
     # -- the task loop -------------------------------------------------------------------------------------------------
     def run(self) -> Generator[Any, Any, None]:
         yield from self.restore_output()
-        for record in self.replay:  # input channel state restored from an unaligned checkpoint comes next
-            yield from self._process(record)
+        size = self.sim.spec.buffer_size_records
+        for i in range(0, len(self.replay), size):  # input channel state restored from an unaligned checkpoint next
+            yield from self._process(self.replay[i : i + size])
         self.replaying = False
         while self.alive:
             if self.ready:
                 channel, item, credit = self.ready.popleft()
             else:
-                entry = yield self.inbox.get()
+                get = self.inbox.get()
+                deadline = self.flush_deadline()
+                if deadline is not None:  # partly filled output buffers leave at the buffer timeout
+                    yield get | self.sim.env.timeout(max(0.0, deadline - self.sim.env.now))
+                    if not get.triggered:
+                        get.cancel()
+                        if self.alive:
+                            yield from self.emit()
+                        continue
+                entry = yield get
                 if not self.alive:
                     return
                 if self.ready:  # released by an alignment timeout while we waited: those are older
@@ -171,13 +189,13 @@ class KeyedTask:
             self.on_watermark(channel, item.timestamp)
             blocked = 0.0
         else:
-            record, epoch = item
-            self.received[channel] = self.received.get(channel, 0) + 1
-            self.sim.in_flight -= 1
+            records = item.records
+            self.received[channel] = self.received.get(channel, 0) + len(records)
+            self.sim.in_flight -= len(records)
             for n, progress in self.progress.items():
-                if progress.unaligned and epoch < n:
-                    progress.recorded.append(record)  # sent before barrier n, which overtook it
-            yield from self._process(record)
+                if progress.unaligned and item.epoch < n:
+                    progress.recorded.extend(records)  # sent before barrier n, which overtook them
+            yield from self._process(records)
             blocked = sum(self._finish_if_complete(n) for n in list(self.progress))
         if credit:
             self.inputs[channel].release()
@@ -188,15 +206,16 @@ class KeyedTask:
     def on_watermark(self, channel: int, timestamp: int) -> None:
         """A watermark arrived on `channel` (only window jobs send them)."""
 
-    def _process(self, record: Record) -> Generator[Any, Any, None]:
-        """The count and what follows from it (staged output, the record to send on) change together when the
-        record is taken, so a snapshot from a timer never sees one without the other; then processing time passes."""
-        self.update(record)
-        self.sim.processed += 1
+    def _process(self, records: Sequence[Record]) -> Generator[Any, Any, None]:
+        """A buffer's records: each count and what follows from it (staged output, the record to send on) change
+        together when the buffer is taken, so a snapshot from a timer never sees one without the other; then the
+        buffer's processing time passes (per record cost times its records)."""
+        self.update(records)
+        self.sim.processed += len(records)
         bucket = int(self.sim.env.now // 10) * 10  # records per task per 10 ms, for the timeline
         per_task = self.sim.records_per_bucket.setdefault(self.name, {})
-        per_task[bucket] = per_task.get(bucket, 0) + 1
-        yield self.sim.env.timeout(self.sim.spec.processing_ms + self.extra_ms)
+        per_task[bucket] = per_task.get(bucket, 0) + len(records)
+        yield self.sim.env.timeout((self.sim.spec.processing_ms + self.extra_ms) * len(records))
         self.sim.last_processed_at = self.sim.env.now
         if self.alive:  # else failed over while processing: this attempt's backends are gone
             yield from self.emit()
@@ -253,7 +272,9 @@ class KeyedTask:
     def _queued(self) -> list[tuple[int, Record, int]]:
         """Data records that arrived but were not processed yet: (channel, record, epoch)."""
         entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]  # delivery order
-        return [(c, item[0], item[1]) for c, item, _ in entries if not isinstance(item, Barrier | Watermark)]
+        return [
+            (c, record, item.epoch) for c, item, _ in entries if isinstance(item, DataBuffer) for record in item.records
+        ]
 
     def _finish_if_complete(self, n: int) -> float:
         """An unaligned checkpoint completes at this task once every barrier and every record sent before one
@@ -341,12 +362,13 @@ class CounterTask(KeyedTask):
         self.window = TumblingWindowOperator(self.keyed, self.sim.spec.window_ms) if self.sim.spec.window_ms else None
         self.watermarks: dict[int, int] = {}  # per input channel, since this attempt started
 
-    def update(self, record: Record) -> None:
+    def update(self, records: Sequence[Record]) -> None:
         if self.window is None:
-            super().update(record)
+            super().update(records)
             return
-        key = self.sim.aggregate.key(record.key, record.source)
-        self.window.process(key, record.offset, self.sim.aggregate.weight(record.offset))
+        key_of, weight = self.sim.aggregate.key, self.sim.aggregate.weight
+        for record in records:
+            self.window.process(key_of(record.key, record.source), record.offset, weight(record.offset))
 
     def on_watermark(self, channel: int, timestamp: int) -> None:
         """The task's watermark is the least over its inputs; windows it passes fire into the open transaction."""
@@ -377,56 +399,66 @@ class CounterTask(KeyedTask):
 
 
 class RouterTask(KeyedTask):
-    """The middle stage of a 3-stage job: counts per key, then sends the record through a second keyed shuffle.
-    Waiting for an output buffer, it still takes unaligned barriers, which overtake the waiting record: that
-    record then becomes output channel state."""
+    """The middle stage of a 3-stage job: counts per key, then sends the record through a second keyed shuffle in
+    network buffers (SIM-14). Waiting for an output buffer, it still takes unaligned barriers, which overtake the
+    records not sent yet: those become output channel state."""
 
     operator_id = "router"
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.outputs: list[Channel] = []
-        self.epoch = 0  # the last barrier forwarded: records carry it, so downstream knows what was in flight
-        self.waiting: Record | None = None
+        self.buffers = OutputBuffers([], 1, 0.0)
+        self.epoch = 0  # the last barrier forwarded: buffers carry it, so downstream knows what was in flight
         self.priority_wake = self.sim.env.event()
         self.restored_output = [unpack(r) for r in self.operator.get_list_state(OUTPUT_STATE).get()]
         self.operator.get_list_state(OUTPUT_STATE).update([])
 
+    def connect(self, outputs: list[Channel]) -> None:
+        self.outputs = outputs
+        self.buffers = OutputBuffers(outputs, self.sim.spec.buffer_size_records, self.sim.spec.buffer_timeout_ms)
+
     @property
     def idle(self) -> bool:
-        return super().idle and self.waiting is None and not self.restored_output
+        return super().idle and not self.buffers.count and not self.restored_output
+
+    def flush_deadline(self) -> float | None:
+        return self.buffers.deadline()
 
     def notify_priority(self) -> None:
         if not self.priority_wake.triggered:
             self.priority_wake.succeed()
 
     def restore_output(self) -> Generator[Any, Any, None]:
-        while self.restored_output:
-            self.waiting = self.restored_output.pop(0)
-            yield from self.emit()
+        for record in self.restored_output:
+            self.stage(record, 0)
+        self.restored_output = []
+        yield from self.emit(flush=True)
 
     def stage(self, record: Record, total: int) -> None:
-        self.waiting = record
+        self.buffers.add(self.sim.owner(self.sim.counter_key(record)), record, self.sim.env.now)
+        self.sim.in_flight += 1
 
-    def emit(self) -> Generator[Any, Any, None]:
-        record = self.waiting
-        if record is None:
-            return
-        channel = self.outputs[self.sim.owner(self.sim.counter_key(record))]
-        while self.alive:
-            credit = channel.credits.get(1)
+    def emit(self, flush: bool = False) -> Generator[Any, Any, None]:
+        """Send the buffers that are due: full ones, and every one once the oldest record waited the timeout (or
+        with `flush`)."""
+        while self.alive and (index := self.buffers.due(self.sim.env.now, flush)) is not None:
+            credit = self.outputs[index].credits.get(1)
             self.priority_wake = self.sim.env.event()
             yield credit | self.priority_wake
-            if credit.triggered:
-                break
-            credit.cancel()
-            self._take_priority_barriers()
-        else:
-            return
-        self.waiting = None
-        channel.data_sent += 1
-        channel.transmit((record, self.epoch))
-        self.sim.in_flight += 1
+            if not credit.triggered:
+                credit.cancel()
+                self._take_priority_barriers()
+                continue
+            if self.alive:
+                self.buffers.transmit(index, self.epoch)
+
+    def _flush(self) -> Generator[Any, Any, None]:
+        """Send every open buffer, waiting for credits (before an aligned barrier)."""
+        while self.alive and (index := self.buffers.due(self.sim.env.now, flush=True)) is not None:
+            yield self.outputs[index].credits.get(1)
+            if self.alive:
+                self.buffers.transmit(index, self.epoch)
 
     def _take_priority_barriers(self) -> None:
         """Unaligned barriers that reached the inbox while this task waits for an output buffer (they sort first)."""
@@ -437,12 +469,13 @@ class RouterTask(KeyedTask):
     def forward(self, n: int, options: CheckpointOptions, priority: bool) -> Generator[Any, Any, None]:
         if priority:
             progress = self.progress.get(n)
-            if progress is not None and self.waiting is not None:
-                progress.output.append(self.waiting)  # processed before the barrier, not yet sent
+            if progress is not None:
+                progress.output.extend(self.buffers.pending())  # processed before the barrier, not yet sent
             for channel in self.outputs:
                 channel.send_priority(Barrier(n, options, channel.data_sent))
             self.epoch = n
             return
+        yield from self._flush()  # an aligned barrier follows every record before it
         for channel in self.outputs:
             yield from channel.send(Barrier(n, options, channel.data_sent))
         self.epoch = n

@@ -53,6 +53,7 @@ class Simulation:
         self.rng = random.Random(seed)
         self.aggregate = aggregate_of(spec)
         self.keys = self.aggregate.key_type.serializer()
+        self._owners: dict[Any, int] = {}
         self.inputs = generate_inputs(
             self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
         )
@@ -199,9 +200,13 @@ class Simulation:
         return key if self.spec.stages == 2 else self.aggregate.key_type.second_stage(key)
 
     def owner(self, key: Any) -> int:
-        return assign_key_to_parallel_operator(
-            self.keys.key_hash(key), self.spec.max_parallelism, self.spec.parallelism
-        )
+        """The keyed subtask of `key` (computed once per key: the hash is a murmur over the serialized key)."""
+        subtask = self._owners.get(key)
+        if subtask is None:
+            subtask = self._owners[key] = assign_key_to_parallel_operator(
+                self.keys.key_hash(key), self.spec.max_parallelism, self.spec.parallelism
+            )
+        return subtask
 
     def unaligned_barriers(self, options: Any) -> bool:
         """Unaligned checkpoints send barriers as priority events; savepoints are always aligned."""
@@ -260,7 +265,7 @@ class Simulation:
                     for s in range(len(senders))
                 ]
             for sender in senders:
-                sender.outputs = [task.inputs[sender.index] for task in stage]
+                sender.connect([task.inputs[sender.index] for task in stage])
             senders = stage
         for task in self._tasks():
             self.env.process(task.run())

@@ -8,7 +8,10 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from statecert.reference.serializers import BytesSerializer, LongSerializer
+from statecert.reference.simulator.output_buffers import OutputBuffers
 from statecert.reference.tumbling_windows import emits_watermark
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.metadata import OperatorSubtaskState
@@ -60,18 +63,35 @@ class CheckpointProgress:
 
 
 class SourceTask:
+    """A source split: emits its records in order at `record_interval_ms` each into network buffers (SIM-14), keeps
+    its offset in operator state and injects barriers when the coordinator triggers. An aligned barrier follows the
+    buffers before it; an unaligned one overtakes the buffers not sent yet, which become the source's output channel
+    state (SIM-5) and are sent first after a restore."""
+
     def __init__(self, sim: Simulation, index: int, attempt: int, handles: tuple[Any, ...]) -> None:
         self.sim, self.index, self.attempt = sim, index, attempt
         self.name = f"source-{index}"
         self.operator = sim.backend.create_operator_state_backend(OperatorBackendParameters("sim", "source", handles))
         self.offset_state = self.operator.get_list_state(OFFSET)
+        self.output_state = self.operator.get_list_state(OUTPUT_STATE)
         restored = self.offset_state.get()
         self.offset = restored[0] if restored else 0
+        self.restored_output = [unpack(raw) for raw in self.output_state.get()]
+        self.output_state.update([])
         self.outputs: list[Channel] = []
+        self.buffers = OutputBuffers([], 1, 0.0)
         self.barriers: deque[tuple[int, CheckpointOptions]] = deque()
         self.wake = sim.env.event()
-        self.epoch = 0  # the last barrier this source emitted: records carry it, so in-flight data is known
+        self.epoch = 0  # the last barrier this source emitted: buffers carry it, so in-flight data is known
         self.suspended = False  # by a stop-with-savepoint, until it completes or fails
+
+    def connect(self, outputs: list[Channel]) -> None:
+        spec = self.sim.spec
+        self.outputs = outputs
+        self.buffers = OutputBuffers(outputs, spec.buffer_size_records, spec.buffer_timeout_ms)
+        for record in self.restored_output:  # output channel state: sent before any new record
+            self._add(record)
+        self.restored_output = []
 
     def resume(self) -> None:
         """The stop-with-savepoint failed: the job goes on."""
@@ -88,50 +108,96 @@ class SourceTask:
         if not self.wake.triggered:
             self.wake.succeed()
 
+    def _add(self, record: Record) -> None:
+        self.buffers.add(self.sim.owner(self.sim.first_stage_key(record)), record, self.sim.env.now)
+        self.sim.in_flight += 1
+
+    def _send(self, index: int) -> Generator[Any, Any, bool]:
+        """Send the channel's next buffer once it has a credit; False when a checkpoint trigger came first."""
+        credit = self.outputs[index].credits.get(1)
+        self.wake = self.sim.env.event()
+        yield credit | self.wake  # while waiting for an output buffer, a checkpoint trigger is still served
+        if not credit.triggered:
+            credit.cancel()
+            return False
+        self.buffers.transmit(index, self.epoch)
+        return True
+
+    def _flush(self) -> Generator[Any, Any, None]:
+        """Send every open buffer, waiting for credits (before an aligned barrier or a watermark)."""
+        while (index := self.buffers.due(self.sim.env.now, flush=True)) is not None:
+            yield self.outputs[index].credits.get(1)
+            if not self.alive:
+                return
+            self.buffers.transmit(index, self.epoch)
+
     def run(self) -> Generator[Any, Any, None]:
         records = self.sim.inputs[self.index]
-        if self.sim.spec.window_ms and records and self.offset == len(records):
+        window_ms = self.sim.spec.window_ms
+        if window_ms and records and self.offset == len(records):
             yield from self._watermark(MAX_TIMESTAMP)  # restored after the end: the end of event time again
+        next_at = 0.0  # when the source emits its next records
         while self.alive:
+            exhausted = self.offset >= len(records) or self.suspended
+            due = self.buffers.due(self.sim.env.now, flush=exhausted)
             if self.barriers:
-                checkpoint_id, options = self.barriers.popleft()
-                self.offset_state.update([self.offset])
-                location = self.sim.location(checkpoint_id)
-                if location is None:
-                    continue
-                handle = self.operator.snapshot(checkpoint_id, int(self.sim.env.now), location, options).run()
-                state = OperatorSubtaskState((), (handle,) if handle else ())
-                self.sim.ack_later(
-                    self.attempt, checkpoint_id, ("source", self.index), state, finished=self.offset == len(records)
-                )
-                self.epoch = checkpoint_id
-                if checkpoint_id == self.sim.stop_savepoint:
-                    self.suspended = True  # stop-with-savepoint: nothing after the savepoint's barrier
-                    self.sim.end_offsets[self.index] = self.offset
-                priority = self.sim.unaligned_barriers(options)
-                for channel in self.outputs:
-                    yield from channel.send(Barrier(checkpoint_id, options, channel.data_sent), priority)
-            elif self.offset < len(records) and not self.suspended:
-                record = records[self.offset]
-                channel = self.outputs[self.sim.owner(self.sim.first_stage_key(record))]
-                credit = channel.credits.get(1)
-                self.wake = self.sim.env.event()
-                yield credit | self.wake  # while waiting for an output buffer, a checkpoint trigger is still served
-                if not credit.triggered:
-                    credit.cancel()
-                    continue
-                channel.data_sent += 1
-                channel.transmit((record, self.epoch))
-                self.sim.in_flight += 1
-                self.offset += 1
-                if self.sim.spec.window_ms:
-                    watermark = emits_watermark(record.offset, len(records), self.sim.spec.window_ms)
-                    if watermark is not None:
-                        yield from self._watermark(watermark)
-                yield self.sim.env.timeout(self.sim.spec.record_interval_ms)
+                yield from self._barrier(*self.barriers.popleft())
+            elif due is not None:
+                yield from self._send(due)
+            elif not exhausted and self.sim.env.now < next_at:
+                yield self.sim.env.timeout(next_at - self.sim.env.now)  # the batch's records take their time
+            elif not exhausted:
+                batch = records[self.offset : self.offset + self.buffers.size]
+                watermark = None
+                if window_ms:  # a batch ends at the record after which the split sends a watermark
+                    for i, record in enumerate(batch):
+                        watermark = emits_watermark(record.offset, len(records), window_ms)
+                        if watermark is not None:
+                            batch = batch[: i + 1]
+                            break
+                for record in batch:
+                    self._add(record)
+                self.offset += len(batch)
+                next_at = self.sim.env.now + self.sim.spec.record_interval_ms * len(batch)
+                if watermark is not None:
+                    yield from self._flush()
+                    yield from self._watermark(watermark)
             else:
                 self.wake = self.sim.env.event()
                 yield self.wake
+
+    def _barrier(self, checkpoint_id: int, options: CheckpointOptions) -> Generator[Any, Any, None]:
+        location = self.sim.location(checkpoint_id)
+        if location is None:
+            return
+        priority = self.sim.unaligned_barriers(options)
+        if priority:  # the barrier overtakes the buffers not sent yet: they are output channel state
+            output = self.buffers.pending()
+            self.output_state.update([pack(r) for r in output])
+            self.sim.in_flight_bytes += sum(len(r.key) + 16 for r in output)
+            self.sim.persisted_output_records += len(output)
+        else:
+            yield from self._flush()  # the barrier follows the records before it
+            if not self.alive:
+                return
+        records = self.sim.inputs[self.index]
+        self.offset_state.update([self.offset])
+        handle = self.operator.snapshot(checkpoint_id, int(self.sim.env.now), location, options).run()
+        self.output_state.update([])
+        state = OperatorSubtaskState((), (handle,) if handle else ())
+        self.sim.ack_later(
+            self.attempt,
+            checkpoint_id,
+            ("source", self.index),
+            state,
+            finished=self.offset == len(records) and not self.buffers.count,
+        )
+        self.epoch = checkpoint_id
+        if checkpoint_id == self.sim.stop_savepoint:
+            self.suspended = True  # stop-with-savepoint: nothing after the savepoint's barrier
+            self.sim.end_offsets[self.index] = self.offset
+        for channel in self.outputs:
+            yield from channel.send(Barrier(checkpoint_id, options, channel.data_sent), priority)
 
     def _watermark(self, timestamp: int) -> Generator[Any, Any, None]:
         """Broadcast a watermark, in order behind the records sent before it (it takes a buffer like they do)."""
@@ -143,3 +209,11 @@ class SourceTask:
 
     def dispose(self) -> None:
         self.operator.dispose()
+
+
+def pack(record: Record) -> bytes:
+    return bytes(msgpack.packb([record.key, record.source, record.offset]))
+
+
+def unpack(raw: bytes) -> Record:
+    return Record(*msgpack.unpackb(raw))
