@@ -41,6 +41,20 @@ def test_a_buffer_is_one_message_and_one_record_per_buffer_is_one_message_per_re
     )
 
 
+@pytest.mark.requirement("SIM-2", "SIM-5", "SIM-14")
+def test_the_buffered_example_job_is_exactly_once_with_a_message_per_buffer(tmp_path: Path) -> None:
+    spec = load_job_spec(JOBS / "buffered-three-stage.toml")
+    assert (spec.stages, spec.buffer_size_records) == (3, 256)
+    report = run(spec, 1, tmp_path / "r")
+    checks, metrics = report["checks"], report["metrics"]
+    assert report["terminated"] and report["failovers"], report["failovers"]
+    assert checks["exactly_once"] and checks["violations"] == [], checks
+    assert metrics["messages_delivered"] * 10 < metrics["records_processed"], (
+        f"expected far fewer messages than records, got {metrics['messages_delivered']:,} messages for "
+        f"{metrics['records_processed']:,} records"
+    )
+
+
 @pytest.mark.requirement("SIM-14")
 def test_partly_filled_buffers_leave_at_the_timeout(tmp_path: Path) -> None:
     """Buffers that never fill (a buffer larger than the whole input) still leave, at the timeout or the end of
@@ -101,7 +115,7 @@ FAULTS = st.one_of(
 
 
 @pytest.mark.requirement("SIM-2", "SIM-9", "SIM-14")
-@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     size=st.integers(1, 64),
     timeout=st.sampled_from([0.0, 0.5, 3.0, 25.0]),

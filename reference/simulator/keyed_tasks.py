@@ -443,20 +443,20 @@ class RouterTask(KeyedTask):
         """Send the buffers that are due: full ones, and every one once the oldest record waited the timeout (or
         with `flush`)."""
         while self.alive and (index := self.buffers.due(self.sim.env.now, flush)) is not None:
-            credit = self.outputs[index].credits.get(1)
-            self.priority_wake = self.sim.env.event()
-            yield credit | self.priority_wake
-            if not credit.triggered:
-                credit.cancel()
-                self._take_priority_barriers()
-                continue
-            if self.alive:
+            credits = self.outputs[index].credits
+            if credits.try_take():
                 self.buffers.transmit(index, self.epoch)
+                continue
+            self.priority_wake = self.sim.env.event()
+            released = credits.released()
+            yield released | self.priority_wake
+            if not released.triggered:
+                self._take_priority_barriers()
 
     def _flush(self) -> Generator[Any, Any, None]:
         """Send every open buffer, waiting for credits (before an aligned barrier)."""
         while self.alive and (index := self.buffers.due(self.sim.env.now, flush=True)) is not None:
-            yield self.outputs[index].credits.get(1)
+            yield from self.outputs[index].credits.take()
             if self.alive:
                 self.buffers.transmit(index, self.epoch)
 

@@ -1,5 +1,8 @@
 """Simulated channels: FIFO delivery after a jittered latency, credit-based backpressure (a sender needs a free
-buffer slot of the receiver, given back when the receiver has processed the item)."""
+buffer of the receiver, given back when the receiver has processed the message).
+
+Cheap per message, since a simulation sends millions: taking a free credit is a plain decrement (a sender waits on
+an event only when none is free), and a message is delivered by a timeout's callback, not by a process of its own."""
 
 from __future__ import annotations
 
@@ -8,6 +11,39 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
+
+
+class Credits:
+    """The receiver's free buffers for one channel."""
+
+    def __init__(self, env: simpy.Environment, credits: int) -> None:
+        self.env = env
+        self.level = credits
+        self._released: simpy.Event | None = None
+
+    def try_take(self) -> bool:
+        """Take a free credit, if there is one (never waits)."""
+        if self.level > 0:
+            self.level -= 1
+            return True
+        return False
+
+    def released(self) -> simpy.Event:
+        """An event that succeeds when the next credit is given back (the sender then tries again)."""
+        if self._released is None:
+            self._released = self.env.event()
+        return self._released
+
+    def put(self) -> None:
+        self.level += 1
+        released, self._released = self._released, None
+        if released is not None:
+            released.succeed()
+
+    def take(self) -> Generator[Any, Any, None]:
+        """Wait for a credit and take it."""
+        while not self.try_take():
+            yield self.released()
 
 
 class Channel:
@@ -26,7 +62,7 @@ class Channel:
         self.env = env
         self.inbox = inbox  # a PriorityStore shared by all channels into one task: (channel, payload, took credit)
         self.index = index
-        self.credits = simpy.Container(env, capacity=credits, init=credits)
+        self.credits = Credits(env, credits)
         self.latency = latency_ms
         self.jitter = jitter_ms
         self.rng = rng
@@ -35,7 +71,7 @@ class Channel:
         self._last_delivery = 0.0
         self._floor = 0.0
         self.sequence = 0
-        self.data_sent = 0  # records (not events) the sender has put on this channel
+        self.data_sent = 0  # records (not messages) the sender has put on this channel
         self.delivered = 0  # messages of any kind delivered, for the events-per-second figure
 
     def send(self, payload: Any, priority: bool = False) -> Generator[Any, Any, None]:
@@ -44,36 +80,36 @@ class Channel:
         if priority:
             self.send_priority(payload)
             return
-        yield self.credits.get(1)  # blocks when the receiver's buffer for this channel is full
+        yield from self.credits.take()  # blocks when the receiver's buffers for this channel are all taken
         self.transmit(payload)
 
     def send_priority(self, payload: Any) -> None:
         """A priority event needs no credit and overtakes everything queued on the way and at the receiver."""
         latency = self._latency()
-        self.env.process(self._deliver(latency, payload, 0))
+        self._deliver_after(latency, payload, 0)
         self._floor = max(self._floor, self.env.now + latency + 1e-6)  # later data never passes the barrier
 
     def transmit(self, payload: Any) -> None:
-        """Send an item whose credit the sender already holds."""
+        """Send a message whose credit the sender already holds."""
         delivery = max(self._last_delivery, self._floor, self.env.now + self._latency())
         self._last_delivery = delivery  # FIFO per channel
-        self.env.process(self._deliver(delivery - self.env.now, payload, 1))
+        self._deliver_after(delivery - self.env.now, payload, 1)
 
     def _latency(self) -> float:
         return self.latency + self.extra_latency() + self.rng.uniform(0, self.jitter)
 
-    def _deliver(self, delay: float, payload: Any, priority: int) -> Generator[Any, Any, None]:
-        yield self.env.timeout(delay)
+    def _deliver_after(self, delay: float, payload: Any, priority: int) -> None:
+        self.env.timeout(delay).callbacks.append(lambda _: self._arrive(payload, priority))  # type: ignore[union-attr]
+
+    def _arrive(self, payload: Any, priority: int) -> None:
         self.sequence += 1
         self.delivered += 1
-        yield self.inbox.put(
-            simpy.PriorityItem(
-                (priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1)
-            )
+        self.inbox.put(
+            simpy.PriorityItem((priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1))
         )
         if priority == 0:
             self.on_priority()
 
     def release(self) -> None:
-        """The receiver processed an item from this channel: one credit back."""
-        self.credits.put(1)
+        """The receiver processed a message from this channel: one credit back."""
+        self.credits.put()

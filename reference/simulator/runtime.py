@@ -54,6 +54,7 @@ class Simulation:
         self.aggregate = aggregate_of(spec)
         self.keys = self.aggregate.key_type.serializer()
         self._owners: dict[Any, int] = {}
+        self._first_owners: dict[tuple[str, int], int] = {}
         self.inputs = generate_inputs(
             self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
         )
@@ -189,6 +190,14 @@ class Simulation:
                 self.env.process(self._task_crash(0.0, f"task {task} crashed in the {phase} phase"))
                 return True
         return False
+
+    def first_owner(self, record: Record) -> int:
+        """The subtask of the first keyed stage that `record` goes to (cached per record key and split)."""
+        route = (record.key, record.source)
+        subtask = self._first_owners.get(route)
+        if subtask is None:
+            subtask = self._first_owners[route] = self.owner(self.first_stage_key(record))
+        return subtask
 
     def first_stage_key(self, record: Record) -> Any:
         """The key the sources partition by: the routers' in a 3-stage job, else the counters'."""

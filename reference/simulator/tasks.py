@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
@@ -28,8 +28,9 @@ OUTPUT_STATE = ListStateDescriptor("output-channel-state", element_serializer=By
 CHANNEL_STATE = ListStateDescriptor("channel-state", element_serializer=BytesSerializer())
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
+    """One input record: its key, its source split and its offset in the split (a tuple: millions are made)."""
+
     key: str
     source: int
     offset: int
@@ -109,24 +110,23 @@ class SourceTask:
             self.wake.succeed()
 
     def _add(self, record: Record) -> None:
-        self.buffers.add(self.sim.owner(self.sim.first_stage_key(record)), record, self.sim.env.now)
+        self.buffers.add(self.sim.first_owner(record), record, self.sim.env.now)
         self.sim.in_flight += 1
 
-    def _send(self, index: int) -> Generator[Any, Any, bool]:
-        """Send the channel's next buffer once it has a credit; False when a checkpoint trigger came first."""
-        credit = self.outputs[index].credits.get(1)
+    def _send(self, index: int) -> Generator[Any, Any, None]:
+        """Send the channel's next buffer if it has a credit; else wait for one or for a checkpoint trigger, whichever
+        comes first (a trigger is served while the source waits for an output buffer)."""
+        credits = self.outputs[index].credits
+        if credits.try_take():
+            self.buffers.transmit(index, self.epoch)
+            return
         self.wake = self.sim.env.event()
-        yield credit | self.wake  # while waiting for an output buffer, a checkpoint trigger is still served
-        if not credit.triggered:
-            credit.cancel()
-            return False
-        self.buffers.transmit(index, self.epoch)
-        return True
+        yield credits.released() | self.wake
 
     def _flush(self) -> Generator[Any, Any, None]:
         """Send every open buffer, waiting for credits (before an aligned barrier or a watermark)."""
         while (index := self.buffers.due(self.sim.env.now, flush=True)) is not None:
-            yield self.outputs[index].credits.get(1)
+            yield from self.outputs[index].credits.take()
             if not self.alive:
                 return
             self.buffers.transmit(index, self.epoch)
@@ -144,8 +144,9 @@ class SourceTask:
                 yield from self._barrier(*self.barriers.popleft())
             elif due is not None:
                 yield from self._send(due)
-            elif not exhausted and self.sim.env.now < next_at:
-                yield self.sim.env.timeout(next_at - self.sim.env.now)  # the batch's records take their time
+            elif not exhausted and self.sim.env.now < next_at:  # the batch's records take their time; a checkpoint
+                self.wake = self.sim.env.event()  # trigger meanwhile is served at once, behind the batch
+                yield self.sim.env.timeout(next_at - self.sim.env.now) | self.wake
             elif not exhausted:
                 batch = records[self.offset : self.offset + self.buffers.size]
                 watermark = None
@@ -155,8 +156,10 @@ class SourceTask:
                         if watermark is not None:
                             batch = batch[: i + 1]
                             break
+                add, route, now = self.buffers.add, self.sim.first_owner, self.sim.env.now
                 for record in batch:
-                    self._add(record)
+                    add(route(record), record, now)
+                self.sim.in_flight += len(batch)
                 self.offset += len(batch)
                 next_at = self.sim.env.now + self.sim.spec.record_interval_ms * len(batch)
                 if watermark is not None:
