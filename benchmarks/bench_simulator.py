@@ -188,9 +188,7 @@ def large_job(records: int) -> JobSpec:
         buffer_size_records=512,
         buffer_timeout_ms=1.0,
         max_time_ms=1e9,
-        checkpointing=CheckpointingSettings(
-            interval_ms=4, timeout_ms=100_000_000, mode=CheckpointingMode.UNALIGNED
-        ),
+        checkpointing=CheckpointingSettings(interval_ms=4, timeout_ms=100_000_000, mode=CheckpointingMode.UNALIGNED),
     )
 
 

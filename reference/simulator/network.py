@@ -104,9 +104,8 @@ class Channel:
     def _arrive(self, payload: Any, priority: int) -> None:
         self.sequence += 1
         self.delivered += 1
-        self.inbox.put(
-            simpy.PriorityItem((priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1))
-        )
+        order = (priority, self.env.now, self.index, self.sequence)
+        self.inbox.put(simpy.PriorityItem(order, (self.index, payload, priority == 1)))
         if priority == 0:
             self.on_priority()
 
