@@ -99,7 +99,7 @@ class Channel:
         return self.latency + self.extra_latency() + self.rng.uniform(0, self.jitter)
 
     def _deliver_after(self, delay: float, payload: Any, priority: int) -> None:
-        self.env.timeout(delay).callbacks.append(lambda _: self._arrive(payload, priority))  # type: ignore[union-attr]
+        self.env.timeout(delay).callbacks.append(lambda _: self._arrive(payload, priority))
 
     def _arrive(self, payload: Any, priority: int) -> None:
         self.sequence += 1
