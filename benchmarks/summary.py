@@ -45,10 +45,14 @@ TARGETS = (
            ">=", 1_000_000),
     Target("simulator: 3 stages, parallelism 256, 10M records, 50 checkpoints (wall s)", "simulator",
            "large_job_wall_s", "<", 60),
-    Target("Spark runner (heap) / native streaming aggregation, RocksDB provider", "spark_runner",
+    Target("Spark runner (heap, per record) / native streaming aggregation, RocksDB provider", "spark_runner",
            "ratio_heap_vs_streaming_rocksdb", ">=", 0.5),
-    Target("Spark runner (heap) / transformWithStateInPandas", "spark_runner",
+    Target("Spark runner (heap, mini-batch) / native streaming aggregation, RocksDB provider", "spark_runner",
+           "ratio_heap_mini_batch_vs_streaming_rocksdb", ">=", 0.5),
+    Target("Spark runner (heap, per record) / transformWithStateInPandas", "spark_runner",
            "ratio_heap_vs_transform_with_state_pandas", ">=", 2.0),
+    Target("Spark runner (heap, mini-batch) / transformWithStateInPandas", "spark_runner",
+           "ratio_heap_mini_batch_vs_transform_with_state_pandas", ">=", 2.0),
     Target("heap snapshot write / raw fsspec write of the same bytes (medians)", "heap", "snapshot_ratio", ">=", 0.7),
 )  # fmt: skip
 

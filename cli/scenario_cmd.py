@@ -36,6 +36,12 @@ def add_parser(sub: Any) -> None:
         help="Spark runner: all checkpoints and savepoints under this fsspec URL, which every executor reaches "
         "(s3://, gs://, hdfs://, a shared file:// mount); default: --workdir on the driver's disk",
     )
+    run.add_argument(
+        "--mini-batch",
+        action="store_true",
+        help="Spark runner: the running-total job reads and writes each key's state once per epoch (Flink's "
+        "mini-batch aggregation) instead of once per record",
+    )
 
 
 def list_scenarios(console: Console) -> int:
@@ -53,6 +59,8 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
     from statecert.scenarios.loader import load_scenario
 
     checkpoint_dir = _checkpoint_dir(args)
+    if args.mini_batch and args.runner != "spark":
+        raise ValueError("--mini-batch: only the Spark runner takes it; the simulator processes every record alone")
     paths = library_paths() if args.all else [resolve(a) for a in args.scenarios]
     if not paths:
         raise ValueError("name scenario files or library scenarios, or pass --all")
@@ -96,6 +104,7 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
             "backend": args.backend,
             "master": args.master if args.runner == "spark" else None,
             "checkpoint_dir": checkpoint_dir,
+            "mini_batch": args.mini_batch,
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "skipped": skipped,
             "results": [r.to_dict() for r in results],
@@ -142,7 +151,9 @@ def _run(
         from statecert.scenarios.spark.runner import run_on_spark
 
         root = f"{checkpoint_dir}/{scenario.name}" if checkpoint_dir else None
-        return run_on_spark(scenario, workdir, spark, args.backend, show, checkpoint_dir=root)
+        return run_on_spark(
+            scenario, workdir, spark, args.backend, show, checkpoint_dir=root, mini_batch=args.mini_batch
+        )
     from statecert.scenarios.sim_runner import run_on_simulator
 
     return run_on_simulator(scenario, workdir, args.backend, show)

@@ -208,6 +208,7 @@ def test_cli_rejects_an_unknown_backend_before_running() -> None:
     [
         (["--runner", "sim", "--checkpoint-dir", "/tmp/x"], "--checkpoint-dir: only the Spark runner takes it"),
         (["--runner", "spark", "--checkpoint-dir", "ftp://host/x"], "no fault-injecting wrapper for ftp://"),
+        (["--runner", "sim", "--mini-batch"], "--mini-batch: only the Spark runner takes it"),
     ],
 )
 def test_cli_rejects_a_bad_checkpoint_dir_before_running(tmp_path: Path, args: list[str], problem: str) -> None:

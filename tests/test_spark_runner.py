@@ -152,3 +152,27 @@ def test_the_state_reader_gives_one_row_per_key_namespace_and_state(
     )
     assert from_reader == restored
     assert sorted(keyed_state_rows(str(pointer), "counter")) == sorted(tuple(r) for r in rows)
+
+
+@pytest.mark.requirement("SCN-11", "SCN-6", "SCN-3", "SCN-4")
+@pytest.mark.parametrize(("name", "backend"), [("worker-killed", "hashmap"), ("task-failure-processing", "rocksdb")])
+def test_mini_batch_on_spark_stays_exactly_once_through_real_faults(
+    spark: Any, tmp_path: Path, name: str, backend: str
+) -> None:
+    scenario = load_scenario(resolve(name))
+    result = run_on_spark(scenario, tmp_path, spark, backend, mini_batch=True)
+    assert result.passed, result.failures
+    (only,) = result.runs
+    assert only.failovers >= 1, "the failed task was never retried"
+    assert only.oracle_mismatches == [] and only.final_state == expected_totals(scenario, only.end_offsets)
+
+
+@pytest.mark.requirement("SCN-11", "SCN-9", "KB-RESTORE-1")
+def test_a_backend_keeping_stale_state_after_restore_fails_a_mini_batch_spark_scenario(
+    spark: Any, tmp_path: Path
+) -> None:
+    """One state access per key per epoch still catches the stale-restore bug the per-record mode catches."""
+    scenario = load_scenario(Path(__file__).parent / "scenarios" / "repeated-rollbacks.toml")
+    result = run_on_spark(scenario, tmp_path, spark, "tests.broken_backends:stale_restore", mini_batch=True)
+    assert not result.passed, "a backend that keeps stale state after restore passed in mini-batch mode"
+    assert any("wrong running totals" in f or "final state" in f for f in result.failures), result.failures

@@ -71,6 +71,7 @@ class _Run:
     spark: Any
     restore_from: str | None
     storage_root: str | None = None  # checkpoint storage (an fsspec URL); default: `workdir` on this machine
+    mini_batch: bool = False  # running totals folded per key per epoch (one state read and write per key)
     job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:8]}")
     staged: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
     committed: list[tuple[str, int, int]] = field(default_factory=list)
@@ -247,6 +248,7 @@ class _Run:
             failing_writes=f"{_local(self.access.job_dir)}/*" if failing else None,
             timestamp_ms=self.scheduler.now_ms(),
             window_ms=self.scenario.job.window_ms,
+            mini_batch=self.mini_batch,
         )
         try:
             results = run_epoch_job(self.spark, task)
@@ -355,11 +357,14 @@ def run_on_spark(
     progress: Callable[[str], None] = lambda message: None,
     oracle: bool = True,
     checkpoint_dir: str | None = None,
+    mini_batch: bool = False,
 ) -> ScenarioResult:
     """`oracle=False` skips the DataFrame oracle and the state read-back (benchmarks time the job alone); the
     expectations that need them then report what is missing. `checkpoint_dir` (any fsspec URL every executor
     reaches: `s3://...`, `hdfs://...`, a shared `file://` mount) holds all checkpoints and savepoints instead of
-    `workdir`, which then only holds RocksDB's local working directories (on each executor's own disk)."""
+    `workdir`, which then only holds RocksDB's local working directories (on each executor's own disk).
+    `mini_batch`: the running-total job reads and writes each key's state once per epoch, folding the epoch's
+    records in between (Flink's mini-batch aggregation), instead of once per record; window jobs are unaffected."""
     started = time.perf_counter()
     plans = run_settings(scenario, backend)
     result = ScenarioResult(
@@ -378,7 +383,7 @@ def run_on_spark(
                     moved = f"{faulty_url(checkpoint_dir.rstrip('/'))}/moved-{i + 1}"
                 restore_from = resume_pointer(resume, previous.savepoints, latest.pointer if latest else None, moved)
             root = f"{checkpoint_dir.rstrip('/')}/run-{i + 1}" if checkpoint_dir else None
-            run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from, root)
+            run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from, root, mini_batch)
             runs.append(run)
             run.execute(progress)
             result.runs.append(_run_result(scenario, run, spark, oracle))
