@@ -116,12 +116,12 @@ def _fsync(path: str) -> None:
 
 
 def snapshot_throughput(megabytes: int, directory: str, rounds: int = 7) -> dict[str, float]:
-    """Snapshot write and raw write of the same bytes, alternating `rounds` times, in two conditions:
-    `cached`: both files are removed after each round, so neither side ever waits for dirty pages to reach the disk
-    (both write at memory speed: the strict comparison); `durable`: each write is followed by an fsync of its file
-    (both at disk speed). Without either, the kernel's writeback of earlier rounds lands on whichever side runs
-    next, and the ratio measures that. The raw side writes in about as many writes as the snapshot has key groups;
-    medians and bests of each side."""
+    """Snapshot write and raw write of the same bytes under the local `directory`, alternating `rounds` times, in
+    two conditions: `cached`: both files are removed after each round, so neither side ever waits for dirty pages to
+    reach the disk (both write at memory speed: the strict comparison); `durable`: each write is followed by an
+    fsync of its file (both at disk speed). Without either, the kernel's writeback of earlier rounds lands on
+    whichever side runs next, and the ratio measures that. The raw side writes in about as many writes as the
+    snapshot has key groups; medians and bests of each side."""
     b = backend()
     lst = b.get_or_create_state(ListStateDescriptor("blob", element_serializer=StringSerializer()))  # type: ignore[attr-defined]
     payload = "x" * 1000
@@ -190,7 +190,7 @@ def main() -> None:
         print(f"{name:<26}{ours:>14,.0f}{plain:>14,.0f}{ours / plain:>12.2f}")
         figures[f"{name} ops/s"], figures[f"{name} ratio"] = round(ours), round(ours / plain, 3)
     with tempfile.TemporaryDirectory() as directory:
-        snap = snapshot_throughput(args.snapshot_mb, f"file://{directory}")
+        snap = snapshot_throughput(args.snapshot_mb, directory)
     print(
         f"\nsnapshot write of {snap['snapshot_mb']} MB to file:// storage vs raw fsspec write of the same bytes, "
         f"{snap['rounds']} alternating rounds per condition"
