@@ -12,8 +12,7 @@ The runner's job is timed (epochs, snapshots, acknowledgements, commits) without
 backend in two modes: per record (every record reads and writes its key's state, the default) and mini-batch
 (`--mini-batch`: one state read and write per key per epoch, as Flink's mini-batch aggregation and Spark's own
 streaming aggregation do); the exactly-once check of its committed output in Python, which follows, is timed
-apart. Prints records per second
-and ratios; asserts nothing.
+apart. Prints records per second and ratios; asserts nothing.
 
     python benchmarks/bench_spark_runner.py [--records 500000] [--epoch 100000] [--backend hashmap] [--json F]
 """

@@ -405,8 +405,8 @@ def _large_heap_backend(keys: int) -> Any:
 @pytest.mark.requirement("FMT-6", "KB-SNAP-6")
 @given(fail_after=st.integers(0, 2_000_000))  # the state file has about 2.4 MB
 def test_a_large_snapshot_failing_mid_write_raises_and_leaves_no_file(tmp_path_factory: Any, fail_after: int) -> None:
-    """A write failing at any byte of a large snapshot reaches the caller, and
-    the half-written state file is gone. Without the failure the snapshot restores to the same state."""
+    """A write failing at any byte of a large snapshot reaches the caller, and the half-written state file is gone.
+    Without the failure the snapshot restores to the same state."""
     from statecert.spec.keyed_backend import KeyedBackendParameters
     from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor
 

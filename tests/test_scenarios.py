@@ -211,7 +211,9 @@ def test_cli_rejects_an_unknown_backend_before_running() -> None:
         (["--runner", "sim", "--mini-batch"], "--mini-batch: only the Spark runner takes it"),
     ],
 )
-def test_cli_rejects_a_bad_checkpoint_dir_before_running(tmp_path: Path, args: list[str], problem: str) -> None:
+def test_cli_rejects_a_bad_checkpoint_dir_or_a_spark_only_option_before_running(
+    tmp_path: Path, args: list[str], problem: str
+) -> None:
     done = _cli("scenario", "run", "storage-outage", *args)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert problem in done.stderr and "passed" not in done.stdout
