@@ -1,7 +1,8 @@
 """Running a scenario on PySpark: the job runs in epochs between checkpoints, each epoch one Spark job (read the
-splits' records for the epoch, partition them by key group to the owning subtask, process and snapshot in each
-partition). The driver runs the checkpoint coordinator: it triggers the epoch's checkpoint or savepoint, takes the
-acknowledgements, writes `_metadata`, and commits the staged sink output when the checkpoint completes.
+epoch's records from the input's Parquet files as a DataFrame, partition them by owning subtask with
+`repartitionById`, and process and snapshot each subtask's Arrow batches with `mapInArrow`). The driver runs the
+checkpoint coordinator: it triggers the epoch's checkpoint or savepoint, takes the acknowledgements, writes
+`_metadata`, and commits the staged sink output when the checkpoint completes.
 
 An epoch whose checkpoint fails (declined, or the coordinator died before `_metadata`) is rolled back: the job
 goes on from the latest completed checkpoint, as after a failover. A task that fails inside an epoch is retried by
@@ -39,7 +40,7 @@ from statecert.scenarios.loader import scenario_restart, scenario_settings
 from statecert.scenarios.model import Action, Event, Scenario
 from statecert.scenarios.plan import RunSettings, backend_config, expected_error, resume_pointer, run_settings
 from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
-from statecert.scenarios.spark import worker
+from statecert.scenarios.spark import input_table, worker
 from statecert.scenarios.spark.oracle import OracleCheck
 from statecert.scenarios.spark.worker import EpochTask, InputSpec, TaskFault
 from statecert.spec import errors
@@ -70,6 +71,8 @@ class _Run:
     workdir: Path
     spark: Any
     restore_from: str | None
+    input_url: str = ""  # the input's Parquet files (`input_table`)
+    key_names: Any = None  # a Spark broadcast of the input's key names, in order of id
     storage_root: str | None = None  # checkpoint storage (an fsspec URL); default: `workdir` on this machine
     mini_batch: bool = False  # running totals folded per key per epoch (one state read and write per key)
     job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:8]}")
@@ -249,9 +252,10 @@ class _Run:
             timestamp_ms=self.scheduler.now_ms(),
             window_ms=self.scenario.job.window_ms,
             mini_batch=self.mini_batch,
+            key_names=self.key_names,
         )
         try:
-            results = run_epoch_job(self.spark, task)
+            results = run_epoch_job(self.spark, task, self.input_url)
         except SparkJobFailed:
             self._fail_over()
             return
@@ -331,22 +335,45 @@ def _local(url: str) -> str:
     return str(fsspec.core.url_to_fs(url)[1])
 
 
-def run_epoch_job(spark: Any, task: EpochTask) -> list[tuple[Any, ...]]:
-    """One epoch as one Spark job: splits -> records keyed by owning subtask -> partitioned -> processed."""
-    sc = spark.sparkContext
-    sources = sorted(task.ranges)
+def run_epoch_job(spark: Any, task: EpochTask, input_url: str) -> list[tuple[Any, ...]]:
+    """One epoch as one Spark job: the epoch's records (Parquet, a DataFrame) -> partitioned by owning subtask, in
+    the JVM -> each subtask's Arrow batches processed in a Python worker. One marker row per subtask (no record)
+    makes every subtask's partition run, with records or without."""
+    from pyspark.sql import functions as F
+
+    records = input_table.read_epoch(spark, input_url, task.ranges, task.parallelism, task.max_parallelism)
+    nothing = [
+        F.lit(None).cast(t).alias(c) for c, t in zip(input_table.EPOCH_COLUMNS, ("int", "long", "int"), strict=True)
+    ]
+    markers = spark.range(task.parallelism).select(*nothing, F.col("id").cast("int").alias("subtask"))
     try:
-        return list(
-            sc.parallelize(sources, len(sources))
-            .flatMap(lambda s: worker.read_split(task, s))
-            .partitionBy(task.parallelism, lambda subtask: subtask)
-            .mapPartitionsWithIndex(lambda i, items: worker.process_partition(task, i, items))
+        rows = (
+            records.unionByName(markers)
+            .repartitionById(task.parallelism, "subtask")
+            .mapInArrow(lambda batches: worker.subtask_epochs(task, batches), worker.RESULTS_SCHEMA)
             .collect()
         )
     except Exception as exc:  # Py4JJavaError: the job failed after its task retries
         if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):
             raise SparkJobFailed(str(exc).splitlines()[0]) from exc
         raise
+    return [worker.epoch_result(row.result) for row in rows]
+
+
+def input_shape(scenario: Scenario) -> input_table.InputShape:
+    i, job = scenario.input, scenario.job
+    aggregate = aggregate_of(scenario)
+    return input_table.InputShape(
+        i.seed,
+        job.sources,
+        i.keys_per_source,
+        i.records_per_source,
+        i.key_skew,
+        scenario.checkpointing.records_per_epoch,
+        job.max_parallelism,
+        aggregate.key_selector,
+        aggregate.key_type.name,
+    )
 
 
 def run_on_spark(
@@ -358,6 +385,7 @@ def run_on_spark(
     oracle: bool = True,
     checkpoint_dir: str | None = None,
     mini_batch: bool = False,
+    input_dir: str | None = None,
 ) -> ScenarioResult:
     """`oracle=False` skips the DataFrame oracle and the state read-back (benchmarks time the job alone); the
     expectations that need them then report what is missing. `checkpoint_dir` (any fsspec URL every executor
@@ -372,7 +400,11 @@ def run_on_spark(
     )
     restore_from = str(scenario.job.start_from) if scenario.job.start_from else None
     runs: list[_Run] = []
+    input_url = input_dir or f"{(checkpoint_dir or str(workdir.resolve())).rstrip('/')}/input"
+    key_names: Any = None
     try:
+        names = input_table.write_input(input_shape(scenario), aggregate_of(scenario), input_url)
+        key_names = spark.sparkContext.broadcast(names)
         for i, plan in enumerate(plans):
             resume = scenario.runs[i].resume
             if resume is not None:
@@ -383,7 +415,9 @@ def run_on_spark(
                     moved = f"{faulty_url(checkpoint_dir.rstrip('/'))}/moved-{i + 1}"
                 restore_from = resume_pointer(resume, previous.savepoints, latest.pointer if latest else None, moved)
             root = f"{checkpoint_dir.rstrip('/')}/run-{i + 1}" if checkpoint_dir else None
-            run = _Run(scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from, root, mini_batch)
+            run = _Run(
+                scenario, plan, i, workdir / f"run-{i + 1}", spark, restore_from, input_url, key_names, root, mini_batch
+            )
             runs.append(run)
             run.execute(progress)
             result.runs.append(_run_result(scenario, run, spark, oracle))
@@ -398,6 +432,12 @@ def run_on_spark(
     finally:
         for run in runs:
             _clear_worker_caches(spark, run.job_id)
+        if key_names is not None:
+            key_names.destroy()
+        if input_dir is None:
+            with contextlib.suppress(OSError):
+                fs, path = fsspec.core.url_to_fs(input_url)
+                fs.rm(path, recursive=True)
     result.seconds = time.perf_counter() - started
     result.failures = evaluate(scenario, result)
     return result

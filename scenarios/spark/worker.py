@@ -1,6 +1,7 @@
-"""What runs inside Spark's Python workers during an epoch: read a source split's records for the epoch, and per
-keyed subtask restore its backend (from checkpoint storage, or a backend this worker process cached at exactly
-that checkpoint, never on a task retry), process the records in order, stage the sink output and snapshot.
+"""What runs inside Spark's Python workers during an epoch: per keyed subtask, take its records (Arrow batches of
+the input's Parquet rows that Spark partitioned by owning subtask), restore its backend (from checkpoint
+storage, or a backend this worker process cached at exactly that checkpoint, never on a task retry), process the
+records in order, stage the sink output and snapshot.
 
 Faults are real and fire on a task's first attempt only, so Spark's retry succeeds: an exception in a phase,
 the worker process killed with SIGKILL, writes to checkpoint storage failing in the fault-injecting file system.
@@ -11,11 +12,16 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.serializers import CPickleSerializer
 
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
@@ -26,9 +32,10 @@ from statecert.reference.simulator.tasks import Record
 from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.reference.tumbling_windows import TumblingWindowOperator, split_watermark
+from statecert.scenarios.spark.input_table import EPOCH_COLUMNS, aggregate_names
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
-from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
+from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.metadata import OperatorSubtaskState
 
 OPERATOR = "counter"
@@ -76,6 +83,7 @@ class EpochTask:
     cache: bool = True
     window_ms: int = 0  # > 0: event-time tumbling windows of this size instead of running totals
     mini_batch: bool = False  # running totals: the epoch's records per key with one state read and one write
+    key_names: Any = None  # a Spark broadcast of the input's key names, in order of id (`input_table`)
 
 
 @dataclass
@@ -87,10 +95,10 @@ class _Cached:
 
 _CACHE: dict[tuple[str, int], _Cached] = {}  # per worker process: (job, subtask) -> backend at a checkpoint
 _INPUTS: dict[InputSpec, list[list[Record]]] = {}
-_OWNERS: dict[tuple[Any, int, int], dict[Any, int]] = {}
 
 
 def inputs(spec: InputSpec) -> list[list[Record]]:
+    """The scenario's records drawn from its seed in this worker (the oracle's independent copy of the input)."""
     if spec not in _INPUTS:
         _INPUTS.clear()
         rng = random.Random(spec.seed)
@@ -98,38 +106,75 @@ def inputs(spec: InputSpec) -> list[list[Record]]:
     return _INPUTS[spec]
 
 
-def owner(task: EpochTask, key: Any) -> int:
-    key_hash = task.aggregate.key_type.serializer().key_hash(key)
-    return assign_key_to_parallel_operator(key_hash, task.max_parallelism, task.parallelism)
+RESULTS_SCHEMA = "result binary"  # a subtask's epoch result, in PySpark's own pickle serialization
+_RESULTS = CPickleSerializer()  # worker to driver only, as an RDD's `collect` would: never checkpoint data
+_dump_result: Callable[[tuple[Any, ...]], bytes] = _RESULTS.dumps
+_load_result: Callable[[bytes], tuple[Any, ...]] = _RESULTS.loads
 
 
-def _owners(task: EpochTask) -> dict[Any, int]:
-    """The subtask of each key seen so far in this worker for the task's key type and parallelism: a key's hash is
-    computed once per worker, not per record."""
-    shape = (task.aggregate.key_type, task.max_parallelism, task.parallelism)
-    if shape not in _OWNERS:
-        _OWNERS.clear()
-        _OWNERS[shape] = {}
-    return _OWNERS[shape]
+def subtask_epochs(task: EpochTask, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` over one partition of the epoch's records, partitioned by owning subtask, each subtask with a
+    marker row (no record) so that its partition runs when it has no records: per subtask in the partition, its
+    records processed (`process_partition`); yields the results, one binary value each."""
+    received = list(batches)
+    if not received:
+        return
+    table = pa.Table.from_batches(received)
+    names = task.key_names.value  # a broadcast: fetched once per worker process
+    results: list[bytes] = []
+    for subtask in pc.unique(table["subtask"]).to_pylist():
+        mine = table.filter(pc.and_(pc.equal(table["subtask"], subtask), pc.is_valid(table["source"])))
+        records = EpochRecords.from_table(task.aggregate, mine.select(list(EPOCH_COLUMNS)), names)
+        results.extend(_dump_result(r) for r in process_partition(task, subtask, records))
+    yield pa.record_batch([pa.array(results, pa.binary())], ["result"])
 
 
-def read_split(task: EpochTask, source: int) -> Iterator[tuple[int, list[tuple[str, int, int]]]]:
-    """The epoch's records of one source split, grouped by the subtask that owns their key group: one item per
-    subtask, its records in offset order, so the shuffle moves a few pickled lists rather than every record alone."""
-    start, end = task.ranges[source]
-    owners = _owners(task)
-    batches: dict[int, list[tuple[str, int, int]]] = {}
-    key_of = task.aggregate.key
-    for r in inputs(task.inputs)[source][start:end]:
-        key = key_of(r.key, r.source)
-        subtask = owners.get(key)
-        if subtask is None:
-            subtask = owners[key] = owner(task, key)
-        batch = batches.get(subtask)
-        if batch is None:
-            batch = batches[subtask] = []
-        batch.append((r.key, r.source, r.offset))
-    return iter(batches.items())
+def epoch_result(value: bytes) -> tuple[Any, ...]:
+    """A result `subtask_epochs` produced, on the driver."""
+    return _load_result(bytes(value))
+
+
+@dataclass(frozen=True)
+class EpochRecords:
+    """A keyed subtask's records of one epoch in (split, offset) order, the order every run processes them in:
+    per record its aggregate key's index into `distinct` (keys in order of first appearance) and its offset."""
+
+    distinct: list[Any]
+    index: npt.NDArray[np.intp]
+    offsets: npt.NDArray[np.int64]
+
+    @classmethod
+    def from_table(cls, aggregate: KeyedAggregate, table: pa.Table, names: list[str]) -> EpochRecords:
+        """From a table of (source, offset, key_id) rows, `names` the key names by id."""
+        table = table.sort_by([("source", "ascending"), ("offset", "ascending")])
+        encoded = pc.dictionary_encode(table["key_id"]).combine_chunks()
+        distinct = [aggregate.key_of_name(names[i]) for i in encoded.dictionary.to_pylist()]
+        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.intp)
+        return cls(distinct, index, table["offset"].to_numpy().astype(np.int64))
+
+    @classmethod
+    def from_rows(cls, aggregate: KeyedAggregate, rows: list[tuple[str, int, int]]) -> EpochRecords:
+        """From (key, source, offset) rows in any order, as the input table holds them."""
+        keys, sources, offsets = zip(*rows, strict=True) if rows else ((), (), ())
+        table = pa.table({"source": pa.array(sources, pa.int32()), "key": pa.array(keys, pa.string())})
+        encoded = pc.dictionary_encode(aggregate_names(aggregate, table)).combine_chunks()
+        table = pa.table(
+            {
+                "source": table["source"],
+                "offset": pa.array(offsets, pa.int64()),
+                "key_id": encoded.indices.cast(pa.int32()),
+            }
+        )
+        return cls.from_table(aggregate, table, [str(n) for n in encoded.dictionary.to_pylist()])
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def keys(self) -> list[Any]:
+        """Each record's aggregate key."""
+        distinct = np.empty(len(self.distinct), dtype=object)
+        distinct[:] = self.distinct
+        return list(distinct[self.index].tolist())
 
 
 def _attempt() -> int:
@@ -178,14 +223,11 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
     return create_keyed_backend(backend, params)
 
 
-def process_partition(task: EpochTask, subtask: int, items: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, ...]]:
+def process_partition(task: EpochTask, subtask: int, records: EpochRecords) -> Iterator[tuple[Any, ...]]:
     """One keyed subtask's epoch. Yields one result: ("ack", subtask, state, staged output, attempt),
     ("decline", subtask, reason) when its snapshot could not be written, or ("error", class name, message)
     for a documented error (e.g. a savepoint this backend cannot restore)."""
     attempt = _attempt()
-    # one batch per source split, each in offset order: concatenated by split, the records are in (split, offset)
-    # order, the order every run of the job processes them in
-    records = [r for _, batch in sorted(items, key=lambda item: item[1][0][1]) for r in batch]
     try:
         keyed = _restore(task, subtask, attempt)
     except StateCertError as exc:
@@ -216,79 +258,73 @@ def process_partition(task: EpochTask, subtask: int, items: Iterable[tuple[int, 
 def epoch_watermark(task: EpochTask) -> int:
     """The watermark every subtask has once the epoch's records are in: the least over the source splits of what
     each has sent by the epoch's end (the simulator's sources send the same watermarks)."""
-    lengths = [len(split) for split in inputs(task.inputs)]
-    return min(split_watermark(task.ranges[s][1], lengths[s], task.window_ms) for s in task.ranges)
+    length = task.inputs.records_per_source
+    return min(split_watermark(task.ranges[s][1], length, task.window_ms) for s in task.ranges)
 
 
 def _process_windows(
-    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: list[tuple[str, int, int]]
-) -> list[tuple[str, int, int]]:
+    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords
+) -> list[tuple[Any, int, int]]:
     """The epoch's records into their windows, then the epoch's watermark: the windows it passes fire, in timer
     order, into the staged output as (key, window start, sum)."""
     windows = TumblingWindowOperator(keyed, task.window_ms)
     halfway = len(records) // 2
-    for i, (key, source, offset) in enumerate(records):
+    weight = task.aggregate.weight
+    for i, (key, offset) in enumerate(zip(records.keys(), records.offsets.tolist(), strict=True)):
         if i == halfway:
             _fault(task, subtask, "processing", attempt)
-        windows.process(task.aggregate.key(key, source), offset, task.aggregate.weight(offset))
-    if not records:
+        windows.process(key, offset, weight(offset))
+    if not len(records):
         _fault(task, subtask, "processing", attempt)
     return windows.advance_watermark(epoch_watermark(task))
 
 
 def _process_mini_batch(
-    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: list[tuple[str, int, int]]
+    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords
 ) -> list[tuple[Any, int, int]]:
-    """Mini-batch aggregation, as Flink's MiniBatchGroupAggFunction does it: the epoch's records grouped by key in
-    arrival order, then per key one state read, the fold, one state write. Each record's output still carries the
-    key's running total after it, so the exactly-once checks are the per-record ones."""
+    """Mini-batch aggregation, as Flink's MiniBatchGroupAggFunction does it: per key one state read, the epoch's
+    records folded (vectorized, `KeyedAggregate.fold`), per key one state write. Each record's output still
+    carries its key's running total after it, in arrival order, so the exactly-once checks are the per-record
+    ones."""
     state = keyed.get_or_create_state(task.aggregate.descriptor)
-    key_of = task.aggregate.key
-    groups: dict[Any, list[int]] = {}
-    for key, source, offset in records:
-        aggregate_key = key_of(key, source)
-        offsets = groups.get(aggregate_key)
-        if offsets is None:
-            groups[aggregate_key] = [offset]
-        else:
-            offsets.append(offset)
-    staged: list[tuple[Any, int, int]] = []
-    halfway = len(groups) // 2
-    fold, set_current_key, get, update = task.aggregate.fold, keyed.set_current_key, state.value, state.update
-    for i, (aggregate_key, offsets) in enumerate(groups.items()):
+    set_current_key, get, update = keyed.set_current_key, state.value, state.update
+    before = []
+    for key in records.distinct:
+        set_current_key(key)
+        before.append(get())
+    after, totals = task.aggregate.fold(before, records.index, records.offsets)
+    halfway = len(after) // 2
+    for i, (key, value) in enumerate(zip(records.distinct, after, strict=True)):
         if i == halfway:
             _fault(task, subtask, "processing", attempt)
-        set_current_key(aggregate_key)
-        value, totals = fold(get(), offsets)
+        set_current_key(key)
         update(value)
-        staged.extend(zip([aggregate_key] * len(offsets), offsets, totals, strict=True))
-    if not groups:
+    if not after:
         _fault(task, subtask, "processing", attempt)
-    return staged
+    return list(zip(records.keys(), records.offsets.tolist(), totals.tolist(), strict=True))
 
 
 def _process(
-    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: list[tuple[str, int, int]]
-) -> list[tuple[str, int, int]]:
+    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords
+) -> list[tuple[Any, int, int]]:
     if task.window_ms:
         return _process_windows(task, subtask, attempt, keyed, records)
     if task.mini_batch:
         return _process_mini_batch(task, subtask, attempt, keyed, records)
     state = keyed.get_or_create_state(task.aggregate.descriptor)
-    staged: list[tuple[str, int, int]] = []
+    staged: list[tuple[Any, int, int]] = []
     halfway = len(records) // 2
     # the loop's lookups hoisted: per record, only the backend calls and the aggregate remain
-    key_of, add, stage = task.aggregate.key, task.aggregate.add, staged.append
+    add, stage = task.aggregate.add, staged.append
     set_current_key, get, update = keyed.set_current_key, state.value, state.update
-    for i, (key, source, offset) in enumerate(records):
+    for i, (key, offset) in enumerate(zip(records.keys(), records.offsets.tolist(), strict=True)):
         if i == halfway:
             _fault(task, subtask, "processing", attempt)
-        aggregate_key = key_of(key, source)
-        set_current_key(aggregate_key)
+        set_current_key(key)
         value = add(get(), offset)
         update(value)
-        stage((aggregate_key, offset, value["total"]))
-    if not records:
+        stage((key, offset, value["total"]))
+    if not len(records):
         _fault(task, subtask, "processing", attempt)
     return staged
 
