@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,8 +21,12 @@ OPERATORS = ("count", "sum")
 KEY_SELECTORS = ("key", "split")
 
 
-def record_value(offset: int) -> int:
-    """The value a `sum` adds for the record at `offset`."""
+@overload
+def record_value(offset: int) -> int: ...
+@overload
+def record_value(offset: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+def record_value(offset: Any) -> Any:
+    """The value a `sum` adds for the record at `offset` (or for each of an array of offsets)."""
     return offset % 7 + 1
 
 
@@ -70,7 +74,7 @@ class KeyedAggregate:
 
     def weights(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """`weight` of each offset, vectorized."""
-        return np.ones_like(offsets) if self.operator == "count" else offsets % 7 + 1
+        return np.ones_like(offsets) if self.operator == "count" else record_value(offsets)
 
     def fold(
         self, values: list[dict[str, Any] | None], index: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64]
