@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ def aggregate_for(shape: input_table.InputShape) -> KeyedAggregate:
     return KeyedAggregate(key_selector=shape.key_selector, key_type=KeyType(name=shape.key_type))
 
 
+@pytest.mark.requirement("SCN-6", "KG-2")
 @settings(max_examples=30, deadline=None)
 @given(shape=shapes)
 def test_input_table_holds_the_seeded_records_with_their_key_ids_and_key_groups(
@@ -68,6 +70,7 @@ def test_input_table_holds_the_seeded_records_with_their_key_ids_and_key_groups(
                 assert len(epochs) <= 1, f"split {source} row group {g} spans epochs {sorted(epochs)}"
 
 
+@pytest.mark.requirement("SCN-6")
 def test_an_input_of_the_same_shape_is_reused_and_another_shape_or_a_missing_marker_rewrites_it() -> None:
     shape = input_table.InputShape(3, 2, 10, 50, 0.0, 20, 128, "key", "string")
     aggregate = aggregate_for(shape)
