@@ -90,7 +90,7 @@ class KeyedStateBackendBase:
         self._current_key: Any = None
         self._current_key_bytes: bytes | None = None
         self._current_key_group = -1
-        self._key_cache: dict[tuple[type, Any], tuple[bytes, int]] = {}
+        self._key_caches: dict[type, dict[Any, tuple[bytes, int]]] = {t: {} for t in _CACHEABLE_KEY_TYPES}
         self._pending: set[AsyncSnapshotTask[KeyedStateHandle]] = set()
         self._timer_services: dict[str, KeyedTimerService] = {}
         self.timer_service_class = KeyedTimerService
@@ -130,24 +130,25 @@ class KeyedStateBackendBase:
         return assign_to_key_group(self._key_serializer.key_hash(key), self._params.max_parallelism)
 
     def set_current_key(self, key: Any) -> None:
-        self.check_open()
-        if key is None:
-            raise IllegalStateError("the current key may not be None (KB-KEY-1)")
-        # Streams revisit the same keys: remember bytes and key group of recent str/int/bytes keys (exact type,
-        # so that 1 and True, equal in a dict, never share an entry).
-        cacheable = type(key) in _CACHEABLE_KEY_TYPES
-        cached = self._key_cache.get((type(key), key)) if cacheable else None
+        if self._closed:
+            self.check_open()
+        # Streams revisit the same keys: remember bytes and key group of recent str/int/bytes keys, one cache per
+        # exact type, so that 1 and True, equal in a dict, never share an entry.
+        cache = self._key_caches.get(type(key))
+        cached = None if cache is None else cache.get(key)
         if cached is None:
+            if key is None:
+                raise IllegalStateError("the current key may not be None (KB-KEY-1)")
             key_group = self.key_group_of(key)
             if key_group not in self.key_group_range:
                 raise IllegalStateError(
                     f"key {key!r} belongs to key group {key_group}, outside this backend's range {self.key_group_range}"
                 )
             cached = (self._key_serializer.serialize(key), key_group)
-            if cacheable:
-                if len(self._key_cache) >= _KEY_CACHE_SIZE:
-                    self._key_cache.clear()
-                self._key_cache[(type(key), key)] = cached
+            if cache is not None:
+                if len(cache) >= _KEY_CACHE_SIZE:
+                    cache.clear()
+                cache[key] = cached
         self._current_key = key
         self._current_key_bytes, self._current_key_group = cached
 

@@ -40,6 +40,7 @@ class KvState:
         self.namespace_serializer = namespace_serializer
         self._serializers = dict(serializers)
         self._ttl = ttl
+        self._ttl_enabled = ttl.enabled
         self._ns_bytes: bytes | None = None
         if namespace_serializer.serializer_id == "void-namespace":
             self._ns_bytes = namespace_serializer.serialize(VOID_NAMESPACE)
@@ -68,8 +69,8 @@ class KvState:
         """The live payload for the current key and namespace, applying TTL visibility and cleanup."""
         key, key_group = self._entry_key()
         stored = self.store.get(key_group, key)
-        if stored is None:
-            return None
+        if stored is None or not self._ttl_enabled:  # without TTL, the stored bytes are the payload
+            return stored
         if self._ttl.expired(stored):
             self.store.delete(key_group, key)
             return self._ttl.payload(stored) if self._ttl.return_expired else None
@@ -79,7 +80,7 @@ class KvState:
 
     def _put_bytes(self, payload: bytes) -> None:
         key, key_group = self._entry_key()
-        self.store.put(key_group, key, self._ttl.wrap(payload))
+        self.store.put(key_group, key, self._ttl.wrap(payload) if self._ttl_enabled else payload)
 
     def _pop_single(self, sources: Iterable[Any]) -> list[bytes]:
         """Remove the sources' live values for the current key and return their payloads (KS-MERGE-2)."""

@@ -29,6 +29,24 @@ def _to_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+_BIN8 = [bytes((0xC4, n)) for n in range(256)]
+_U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
+
+
+def _bin_header(size: int) -> bytes:
+    """msgpack's header of a bin of `size` bytes (bin 8, 16 or 32)."""
+    if size < 256:
+        return _BIN8[size]
+    return b"\xc5" + _U16.pack(size) if size < 1 << 16 else b"\xc6" + _U32.pack(size)
+
+
+def _map_header(entries: int) -> bytes:
+    """msgpack's header of a map of `entries` entries (fixmap, map 16 or map 32)."""
+    if entries < 16:
+        return bytes((0x80 | entries,))
+    return b"\xde" + _U16.pack(entries) if entries < 1 << 16 else b"\xdf" + _U32.pack(entries)
+
+
 def unpack_plain(data: bytes, who: str) -> Any:
     """msgpack bytes to plain data; malformed input raises ValueError, as every default serializer does (IF-1)."""
     try:
@@ -114,7 +132,7 @@ class LongSerializer(BaseSerializer):
     _STRUCT = struct.Struct(">q")
 
     def serialize(self, value: int) -> bytes:
-        if not isinstance(value, int) or isinstance(value, bool):
+        if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
             raise TypeError(f"LongSerializer expects int, got {type(value).__name__}")
         try:
             return self._STRUCT.pack(value)
@@ -122,9 +140,11 @@ class LongSerializer(BaseSerializer):
             raise ValueError(f"LongSerializer: {value} does not fit in 64 bits") from None
 
     def deserialize(self, data: bytes) -> int:
-        if len(data) != self._STRUCT.size:
-            raise ValueError(f"LongSerializer: {len(data)} bytes, expected {self._STRUCT.size}")
-        return int(self._STRUCT.unpack(data)[0])
+        try:
+            (value,) = self._STRUCT.unpack(data)
+        except struct.error:
+            raise ValueError(f"LongSerializer: {len(data)} bytes, expected {self._STRUCT.size}") from None
+        return int(value)
 
     def key_hash(self, value: int) -> int:
         unsigned = value & 0xFFFFFFFFFFFFFFFF
@@ -363,18 +383,33 @@ class RecordSerializer(BaseSerializer):
 
     def __init__(self, fields: Sequence[tuple[str, TypeSerializer[Any], Any]]) -> None:
         self.fields = tuple(fields)
+        # Serialization is on every state access's path, so the record is packed by hand, byte for byte what
+        # msgpack packs for the dict of field bytes: a repeated name keeps its first place and its last field.
+        plan: dict[str, tuple[TypeSerializer[Any], Any]] = {}
+        for name, ser, default in self.fields:
+            plan[name] = (ser, default)
+        self._plan = tuple((msgpack.packb(name, use_bin_type=True), name, ser, d) for name, (ser, d) in plan.items())
+        self._map_header = _map_header(len(plan))
 
     def serialize(self, value: Mapping[str, Any]) -> bytes:
-        return msgpack.packb(
-            {name: ser.serialize(value.get(name, default)) for name, ser, default in self.fields},
-            use_bin_type=True,
-        )
+        parts = [self._map_header]
+        for packed_name, name, ser, default in self._plan:
+            field_bytes = ser.serialize(value.get(name, default))
+            parts += (packed_name, _bin_header(len(field_bytes)), field_bytes)
+        return b"".join(parts)
 
     def deserialize(self, data: bytes) -> dict[str, Any]:
         raw = unpack_plain(data, "RecordSerializer")
-        if not isinstance(raw, dict) or not all(isinstance(v, bytes) for v in raw.values()):
+        if type(raw) is not dict:
             raise ValueError("RecordSerializer: expected a map of field bytes")
-        return {name: ser.deserialize(raw[name]) if name in raw else default for name, ser, default in self.fields}
+        for field_bytes in raw.values():
+            if type(field_bytes) is not bytes:
+                raise ValueError("RecordSerializer: expected a map of field bytes")
+        value = {}
+        for name, ser, default in self.fields:
+            field_bytes = raw.get(name)
+            value[name] = default if field_bytes is None else ser.deserialize(field_bytes)
+        return value
 
     def config(self) -> dict[str, Any]:
         return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,7 +42,15 @@ CASES: list[tuple[Any, st.SearchStrategy[Any]]] = [
         st.tuples(st.text(), st.integers(-(2**63), 2**63 - 1)),
     ),
     (EnumSerializer(["a", "b", "c"]), st.sampled_from(["a", "b", "c"])),
+    (
+        RecordSerializer([("total", LongSerializer(), 0), ("name", StringSerializer(), "")]),
+        st.fixed_dictionaries({"total": st.integers(-(2**63), 2**63 - 1), "name": st.text()}),
+    ),
 ]
+# Record fields: names may repeat (the last field of a name wins), values of every bin length msgpack
+# distinguishes (bin 8 up to 255 bytes, bin 16 up to 65,535, bin 32 beyond), and more than 15 fields (map 16).
+FIELD_NAMES = st.text(max_size=3)
+RECORD_VALUES = st.sampled_from([0, 1, 255, 256, 65_535, 65_536, 70_000]).map(lambda n: "y" * n) | st.text()
 
 
 @pytest.mark.requirement("SER-1")
@@ -50,6 +59,45 @@ CASES: list[tuple[Any, st.SearchStrategy[Any]]] = [
 def test_serializer_round_trips(serializer: Any, values: st.SearchStrategy[Any], data: st.DataObject) -> None:
     value = data.draw(values)
     assert serializer.deserialize(serializer.serialize(value)) == value, f"{serializer}.round_trip({value!r})"
+
+
+@pytest.mark.requirement("SER-1")
+@given(fields=st.lists(st.tuples(FIELD_NAMES, st.text(max_size=4)), max_size=20), data=st.data())
+def test_record_is_the_msgpack_map_of_its_fields_bytes(fields: list[tuple[str, str]], data: st.DataObject) -> None:
+    """The record serializer packs by hand (it is on every state access's path): its bytes must stay the msgpack
+    map of each field's bytes that earlier checkpoints hold, and read back as the record."""
+    strings = StringSerializer()
+    serializer = RecordSerializer([(name, strings, default) for name, default in fields])
+    defaults = dict(fields)
+    names = st.sampled_from(sorted(defaults)) | FIELD_NAMES if defaults else FIELD_NAMES
+    value = data.draw(st.dictionaries(names, RECORD_VALUES, max_size=20), label="value")
+    expected = msgpack.packb(
+        {name: strings.serialize(value.get(name, defaults[name])) for name in defaults}, use_bin_type=True
+    )
+    packed = serializer.serialize(value)
+    assert packed == expected, f"RecordSerializer({fields}).serialize({value!r}): expected {expected!r}, got {packed!r}"
+    record = {name: value.get(name, default) for name, default in defaults.items()}
+    assert serializer.deserialize(packed) == record, f"RecordSerializer({fields}).deserialize({packed!r})"
+    assert serializer.deserialize(msgpack.packb({})) == defaults, f"RecordSerializer({fields}).deserialize(b'\\x80')"
+
+
+@pytest.mark.requirement("SER-1")
+@pytest.mark.parametrize("fields", [1, 15, 16])
+@pytest.mark.parametrize("length", [0, 255, 256, 65_535, 65_536])
+def test_record_bytes_at_msgpack_header_boundaries(fields: int, length: int) -> None:
+    """Each size where msgpack changes its bin or map header (bin 8/16/32, fixmap/map 16), packed as msgpack does."""
+    longs, strings = LongSerializer(), StringSerializer()
+    serializer = RecordSerializer([("s", strings, "")] + [(f"f{i}", longs, i) for i in range(1, fields)])
+    value = {"s": "y" * length}
+    expected = msgpack.packb(
+        {"s": strings.serialize(value["s"]), **{f"f{i}": longs.serialize(i) for i in range(1, fields)}},
+        use_bin_type=True,
+    )
+    packed = serializer.serialize(value)
+    assert packed == expected, (
+        f"{fields}-field record with a {length}-byte field: expected {expected[:12]!r}..., got {packed[:12]!r}..."
+    )
+    assert serializer.deserialize(packed)["s"] == value["s"]
 
 
 @pytest.mark.requirement("SER-2", "SER-4")
@@ -138,7 +186,8 @@ def test_msgpack_serializer_never_unpickles() -> None:
 @pytest.mark.requirement("SER-8")
 @given(st.binary(max_size=64))
 def test_default_serializers_turn_arbitrary_bytes_into_data_or_an_error(data: bytes) -> None:
-    for serializer in (MsgpackSerializer(), TupleSerializer(StringSerializer(), LongSerializer())):
+    record = RecordSerializer([("total", LongSerializer(), 0), ("name", StringSerializer(), "")])
+    for serializer in (MsgpackSerializer(), TupleSerializer(StringSerializer(), LongSerializer()), record):
         try:
             value = serializer.deserialize(data)
         except (ValueError, TypeError):

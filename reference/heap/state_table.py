@@ -76,10 +76,14 @@ class StateTable:
 
     # -- StateStore ------------------------------------------------------------------------------------------------
     def get(self, key_group: int, key: EntryKey) -> bytes | None:
-        return self._read(key_group).get(key)
+        return self._maps[key_group - self._start].get(key)  # `_read` inlined: on every state read's path
 
     def put(self, key_group: int, key: EntryKey, value: bytes) -> None:
-        self._write(key_group)[key] = value
+        i = key_group - self._start  # `_write` inlined: on every state write's path
+        if self._map_versions[i] != self.version:
+            self._maps[i] = dict(self._maps[i])
+            self._map_versions[i] = self.version
+        self._maps[i][key] = value
 
     def delete(self, key_group: int, key: EntryKey) -> None:
         if key in self._read(key_group):
