@@ -118,15 +118,19 @@ def spark_url(url: str) -> str:
     return url
 
 
-def read_epoch(spark: Any, url: str, ranges: dict[int, tuple[int, int]], parallelism: int, max_parallelism: int) -> Any:
-    """The epoch's records as a DataFrame (`EPOCH_COLUMNS`, one scan of the splits' files) with the subtask that
-    owns each record's key group: `key_group * parallelism div max_parallelism` (KG-6)."""
+def scan(spark: Any, url: str, sources: int) -> Any:
+    """All source splits' files as one DataFrame: listed once per job run, filtered per epoch (`read_epoch`)."""
+    paths = [spark_url(split_path(url, source)) for source in range(sources)]
+    return spark.read.schema(SCHEMA).parquet(*paths)
+
+
+def read_epoch(splits: Any, ranges: dict[int, tuple[int, int]], parallelism: int, max_parallelism: int) -> Any:
+    """The epoch's records of the DataFrame `splits` (`scan`) as `EPOCH_COLUMNS`, with the subtask that owns each
+    record's key group: `key_group * parallelism div max_parallelism` (KG-6)."""
     from pyspark.sql import functions as F
 
     if not ranges:
         raise ValueError("an epoch reads at least one source split")
-    paths = [spark_url(split_path(url, source)) for source in sorted(ranges)]
     wanted = [(F.col("source") == s) & (F.col("offset") >= a) & (F.col("offset") < b) for s, (a, b) in ranges.items()]
-    frame = spark.read.schema(SCHEMA).parquet(*paths).where(functools.reduce(operator.or_, wanted))
     subtask = F.expr(f"CAST(key_group * {parallelism} DIV {max_parallelism} AS INT)")
-    return frame.select(*EPOCH_COLUMNS, subtask.alias("subtask"))
+    return splits.where(functools.reduce(operator.or_, wanted)).select(*EPOCH_COLUMNS, subtask.alias("subtask"))

@@ -42,6 +42,7 @@ from statecert.scenarios.plan import RunSettings, backend_config, expected_error
 from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
 from statecert.scenarios.spark import input_table, worker
 from statecert.scenarios.spark.oracle import OracleCheck
+from statecert.scenarios.spark.staged_output import Row, StagedOutput
 from statecert.scenarios.spark.worker import EpochTask, InputSpec, TaskFault
 from statecert.spec import errors
 from statecert.spec.errors import StateCertError
@@ -76,8 +77,8 @@ class _Run:
     storage_root: str | None = None  # checkpoint storage (an fsspec URL); default: `workdir` on this machine
     mini_batch: bool = False  # running totals folded per key per epoch (one state read and write per key)
     job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:8]}")
-    staged: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
-    committed: list[tuple[str, int, int]] = field(default_factory=list)
+    staged: dict[int, list[StagedOutput]] = field(default_factory=dict)
+    committed: list[StagedOutput] = field(default_factory=list)  # as the workers sent it: rows made when checked
     completed: list[int] = field(default_factory=list)
     failovers: int = 0
     failover_requested: bool = False
@@ -112,6 +113,8 @@ class _Run:
             JobVertex(worker.OPERATOR, plan.parallelism, scenario.job.max_parallelism),
         ]
         self.scheduler = ManualScheduler()
+        self.splits = input_table.scan(self.spark, self.input_url, scenario.job.sources)
+        self.markers = subtask_markers(self.spark, plan.parallelism)
         initial = load_checkpoint_metadata(self.restore_from) if self.restore_from else None
         start = source_offsets(initial, self.backend) if initial else {}
         self.start = {s: start.get(s, 0) for s in range(scenario.job.sources)}
@@ -166,6 +169,10 @@ class _Run:
             self.job_failed = True
         else:
             self.scheduler.advance(int(delay))  # the restart strategy's delay passes on the epoch clock
+
+    def committed_rows(self) -> list[Row]:
+        """The committed sink output, row by row in commit order."""
+        return [row for output in self.committed for row in output.rows()]
 
     def end_job(self) -> list[str]:
         """Retention for the ended run (COORD-11): its checkpoints go unless the setting keeps them."""
@@ -255,7 +262,7 @@ class _Run:
             key_names=self.key_names,
         )
         try:
-            results = run_epoch_job(self.spark, task, self.input_url)
+            results = run_epoch_job(task, self.splits, self.markers)
         except SparkJobFailed:
             self._fail_over()
             return
@@ -273,7 +280,7 @@ class _Run:
             self._roll_back()
             return
         acks = sorted((r for r in results if r[0] == "ack"), key=lambda r: r[1])
-        self.staged[checkpoint_id] = [out for r in acks for out in r[3]]
+        self.staged[checkpoint_id] = [r[3] for r in acks]
         try:
             with worker.failing_writes(task.failing_writes):  # the outage reaches the driver's writes too
                 for s, (_, end) in ranges.items():
@@ -335,17 +342,21 @@ def _local(url: str) -> str:
     return str(fsspec.core.url_to_fs(url)[1])
 
 
-def run_epoch_job(spark: Any, task: EpochTask, input_url: str) -> list[tuple[Any, ...]]:
-    """One epoch as one Spark job: the epoch's records (Parquet, a DataFrame) -> partitioned by owning subtask, in
-    the JVM -> each subtask's Arrow batches processed in a Python worker. One marker row per subtask (no record)
-    makes every subtask's partition run, with records or without."""
+def subtask_markers(spark: Any, parallelism: int) -> Any:
+    """One row per keyed subtask with no record (`EPOCH_COLUMNS` null): its partition runs with records or without."""
     from pyspark.sql import functions as F
 
-    records = input_table.read_epoch(spark, input_url, task.ranges, task.parallelism, task.max_parallelism)
     nothing = [
         F.lit(None).cast(t).alias(c) for c, t in zip(input_table.EPOCH_COLUMNS, ("int", "long", "int"), strict=True)
     ]
-    markers = spark.range(task.parallelism).select(*nothing, F.col("id").cast("int").alias("subtask"))
+    return spark.range(parallelism).select(*nothing, F.col("id").cast("int").alias("subtask"))
+
+
+def run_epoch_job(task: EpochTask, splits: Any, markers: Any) -> list[tuple[Any, ...]]:
+    """One epoch as one Spark job: the epoch's records (of `splits`, the input's Parquet files as a DataFrame) ->
+    partitioned by owning subtask, in the JVM -> each subtask's Arrow batches processed in a Python worker. The
+    `markers` (`subtask_markers`) make every subtask's partition run, with records or without."""
+    records = input_table.read_epoch(splits, task.ranges, task.parallelism, task.max_parallelism)
     try:
         rows = (
             records.unionByName(markers)
@@ -425,7 +436,7 @@ def run_on_spark(
             if run.job_failed:
                 break
         if oracle and scenario.job.window_ms and result.runs:
-            committed = [out for run in result.runs for out in run.committed]
+            committed = [out for run in runs for out in run.committed_rows()]
             result.runs[-1].oracle_mismatches = OracleCheck(spark, scenario).compare_windows(committed)
     except StateCertError as exc:
         result.error, result.error_message = type(exc).__name__, str(exc)
@@ -439,6 +450,8 @@ def run_on_spark(
                 fs, path = fsspec.core.url_to_fs(input_url)
                 fs.rm(path, recursive=True)
     result.seconds = time.perf_counter() - started
+    for run, run_result in zip(runs, result.runs, strict=False):  # rows for the checks, made after the timing
+        run_result.committed = run.committed_rows()
     result.failures = evaluate(scenario, result)
     return result
 
@@ -449,14 +462,13 @@ def _run_result(scenario: Scenario, run: _Run, spark: Any, with_oracle: bool) ->
     if with_oracle and last.pointer is not None and not scenario.job.window_ms:
         oracle = OracleCheck(spark, scenario)
         final_state = oracle.final_state(last.pointer, run.plan.serializer_version)
-        mismatches = oracle.compare(run.committed, run.start, last.offsets, final_state)
+        mismatches = oracle.compare(run.committed_rows(), run.start, last.offsets, final_state)
     return RunResult(
         backend=run.plan.backend,
         parallelism=run.plan.parallelism,
         serializer_version=run.plan.serializer_version,
         start_offsets=dict(run.start),
         end_offsets=dict(last.offsets),
-        committed=run.committed,
         completed_checkpoints=len(run.completed),
         failovers=run.failovers,
         job_failed=run.job_failed,

@@ -33,6 +33,7 @@ from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.reference.tumbling_windows import TumblingWindowOperator, split_watermark
 from statecert.scenarios.spark.input_table import EPOCH_COLUMNS, aggregate_names
+from statecert.scenarios.spark.staged_output import StagedOutput
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
@@ -262,9 +263,7 @@ def epoch_watermark(task: EpochTask) -> int:
     return min(split_watermark(task.ranges[s][1], length, task.window_ms) for s in task.ranges)
 
 
-def _process_windows(
-    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords
-) -> list[tuple[Any, int, int]]:
+def _process_windows(task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords) -> StagedOutput:
     """The epoch's records into their windows, then the epoch's watermark: the windows it passes fire, in timer
     order, into the staged output as (key, window start, sum)."""
     windows = TumblingWindowOperator(keyed, task.window_ms)
@@ -276,12 +275,10 @@ def _process_windows(
         windows.process(key, offset, weight(offset))
     if not len(records):
         _fault(task, subtask, "processing", attempt)
-    return windows.advance_watermark(epoch_watermark(task))
+    return StagedOutput.from_rows(windows.advance_watermark(epoch_watermark(task)))
 
 
-def _process_mini_batch(
-    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords
-) -> list[tuple[Any, int, int]]:
+def _process_mini_batch(task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords) -> StagedOutput:
     """Mini-batch aggregation, as Flink's MiniBatchGroupAggFunction does it: per key one state read, the epoch's
     records folded (vectorized, `KeyedAggregate.fold`), per key one state write. Each record's output still
     carries its key's running total after it, in arrival order, so the exactly-once checks are the per-record
@@ -301,32 +298,33 @@ def _process_mini_batch(
         update(value)
     if not after:
         _fault(task, subtask, "processing", attempt)
-    return list(zip(records.keys(), records.offsets.tolist(), totals.tolist(), strict=True))
+    return StagedOutput(records.distinct, records.index, records.offsets, totals)
 
 
-def _process(
-    task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords
-) -> list[tuple[Any, int, int]]:
+def _process(task: EpochTask, subtask: int, attempt: int, keyed: Any, records: EpochRecords) -> StagedOutput:
     if task.window_ms:
         return _process_windows(task, subtask, attempt, keyed, records)
     if task.mini_batch:
         return _process_mini_batch(task, subtask, attempt, keyed, records)
     state = keyed.get_or_create_state(task.aggregate.descriptor)
-    staged: list[tuple[Any, int, int]] = []
-    halfway = len(records) // 2
+    totals: list[int] = []
     # the loop's lookups hoisted: per record, only the backend calls and the aggregate remain
-    add, stage = task.aggregate.add, staged.append
+    add, stage = task.aggregate.add, totals.append
     set_current_key, get, update = keyed.set_current_key, state.value, state.update
-    for i, (key, offset) in enumerate(zip(records.keys(), records.offsets.tolist(), strict=True)):
-        if i == halfway:
-            _fault(task, subtask, "processing", attempt)
-        set_current_key(key)
-        value = add(get(), offset)
-        update(value)
-        stage((key, offset, value["total"]))
-    if not len(records):
-        _fault(task, subtask, "processing", attempt)
-    return staged
+
+    def process(keys: list[Any], offsets: list[int]) -> None:
+        for key, offset in zip(keys, offsets, strict=True):
+            set_current_key(key)
+            value = add(get(), offset)
+            update(value)
+            stage(value["total"])
+
+    halfway = len(records) // 2
+    keys, offsets = records.keys(), records.offsets.tolist()
+    process(keys[:halfway], offsets[:halfway])
+    _fault(task, subtask, "processing", attempt)  # halfway through the epoch's records (or with none)
+    process(keys[halfway:], offsets[halfway:])
+    return StagedOutput(records.distinct, records.index, records.offsets, np.array(totals, dtype=np.int64))
 
 
 @dataclass
