@@ -18,6 +18,13 @@ import numpy.typing as npt
 Row = tuple[Any, int, int]
 
 
+def keys_at(distinct: list[Any], index: npt.NDArray[np.intp]) -> list[Any]:
+    """`distinct[i]` for each i of `index`: the very key objects, none converted (an object array gathers them)."""
+    keys = np.empty(len(distinct), dtype=object)
+    keys[:] = distinct
+    return list(keys[index].tolist())
+
+
 @dataclass(frozen=True)
 class StagedOutput:
     """Row i is (`keys[index[i]]`, `positions[i]`, `totals[i]`), in the order the subtask emitted the rows."""
@@ -48,5 +55,4 @@ class StagedOutput:
         return len(self.index)
 
     def rows(self) -> list[Row]:
-        keys = map(self.keys.__getitem__, self.index.tolist())
-        return list(zip(keys, self.positions.tolist(), self.totals.tolist(), strict=True))
+        return list(zip(keys_at(self.keys, self.index), self.positions.tolist(), self.totals.tolist(), strict=True))

@@ -33,7 +33,7 @@ from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.reference.tumbling_windows import TumblingWindowOperator, split_watermark
 from statecert.scenarios.spark.input_table import EPOCH_COLUMNS, aggregate_names
-from statecert.scenarios.spark.staged_output import StagedOutput
+from statecert.scenarios.spark.staged_output import StagedOutput, keys_at
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
@@ -173,9 +173,7 @@ class EpochRecords:
 
     def keys(self) -> list[Any]:
         """Each record's aggregate key."""
-        distinct = np.empty(len(self.distinct), dtype=object)
-        distinct[:] = self.distinct
-        return list(distinct[self.index].tolist())
+        return keys_at(self.distinct, self.index)
 
 
 def _attempt() -> int:
