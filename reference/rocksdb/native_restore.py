@@ -16,6 +16,7 @@ from statecert.reference.format.handle_codec import field
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.rocksdb.column_family_store import iterate_entries
 from statecert.reference.rocksdb.files import download_files
+from statecert.reference.rocksdb.log_files import check_log_files
 from statecert.spec.errors import CheckpointCorruptedError, CheckpointFormatError
 from statecert.spec.handles import IncrementalKeyedStateHandle
 from statecert.spec.serializers import SerializerSnapshot
@@ -53,13 +54,18 @@ def read_native_meta(handle: IncrementalKeyedStateHandle) -> tuple[SerializerSna
 
 
 def open_native_files(handle: IncrementalKeyedStateHandle, target: Path, options: rocksdict.Options) -> rocksdict.Rdict:
-    """Download a native handle's files into `target` and open them; RocksDB's own complaints (a bare Exception
-    from rocksdict) become CheckpointCorruptedError (RDB-7)."""
+    """Download a native handle's files into `target`, check the ones RocksDB reads as logs, and open them;
+    RocksDB's own complaints (a bare Exception from rocksdict) become CheckpointCorruptedError (RDB-7)."""
     name = describe(handle.meta_state)
+    files = {**handle.shared_state, **handle.private_state}
     try:
-        download_files({**handle.shared_state, **handle.private_state}, target)
+        download_files(files, target)
     except ValueError as exc:
         raise CheckpointFormatError(name, str(exc)) from None
+    try:
+        check_log_files(target, files.keys())  # RocksDB's log reader can loop forever on a damaged record
+    except ValueError as exc:
+        raise CheckpointCorruptedError(name, f"the RocksDB files of this handle are damaged: {exc}") from None
     try:
         # A RocksDB checkpoint holds exactly its live SST files. RocksDB treats a MANIFEST cut short as a crash and
         # opens an older version without some of them: a smaller state. Check on a read-only open (no compaction

@@ -21,6 +21,7 @@ import msgpack
 
 from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
 from statecert.reference.format.metadata_codec import MAGIC
+from statecert.reference.rocksdb.log_files import HEADER as LOG_HEADER
 from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 
@@ -195,6 +196,32 @@ def replace_native_meta(directory: Path) -> None:
     write_plain(directory, plain)
 
 
+def rewrite_private_file(name: str, rewrite: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    """Subtask 0's RocksDB file `name` (or the one named by its prefix) rewritten, its size and CRC-32C re-recorded."""
+
+    def damage(directory: Path) -> None:
+        plain = read_plain(directory)
+        private = keyed(plain)["private"]
+        stream = private[next(n for n in sorted(private) if n.startswith(name))]
+        path = directory / stream["path"]
+        path.write_bytes(rewrite(path.read_bytes()))
+        rerecord(directory, stream)
+        write_plain(directory, plain)
+
+    return damage
+
+
+def second_record_type(kind: int) -> Callable[[bytes], bytes]:
+    """The type byte of a log file's second record set to `kind` (RocksDB's own record CRC is left as it was)."""
+
+    def rewrite(data: bytes) -> bytes:
+        _, length, _ = LOG_HEADER.unpack_from(data, 0)
+        second = LOG_HEADER.size + length
+        return data[: second + 6] + bytes((kind,)) + data[second + 7 :]
+
+    return rewrite
+
+
 # -- the corpus ------------------------------------------------------------------------------------------------------
 def swap_keyed_handles(plain: Plain) -> None:
     a, b = subtask(plain, 0), subtask(plain, 1)
@@ -301,4 +328,10 @@ CASES: tuple[Case, ...] = (
          "CheckpointCorruptedError",
          "one bit flipped in an SST file, its CRC-32C re-recorded: RocksDB's own block checksums must catch it"),
     Case("missing-sst", "rocksdb", delete(sst_file), "CheckpointFormatError", "an SST file deleted"),
+    Case("manifest-record-recyclable", "rocksdb", rewrite_private_file("MANIFEST-", second_record_type(5)),
+         "CheckpointCorruptedError",
+         "a MANIFEST record's type byte set to 5 (recyclable), its CRC-32C re-recorded: RocksDB's log reader looped "
+         "forever on it"),
+    Case("current-names-other-file", "rocksdb", rewrite_private_file("CURRENT", lambda _: b"OPTIONS-000013\n"),
+         "CheckpointCorruptedError", "CURRENT names a file that is not a MANIFEST, its CRC-32C re-recorded"),
 )  # fmt: skip
