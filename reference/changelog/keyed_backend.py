@@ -228,7 +228,7 @@ class ChangelogKeyedStateBackend:
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             used = base
             if used is not None:
-                self._writer.upload(pending, stream_factory)
+                self._writer.upload(pending, stream_factory, checkpoint_id)
             if materialization is not None:
                 done = self._materialize(materialization, required=used is None)
                 if used is None and done is not None:
@@ -274,14 +274,18 @@ class ChangelogKeyedStateBackend:
             used = self._checkpoint_bases.pop(checkpoint_id, None)
             for older in [c for c in self._checkpoint_bases if c < checkpoint_id]:
                 del self._checkpoint_bases[older]
+        self._writer.confirm(checkpoint_id)
         if used is not None and used.materialization_id > self._confirmed:
             self._confirmed = used.materialization_id
             self._writer.truncate(used.sequence)
             self._delegate.notify_checkpoint_complete(used.materialization_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """The aborted checkpoint's log segment, if it was the latest upload, is uploaded again by the next
+        checkpoint instead of being referenced by it (KB-SNAP-9), as Flink's changelog backend resets its writer."""
         with self._lock:
             self._checkpoint_bases.pop(checkpoint_id, None)
+        self._writer.reset(checkpoint_id)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def check_open(self) -> None:

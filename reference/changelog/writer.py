@@ -34,7 +34,10 @@ class StateChangelogWriter:
         self._appended: list[Change] = []  # not yet confirmed uploaded
         self._states: dict[str, LoggedState] = {}
         self._uploaded_to = 0
+        self._skipped_to = 0  # changes up to here are in a materialization: never uploaded again
         self._segments: list[ChangelogSegmentHandle] = []
+        self._latest: tuple[int, ChangelogSegmentHandle, tuple[Change, ...]] | None = None  # kept until confirmed
+        self._latest_captured = False  # a later snapshot's synchronous part already builds on the latest upload
         self.bytes_uploaded = 0
 
     @property
@@ -55,13 +58,17 @@ class StateChangelogWriter:
     def capture(self) -> PendingUpload:
         """The changes not yet uploaded, up to now (a snapshot's synchronous part)."""
         with self._lock:
+            self._latest_captured = self._latest is not None
             changes = tuple(c for c in self._appended if c.sequence > self._uploaded_to)
             states = {c.state: self._states[c.state] for c in changes}
             return PendingUpload(self._uploaded_to, self._sequence, states, changes)
 
-    def upload(self, pending: PendingUpload, factory: CheckpointStreamFactory) -> ChangelogSegmentHandle | None:
-        """Write captured changes as one shared segment; None when there were none. Confirmed changes leave
-        memory; a failed upload leaves them for the next snapshot."""
+    def upload(
+        self, pending: PendingUpload, factory: CheckpointStreamFactory, checkpoint_id: int
+    ) -> ChangelogSegmentHandle | None:
+        """Write captured changes as one shared segment for `checkpoint_id`; None when there were none. Uploaded
+        changes leave the queue (the latest upload's are kept until `confirm` or `reset`); a failed upload leaves
+        them for the next snapshot."""
         if not pending.changes:
             return None
         data = encode_segment(self._key_serializer, pending.states, list(pending.changes))
@@ -77,14 +84,40 @@ class StateChangelogWriter:
         segment = ChangelogSegmentHandle(handle, pending.after, pending.up_to)
         with self._lock:
             self._segments.append(segment)
+            self._latest = (checkpoint_id, segment, pending.changes)
+            self._latest_captured = False
             self._uploaded_to = max(self._uploaded_to, pending.up_to)
             self._appended = [c for c in self._appended if c.sequence > self._uploaded_to]
             self.bytes_uploaded += len(data)
         return segment
 
+    def confirm(self, checkpoint_id: int) -> None:
+        """A checkpoint completed: an upload made for it, or for an earlier one, stays in later checkpoints."""
+        with self._lock:
+            if self._latest is not None and self._latest[0] <= checkpoint_id:
+                self._latest = None
+
+    def reset(self, checkpoint_id: int) -> None:
+        """The latest checkpoint was aborted: its segment is dropped from later checkpoints and its changes are
+        uploaded again by the next one, so no checkpoint references a file of an aborted one (KB-SNAP-9; Flink's
+        `StateChangelogWriter.reset`). An upload superseded since, already confirmed, or captured upon by a later
+        snapshot (whose changes start after it) is left alone."""
+        with self._lock:
+            if self._latest is None or self._latest[0] != checkpoint_id:
+                return
+            _, segment, changes = self._latest
+            self._latest = None
+            if self._latest_captured or not self._segments or self._segments[-1] is not segment:
+                return  # a later checkpoint references it already, or it left the log
+            self._segments.pop()
+            kept = [c for c in changes if c.sequence > self._skipped_to]
+            self._appended = [*kept, *self._appended]
+            self._uploaded_to = max(segment.from_sequence, self._skipped_to)
+
     def skip_to(self, sequence: int) -> None:
         """Changes up to `sequence` are in a materialization that needs no log before it: never upload them."""
         with self._lock:
+            self._skipped_to = max(self._skipped_to, sequence)
             self._uploaded_to = max(self._uploaded_to, sequence)
             self._appended = [c for c in self._appended if c.sequence > sequence]
 
