@@ -20,7 +20,7 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 pytestmark = pytest.mark.requirement("KB-SNAP-9", "CL-5")
 
 
-def segment_paths(handle: Any) -> set[int]:
+def segment_ids(handle: Any) -> set[int]:
     """The segments a checkpoint references, by identity (small ones are inline, without a path)."""
     return {id(segment.delegate) for segment in handle.changelog} if handle is not None else set()
 
@@ -48,9 +48,9 @@ def test_the_checkpoint_after_an_abort_uploads_the_aborted_changes_again(
                 backend.notify_checkpoint_aborted(2)
             else:
                 backend.notify_checkpoint_complete(checkpoint_id)
-    aborted_only = segment_paths(handles[2]) - segment_paths(handles[1])
-    assert not aborted_only & segment_paths(handles[3]), (
-        f"KB-SNAP-9: checkpoint 3 references {len(aborted_only & segment_paths(handles[3]))} segment(s) uploaded "
+    aborted_only = segment_ids(handles[2]) - segment_ids(handles[1])
+    assert not aborted_only & segment_ids(handles[3]), (
+        f"KB-SNAP-9: checkpoint 3 references {len(aborted_only & segment_ids(handles[3]))} segment(s) uploaded "
         "only for the aborted checkpoint 2"
     )
     for checkpoint_id in (1, 3):

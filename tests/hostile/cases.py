@@ -143,12 +143,15 @@ def keyed_file(directory: Path, index: int = 0) -> Path:
     return directory / keyed(read_plain(directory), index)["stream"]["path"]
 
 
-def flip_bit(file: Callable[[Path], Path], at: float = 0.5, rerecord_checksum: bool = False) -> Callable[[Path], None]:
+def rewrite(
+    file: Callable[[Path], Path], transform: Callable[[bytes], bytes], rerecord_checksum: bool = False
+) -> Callable[[Path], None]:
+    """The file `transform`ed in place; with `rerecord_checksum`, the size and CRC-32C of every keyed handle's
+    stream at that path re-recorded (a hostile, not a damaged, file)."""
+
     def damage(directory: Path) -> None:
         path = file(directory)
-        data = bytearray(path.read_bytes())
-        data[int(len(data) * at)] ^= 0x08
-        path.write_bytes(bytes(data))
+        path.write_bytes(transform(path.read_bytes()))
         if rerecord_checksum:
             plain = read_plain(directory)
             for s in plain["operators"][0]["subtasks"]:
@@ -161,12 +164,17 @@ def flip_bit(file: Callable[[Path], Path], at: float = 0.5, rerecord_checksum: b
     return damage
 
 
-def truncate(file: Callable[[Path], Path]) -> Callable[[Path], None]:
-    def damage(directory: Path) -> None:
-        path = file(directory)
-        path.write_bytes(path.read_bytes()[:-7])
+def flip_bit(file: Callable[[Path], Path], at: float = 0.5, rerecord_checksum: bool = False) -> Callable[[Path], None]:
+    def flip(data: bytes) -> bytes:
+        flipped = bytearray(data)
+        flipped[int(len(data) * at)] ^= 0x08
+        return bytes(flipped)
 
-    return damage
+    return rewrite(file, flip, rerecord_checksum)
+
+
+def truncate(file: Callable[[Path], Path]) -> Callable[[Path], None]:
+    return rewrite(file, lambda data: data[:-7])
 
 
 def delete(file: Callable[[Path], Path]) -> Callable[[Path], None]:
@@ -196,30 +204,25 @@ def replace_native_meta(directory: Path) -> None:
     write_plain(directory, plain)
 
 
-def rewrite_private_file(name: str, rewrite: Callable[[bytes], bytes]) -> Callable[[Path], None]:
-    """Subtask 0's RocksDB file `name` (or the one named by its prefix) rewritten, its size and CRC-32C re-recorded."""
+def private_file(prefix: str) -> Callable[[Path], Path]:
+    """Subtask 0's RocksDB file whose name starts with `prefix` (the handle's private, non-SST files)."""
 
-    def damage(directory: Path) -> None:
-        plain = read_plain(directory)
-        private = keyed(plain)["private"]
-        stream = private[next(n for n in sorted(private) if n.startswith(name))]
-        path = directory / stream["path"]
-        path.write_bytes(rewrite(path.read_bytes()))
-        rerecord(directory, stream)
-        write_plain(directory, plain)
+    def file(directory: Path) -> Path:
+        private = keyed(read_plain(directory))["private"]
+        return directory / private[next(n for n in sorted(private) if n.startswith(prefix))]["path"]
 
-    return damage
+    return file
 
 
 def second_record_type(kind: int) -> Callable[[bytes], bytes]:
     """The type byte of a log file's second record set to `kind` (RocksDB's own record CRC is left as it was)."""
 
-    def rewrite(data: bytes) -> bytes:
+    def retype(data: bytes) -> bytes:
         _, length, _ = LOG_HEADER.unpack_from(data, 0)
         second = LOG_HEADER.size + length
         return data[: second + 6] + bytes((kind,)) + data[second + 7 :]
 
-    return rewrite
+    return retype
 
 
 # -- the corpus ------------------------------------------------------------------------------------------------------
@@ -328,10 +331,10 @@ CASES: tuple[Case, ...] = (
          "CheckpointCorruptedError",
          "one bit flipped in an SST file, its CRC-32C re-recorded: RocksDB's own block checksums must catch it"),
     Case("missing-sst", "rocksdb", delete(sst_file), "CheckpointFormatError", "an SST file deleted"),
-    Case("manifest-record-recyclable", "rocksdb", rewrite_private_file("MANIFEST-", second_record_type(5)),
+    Case("manifest-record-recyclable", "rocksdb", rewrite(private_file("MANIFEST-"), second_record_type(5), True),
          "CheckpointCorruptedError",
          "a MANIFEST record's type byte set to 5 (recyclable), its CRC-32C re-recorded: RocksDB's log reader looped "
          "forever on it"),
-    Case("current-names-other-file", "rocksdb", rewrite_private_file("CURRENT", lambda _: b"OPTIONS-000013\n"),
+    Case("current-names-other-file", "rocksdb", rewrite(private_file("CURRENT"), lambda _: b"OPTIONS-000013\n", True),
          "CheckpointCorruptedError", "CURRENT names a file that is not a MANIFEST, its CRC-32C re-recorded"),
 )  # fmt: skip
