@@ -15,15 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import keyed_backend, location_for
+from statecert.conformance.suite.test_keyed_state_properties import Sequence_
 from statecert.reference.changelog.records import MAGIC
 from statecert.reference.checkpointing import create_keyed_backend
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.handles import ChangelogStateBackendHandle
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
     VOID_NAMESPACE,
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -38,12 +40,18 @@ VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
 LIST = ListStateDescriptor("l", element_serializer=LongSerializer())
 MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
 REDUCING = ReducingStateDescriptor("r", reduce_function=lambda a, b: a * 3 + b, serializer=LongSerializer())
+AGGREGATING = AggregatingStateDescriptor(
+    "a", aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer()
+)
+STATES = (VALUE, LIST, MAP, REDUCING, AGGREGATING)
 KEYS = [f"k{i}" for i in range(8)]
 Step = tuple[str, int, int]  # operation, key index, number
 
 STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["set", "append", "put", "remove", "reduce", "clear"]), st.integers(0, 7), st.integers(0, 9)
+        st.sampled_from(["set", "append", "put", "remove", "reduce", "aggregate", "clear"]),
+        st.integers(0, 7),
+        st.integers(0, 9),
     ),
     min_size=1,
     max_size=30,
@@ -63,22 +71,24 @@ def apply(backend: Any, step: Step) -> None:
         backend.get_or_create_state(MAP).remove(f"u{number % 3}")
     elif op == "reduce":
         backend.get_or_create_state(REDUCING).add(number)
+    elif op == "aggregate":
+        backend.get_or_create_state(AGGREGATING).add(str(number))
     else:
-        for descriptor in (VALUE, LIST, MAP, REDUCING):
+        for descriptor in STATES:
             backend.get_or_create_state(descriptor).clear()
 
 
 def contents(backend: Any) -> dict[str, Any]:
-    """Every key's value, list, map and reduced value, read through the public API."""
-    states = [backend.get_or_create_state(d) for d in (VALUE, LIST, MAP, REDUCING)]
+    """Every key's value, list, map, reduced and aggregated value, read through the public API."""
+    states = [backend.get_or_create_state(d) for d in STATES]
     out = {}
     for key in KEYS:
         try:
             backend.set_current_key(key)
         except Exception:
             continue  # another subtask's key
-        value, lst, mp, reduced = states
-        out[key] = (value.value(), lst.get(), sorted(mp.items()), reduced.get())
+        value, lst, mp, reduced, aggregated = states
+        out[key] = (value.value(), lst.get(), sorted(mp.items()), reduced.get(), aggregated.get())
     return out
 
 
