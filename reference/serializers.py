@@ -1,27 +1,25 @@
 """Built-in serializers. None of them unpickles: bytes from a savepoint can only become plain data (SER-8).
 
-Each serializer is registered by id so that a snapshot in a checkpoint can be turned back into the serializer
-that wrote it (the "restore serializer", SER-4). Third parties register theirs through the entry-point group
-`statecert.serializers` or `register_serializer`.
+Each serializer is registered by id in the spec's registry (`statecert.spec.serializer_registry`) so that a
+snapshot in a checkpoint can be turned back into the serializer that wrote it (the "restore serializer", SER-4).
+Third parties register theirs through the entry-point group `statecert.serializers` or `register_serializer`.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, TypeVar
 
 import mmh3
 import msgpack
 
-from statecert.spec.errors import StateMigrationError
+from statecert.spec.serializer_registry import register_serializer as register_serializer
+from statecert.spec.serializer_registry import restore_serializer as restore_serializer
 from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, VoidNamespace
 
 T = TypeVar("T")
-
-_REGISTRY: dict[str, Callable[[SerializerSnapshot], TypeSerializer[Any]]] = {}
 
 
 def _to_int32(value: int) -> int:
@@ -64,7 +62,7 @@ class BaseSerializer:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "serializer_id" in cls.__dict__:
-            _REGISTRY[cls.serializer_id] = cls.from_snapshot
+            register_serializer(cls.serializer_id, cls.from_snapshot)
 
     def serialize(self, value: Any) -> bytes:
         raise NotImplementedError
@@ -460,28 +458,6 @@ def combine_compatibility(
         nested = [r.reconfigured or s for r, s in zip(results, current, strict=False)]
         return SchemaCompatibility.with_reconfigured(rebuild(nested), "a nested serializer was reconfigured")
     return SchemaCompatibility.as_is()
-
-
-def register_serializer(serializer_id: str, from_snapshot: Callable[[SerializerSnapshot], TypeSerializer[Any]]) -> None:
-    """Make a third-party serializer restorable from the snapshots it writes (SER-4)."""
-    _REGISTRY[serializer_id] = from_snapshot
-
-
-def restore_serializer(snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
-    """The serializer that wrote state under `snapshot`; only registered ids, never arbitrary code (SER-4, SER-8)."""
-    factory = _REGISTRY.get(snapshot.serializer_id)
-    if factory is None:
-        for ep in entry_points(group="statecert.serializers", name=snapshot.serializer_id):
-            factory = ep.load()
-            _REGISTRY[snapshot.serializer_id] = factory
-    if factory is None:
-        raise StateMigrationError(
-            f"unknown serializer {snapshot.serializer_id!r} in the snapshot; known: {sorted(_REGISTRY)}"
-        )
-    try:
-        return factory(snapshot)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateMigrationError(f"malformed configuration of serializer {snapshot.serializer_id!r}: {exc}") from exc
 
 
 DEFAULT_KEY_SERIALIZER: TypeSerializer[Any] = MsgpackSerializer()
