@@ -34,6 +34,7 @@ from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.serializers import Compatibility
 from statecert.spec.state import StateKind
 from statecert.spec.timers import InternalTimer
 
@@ -569,6 +570,52 @@ class _DeleteKeepsDueQueue(TimerQueue):
         self._state.remove(time)
 
 
+# 38. TTL: adding to reducing state folds the new value into an expired one instead of starting again.
+class _FoldsExpired(ReducingStateImpl):
+    def add(self, value: Any) -> None:
+        key, key_group = self._entry_key()
+        stored = self.store.get(key_group, key)
+        if value is None or stored is None or not self._ttl_enabled:
+            super().add(value)
+            return
+        current = self._ser.deserialize(self._ttl.payload(stored))
+        self._put_bytes(self._ser.serialize(self._reduce(current, value)))
+
+
+# 39. A key serializer that is compatible once reconfigured is used as given, not reconfigured, after restore.
+class _KeySerializerNotReconfigured(HeapKeyedStateBackend):
+    def restore_handles(self, handles: Any) -> None:
+        from statecert.reference import keyed_backend_base
+
+        original = keyed_backend_base.check_key_serializer
+        keyed_backend_base.check_key_serializer = lambda new, old: (original(new, old), new)[1]  # type: ignore[assignment]
+        try:
+            super().restore_handles(handles)
+        finally:
+            keyed_backend_base.check_key_serializer = original
+
+
+# 40. A key serializer that needs migration is accepted on restore, and reads the old keys' bytes as they are.
+class _KeySerializerMigrationAccepted(HeapKeyedStateBackend):
+    def restore_handles(self, handles: Any) -> None:
+        from statecert.reference import keyed_backend_base
+
+        original = keyed_backend_base.check_key_serializer
+
+        def lenient(new: Any, old: Any) -> Any:
+            return (
+                new
+                if new.resolve_compatibility(old).kind is Compatibility.COMPATIBLE_AFTER_MIGRATION
+                else original(new, old)
+            )
+
+        keyed_backend_base.check_key_serializer = lenient  # type: ignore[assignment]
+        try:
+            super().restore_handles(handles)
+        finally:
+            keyed_backend_base.check_key_serializer = original
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     service = type("Service", (KeyedTimerService,), {"queue_class": queue})
 
@@ -667,6 +714,9 @@ timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
+ttl_folds_expired = _factory(_with_state(ReducingStateImpl, _FoldsExpired))
+key_serializer_not_reconfigured = _factory(_KeySerializerNotReconfigured)
+key_serializer_migration_accepted = _factory(_KeySerializerMigrationAccepted)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -715,4 +765,7 @@ CAUGHT_BY = {
     "changelog_truncates_early": "CL-5",
     "changelog_replays_out_of_order": "CL-4",
     "changelog_ignores_log": "CL-4",
+    "ttl_folds_expired": "TTL-3",
+    "key_serializer_not_reconfigured": "SER-6",
+    "key_serializer_migration_accepted": "SER-6",
 }

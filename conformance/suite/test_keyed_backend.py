@@ -321,6 +321,34 @@ def test_key_serializer_migration_fails_restore(state_backend: Any, storage: Any
         restore(state_backend, handle, key_serializer=LongSerializer())
 
 
+@pytest.mark.requirement("SER-6", "SER-3")
+@pytest.mark.capability("schema_evolution")
+def test_reconfigured_key_serializer_finds_every_restored_key(state_backend: Any, storage: Any) -> None:
+    names = ["a", "b", "c"]
+    with keyed_backend(state_backend, key_serializer=EnumSerializer(names)) as backend:
+        state = backend.get_or_create_state(VALUE)
+        for i, name in enumerate(names):
+            backend.set_current_key(name)
+            state.update(i)
+        handle = snapshot_now(backend, location_for(storage))
+    # reordered and extended: compatible once reconfigured to the old ordinals, so every key keeps its bytes
+    with restore(state_backend, handle, key_serializer=EnumSerializer(["z", "c", "b", "a"])) as restored:
+        state = restored.get_or_create_state(VALUE)
+        got = {}
+        for name in names:
+            restored.set_current_key(name)
+            got[name] = state.value()
+        expected = {name: i for i, name in enumerate(names)}
+        assert got == expected, (
+            f"SER-6: restored with a key serializer that is compatible once reconfigured, keys read {got}, expected "
+            f"{expected} (the keys must be looked up with the reconfigured serializer's bytes)"
+        )
+        restored.set_current_key("z")
+        state.update(9)
+        keys = sorted(restored.get_keys(VALUE.name, VOID_NAMESPACE))
+        assert keys == ["a", "b", "c", "z"], f"SER-6: get_keys after reconfiguration gave {keys}"
+
+
 @pytest.mark.requirement("TTL-5")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize(("before", "after"), [(None, TtlConfig(10)), (TtlConfig(10), None)])

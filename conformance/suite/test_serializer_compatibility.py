@@ -191,3 +191,21 @@ def test_every_value_survives_a_real_migration(state_backend: Any, storage: Any)
         value = final.get_or_create_state(_versioned(2)[0])
         final.set_current_key(keys[7])
         assert value.value() == 7, "SER-2: the migrated state's snapshot does not read back under v2"
+
+
+@pytest.mark.requirement("SER-6")
+def test_key_serializer_that_needs_migration_fails_restore(state_backend: Any, storage: Any) -> None:
+    """Same serializer id, a new version whose bytes differ: compatible after migration, which keys cannot be (their
+    bytes place them in key groups), so restore fails instead of reading the old bytes or rehashing them."""
+    with keyed_backend(state_backend, key_serializer=VersionedCount(1)) as backend:
+        state = backend.get_or_create_state(ValueStateDescriptor("v", serializer=L))
+        for key in range(20):
+            backend.set_current_key(key)
+            state.update(key)
+        handle = snapshot_now(backend, location_for(storage))
+    try:
+        restored = keyed_backend(state_backend, restore=[handle], key_serializer=VersionedCount(2))
+    except StateMigrationError:
+        return
+    restored.dispose()
+    pytest.fail("SER-6: restore with a key serializer needing migration (v1 -> v2) did not raise StateMigrationError")

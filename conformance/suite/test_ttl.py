@@ -13,9 +13,11 @@ from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     ManualClock,
     MapStateDescriptor,
+    ReducingStateDescriptor,
     TtlConfig,
     TtlStateVisibility,
     TtlUpdateType,
@@ -132,6 +134,58 @@ def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClo
         assert list(mp.items()) == [("new", 2)], f"TTL-4: expected the fresh map entry only, got {list(mp.items())}"
         clock.advance(100)
         assert lst.get() is None and mp.is_empty()
+
+
+class Concatenation:
+    """A non-commutative aggregate function: the accumulator is the added strings in the order they came."""
+
+    def create_accumulator(self) -> str:
+        return ""
+
+    def add(self, value: str, accumulator: str) -> str:
+        return accumulator + value
+
+    def get_result(self, accumulator: str) -> str:
+        return accumulator
+
+    def merge(self, a: str, b: str) -> str:
+        return a + b
+
+
+def folding(kind: str, ttl: TtlConfig) -> Any:
+    """Reducing or aggregating state of strings, concatenated in the order they are added."""
+    if kind == "reducing":
+        return ReducingStateDescriptor("tf", reduce_function=lambda a, b: a + b, serializer=StringSerializer(), ttl=ttl)
+    return AggregatingStateDescriptor(
+        "tf", aggregate_function=Concatenation(), accumulator_serializer=StringSerializer(), ttl=ttl
+    )
+
+
+@pytest.mark.requirement("TTL-1", "TTL-2", "TTL-3")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", ["aggregating", "reducing"])
+def test_reducing_and_aggregating_state_expire_and_start_again_from_no_value(
+    state_backend: Any, clock: ManualClock, kind: str
+) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(folding(kind, TtlConfig(100)))
+        state.add("a")
+        clock.advance(60)
+        state.add("b")  # a write: the value's timestamp is now 60 ms
+        clock.advance(99)
+        got = state.get()
+        assert got == "ab", f"TTL-2: {kind} state added to at 0 and 60 ms read {got!r} at 159 ms of a 100 ms TTL"
+        clock.advance(100)  # 259 ms: expired at 160 ms, and not read since
+        state.add("c")
+        got = state.get()
+        assert got == "c", (
+            f"TTL-3: add('c') at 259 ms to {kind} state that expired at 160 ms: expected 'c', got {got!r} "
+            "(the expired value must not be folded into the new one)"
+        )
+        clock.advance(100)
+        got = state.get()
+        assert got is None, f"TTL-1: {kind} state added to at 259 ms read {got!r} at 359 ms of a 100 ms TTL"
 
 
 @pytest.mark.requirement("TTL-6")
