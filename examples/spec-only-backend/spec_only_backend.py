@@ -4,7 +4,9 @@ chapter (spec/chapters/16-interchange.md). It imports nothing from `statecert.re
 State lives in plain dicts of serialized bytes, one dict per state: `(key group, key bytes, namespace bytes)` ->
 bytes (value, reducing, aggregating), list of bytes (list) or dict of bytes (map). A snapshot copies the dicts in
 its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. It
-declares what it leaves out (TTL, operator state, schema evolution) and fails with the documented errors (SB-3).
+declares what it leaves out (TTL, operator state) and fails with the documented errors (SB-3). Schema evolution
+(SER-3..SER-7) uses only the spec: restored state is read with the serializer that wrote it, which the spec's
+registry (`statecert.spec.serializer_registry`) restores from the snapshot in the checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from statecert.spec.handles import CANONICAL_FORMAT, FileStateHandle, KeyedState
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, check_max_parallelism
 from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.serializer_registry import restore_serializer
 from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, StateDescriptor, StateKind
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
@@ -114,11 +117,30 @@ def serializers_of(descriptor: Any) -> dict[str, TypeSerializer[Any]]:
     return {"value": descriptor.serializer or DEFAULT}
 
 
-def check_compatible(what: str, new: TypeSerializer[Any], old: SerializerSnapshot) -> None:
-    """This backend reads old bytes with the new serializer only when they are compatible as is."""
+def resolve(what: str, new: TypeSerializer[Any], old: SerializerSnapshot) -> tuple[TypeSerializer[Any], bool]:
+    """SER-3: the serializer to use from now on and whether the old bytes must be migrated to it; incompatible is a
+    StateMigrationError naming `what` (SER-7)."""
     result = new.resolve_compatibility(old)
-    if result.kind is not Compatibility.COMPATIBLE_AS_IS:
-        raise StateMigrationError(f"{what}: {result.kind.value} ({result.reason}); this backend does not migrate")
+    if result.kind is Compatibility.INCOMPATIBLE:
+        raise StateMigrationError(f"{what} is incompatible: {result.reason}")
+    if result.kind is Compatibility.COMPATIBLE_WITH_RECONFIGURED_SERIALIZER and result.reconfigured is not None:
+        return result.reconfigured, False
+    return new, result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION
+
+
+def migrate(table: Table, old: Mapping[str, TypeSerializer[Any]], new: Mapping[str, TypeSerializer[Any]]) -> None:
+    """SER-5: rewrite every entry of the roles in `old` from the old serializer's bytes to the new one's."""
+
+    def convert(role: str, data: bytes) -> bytes:
+        return new[role].serialize(old[role].deserialize(data)) if role in old else data
+
+    for key, payload in table.entries.items():
+        if table.kind is StateKind.LIST:
+            table.entries[key] = [convert("element", e) for e in payload]
+        elif table.kind is StateKind.MAP:
+            table.entries[key] = {convert("user_key", k): convert("user_value", v) for k, v in payload.items()}
+        else:
+            table.entries[key] = convert("value", payload)
 
 
 # -- one registered (or restored) state --------------------------------------------------------------------------
@@ -166,9 +188,16 @@ class Table:
 class _State:
     """State bound to the backend's current key and its own namespace (KS-3)."""
 
-    def __init__(self, backend: SpecOnlyKeyedBackend, table: Table, descriptor: Any, ns: TypeSerializer[Any]):
+    def __init__(
+        self,
+        backend: SpecOnlyKeyedBackend,
+        table: Table,
+        descriptor: Any,
+        ns: TypeSerializer[Any],
+        serializers: dict[str, TypeSerializer[Any]],
+    ):
         self.backend, self.table, self.descriptor, self.ns = backend, table, descriptor, ns
-        self.ser = serializers_of(descriptor)
+        self.ser = serializers
         self.ns_bytes: bytes | None = b"" if ns is VOID else None
 
     def set_current_namespace(self, namespace: Any) -> None:
@@ -340,11 +369,12 @@ class MapState(_State):
 
 class MapIterator(Iterator[tuple[Any, Any]]):
     def __init__(self, state: MapState) -> None:
-        self.state, self.items, self.last = state, state.items(), None
+        self.state, self.items = state, state.items()
+        self.last: tuple[Any, Any] | None = None
 
     def __next__(self) -> tuple[Any, Any]:
-        self.last = next(self.items)
-        return self.last
+        self.last = last = next(self.items)
+        return last
 
     def remove(self) -> None:
         if self.last is None:
@@ -488,7 +518,7 @@ class SpecOnlyKeyedBackend:
 
     @property
     def number_of_key_groups(self) -> int:
-        return self.params.max_parallelism
+        return int(self.params.max_parallelism)
 
     @property
     def key_serializer(self) -> TypeSerializer[Any]:
@@ -536,11 +566,18 @@ class SpecOnlyKeyedBackend:
                 raise StateMigrationError(
                     f"state {descriptor.name!r} is {table.kind.value}, not {descriptor.kind.value}"
                 )
-            check_compatible(f"state {descriptor.name!r} namespace", ns, table.namespace)
+            if ns.resolve_compatibility(table.namespace).kind is not Compatibility.COMPATIBLE_AS_IS:
+                raise StateMigrationError(f"state {descriptor.name!r}: the namespace serializer changed")
+            old: dict[str, TypeSerializer[Any]] = {}
             for role, serializer in serializers.items():
-                check_compatible(f"state {descriptor.name!r} {role} serializer", serializer, table.serializers[role])
-            table.validate(serializers, ns)
-        state = KINDS[descriptor.kind](self, table, descriptor, ns)
+                what = f"state {descriptor.name!r}: the new {role} serializer"
+                serializers[role], migrates = resolve(what, serializer, table.serializers[role])
+                if migrates:
+                    old[role] = restore_serializer(table.serializers[role])  # SER-4: the one that wrote the bytes
+            table.validate({**serializers, **old}, ns)
+            migrate(table, old, serializers)
+            table.serializers = {role: s.snapshot_configuration() for role, s in serializers.items()}
+        state = KINDS[descriptor.kind](self, table, descriptor, ns, serializers)
         self._states[descriptor.name] = state
         return state
 
@@ -616,7 +653,10 @@ class SpecOnlyKeyedBackend:
                 continue
             stream = CanonicalStream(handle)
             try:
-                check_compatible("key serializer", self._key_serializer, stream.key_serializer)
+                key_serializer = self._key_serializer
+                self._key_serializer, migrates = resolve("the key serializer", key_serializer, stream.key_serializer)
+                if migrates:  # SER-6: keys are hashed into key groups, so they may be reconfigured, never migrated
+                    raise StateMigrationError("the key serializer needs migration, which restore cannot do")
                 tables = [self._tables.setdefault(t.name, t) for t in stream.tables]
                 for table in tables:
                     table.source = table.source or stream.name
@@ -676,7 +716,7 @@ class SpecOnlyStateBackend:
         rescaling=True,
         operator_state=False,
         ttl=False,
-        schema_evolution=False,
+        schema_evolution=True,
     )
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> SpecOnlyKeyedBackend:
