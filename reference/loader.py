@@ -9,6 +9,7 @@ DynamicCodeLoadingError for code that cannot be loaded, IllegalConfigurationErro
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
@@ -62,6 +63,17 @@ def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, obj
         )
     if not callable(factory):
         raise DynamicCodeLoadingError(f"{what} factory {name!r} is not callable (a {type(factory).__name__})")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a callable without an introspectable signature is given the benefit
+        return factory  # type: ignore[no-any-return]
+    try:
+        signature.bind({})
+    except TypeError as exc:
+        raise DynamicCodeLoadingError(
+            f"{what} factory {name!r} cannot be called with the configuration as its one argument "
+            f"(signature {signature}: {exc}); name a factory taking the configuration mapping"
+        ) from exc
     return factory  # type: ignore[no-any-return]
 
 

@@ -37,6 +37,12 @@ def not_a_backend(config):
     return 42
 
 NOT_CALLABLE = 7
+
+class TakesNoConfig(HashMapStateBackend):
+    pass
+
+def takes_two(config, extra):
+    return NamedBackend("two")
 """
 
 
@@ -107,6 +113,8 @@ def test_unknown_name_lists_known_names() -> None:
         ("no_such_module_xyz:factory", "cannot be imported"),
         ("sc_plugin_backend:missing", "has no attribute"),
         ("sc_plugin_backend:NOT_CALLABLE", "not callable"),
+        ("sc_plugin_backend:TakesNoConfig", "cannot be called with the configuration as its one argument"),
+        ("sc_plugin_backend:takes_two", r"signature \(config, extra\)"),
         ("sc_plugin_backend:not_a_backend", "not a StateBackend"),
         ("broken", "cannot be loaded"),
     ],
