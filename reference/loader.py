@@ -63,10 +63,17 @@ def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, obj
         )
     if not callable(factory):
         raise DynamicCodeLoadingError(f"{what} factory {name!r} is not callable (a {type(factory).__name__})")
+    return factory  # type: ignore[no-any-return]
+
+
+def load_configured_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, object]], Any]:
+    """`load_factory` for a factory called with the configuration mapping (LD-3): one whose signature cannot take
+    it is a DynamicCodeLoadingError naming it (LD-5), not a TypeError from the call."""
+    factory = load_factory(name, group, what)
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # a callable without an introspectable signature is given the benefit
-        return factory  # type: ignore[no-any-return]
+        return factory
     try:
         signature.bind({})
     except TypeError as exc:
@@ -74,7 +81,7 @@ def load_factory(name: str, group: str, what: str) -> Callable[[Mapping[str, obj
             f"{what} factory {name!r} cannot be called with the configuration as its one argument "
             f"(signature {signature}: {exc}); name a factory taking the configuration mapping"
         ) from exc
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 def _configured_backend_name(config: Mapping[str, object]) -> str:
@@ -116,7 +123,7 @@ def _load_state_backend(app_backend: StateBackend | None, config: Mapping[str, o
             return app_backend.configure(config)
         return app_backend
     name = _configured_backend_name(config)
-    backend = load_factory(name, STATE_BACKEND_GROUP, "state backend")(config)
+    backend = load_configured_factory(name, STATE_BACKEND_GROUP, "state backend")(config)
     if not isinstance(backend, StateBackend):
         raise DynamicCodeLoadingError(
             f"state backend factory {name!r} returned {type(backend).__name__}, not a StateBackend"
@@ -145,7 +152,7 @@ def load_checkpoint_storage(
         return FileSystemCheckpointStorage.from_config(config)
     if name.lower() == "jobmanager":
         return JobManagerCheckpointStorage.from_config(config)
-    storage = load_factory(name, CHECKPOINT_STORAGE_GROUP, "checkpoint storage")(config)
+    storage = load_configured_factory(name, CHECKPOINT_STORAGE_GROUP, "checkpoint storage")(config)
     if not callable(getattr(storage, "create_checkpoint_storage", None)):
         raise DynamicCodeLoadingError(f"checkpoint storage factory {name!r} returned {type(storage).__name__}")
     return storage

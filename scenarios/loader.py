@@ -14,7 +14,12 @@ from statecert.reference.config import catalog
 from statecert.reference.coordinator.restart import FixedDelayRestart, RestartStrategy, restart_strategy_from_config
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
 from statecert.reference.key_types import KEY_TYPES, KeyType
-from statecert.reference.loader import BUILT_IN_BACKENDS, STATE_BACKEND_GROUP, load_factory, registered_names
+from statecert.reference.loader import (
+    BUILT_IN_BACKENDS,
+    STATE_BACKEND_GROUP,
+    load_configured_factory,
+    registered_names,
+)
 from statecert.reference.simulator.flink_config import checkpointing_as_config
 from statecert.scenarios.model import (
     Action,
@@ -83,7 +88,7 @@ def backend_problem(name: str) -> str | None:
         return None
     if ":" in name:
         try:
-            load_factory(name, STATE_BACKEND_GROUP, "state backend")
+            load_configured_factory(name, STATE_BACKEND_GROUP, "state backend")
         except StateCertError as exc:
             return str(exc)
         return None
