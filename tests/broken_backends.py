@@ -351,19 +351,33 @@ class _FirstRoleOnly(_RegistersRestoredWith):
         return {**serializers, **resolve_state_serializers(store, descriptor, {first: serializers[first]}, ns)}
 
 
-# 24. The key serializer is checked only when the restore keeps the range (the fast path).
-class _KeySerializerUncheckedOnRescale(HeapKeyedStateBackend):
+class _KeyCheckOverride(HeapKeyedStateBackend):
+    """A heap keyed backend whose restore checks the key serializer with `key_check` instead of the reference's
+    `check_key_serializer` (SER-6), which `key_check` gets to call."""
+
+    def key_check(self, new: Any, old: Any, check: Any) -> Any:
+        return check(new, old)
+
     def restore_handles(self, handles: Any) -> None:
         from statecert.reference import keyed_backend_base
 
-        rescaling = any(getattr(h, "key_group_range", self.key_group_range) != self.key_group_range for h in handles)
         original = keyed_backend_base.check_key_serializer
-        if rescaling:
-            keyed_backend_base.check_key_serializer = lambda new, old: new  # type: ignore[assignment]
+        keyed_backend_base.check_key_serializer = lambda new, old: self.key_check(new, old, original)  # type: ignore[assignment]
         try:
             super().restore_handles(handles)
         finally:
             keyed_backend_base.check_key_serializer = original
+
+
+# 24. The key serializer is checked only when the restore keeps the range (the fast path).
+class _KeySerializerUncheckedOnRescale(_KeyCheckOverride):
+    def restore_handles(self, handles: Any) -> None:
+        own = self.key_group_range
+        self.rescaling = any(getattr(h, "key_group_range", own) != own for h in handles)
+        super().restore_handles(handles)
+
+    def key_check(self, new: Any, old: Any, check: Any) -> Any:
+        return new if self.rescaling else check(new, old)
 
 
 # 25. A merge with a single source appends it to the target but keeps the source.
@@ -583,37 +597,18 @@ class _FoldsExpired(ReducingStateImpl):
 
 
 # 39. A key serializer that is compatible once reconfigured is used as given, not reconfigured, after restore.
-class _KeySerializerNotReconfigured(HeapKeyedStateBackend):
-    def restore_handles(self, handles: Any) -> None:
-        from statecert.reference import keyed_backend_base
-
-        original = keyed_backend_base.check_key_serializer
-        keyed_backend_base.check_key_serializer = lambda new, old: (original(new, old), new)[1]  # type: ignore[assignment]
-        try:
-            super().restore_handles(handles)
-        finally:
-            keyed_backend_base.check_key_serializer = original
+class _KeySerializerNotReconfigured(_KeyCheckOverride):
+    def key_check(self, new: Any, old: Any, check: Any) -> Any:
+        check(new, old)  # still refuses what needs migration or is incompatible
+        return new
 
 
 # 40. A key serializer that needs migration is accepted on restore, and reads the old keys' bytes as they are.
-class _KeySerializerMigrationAccepted(HeapKeyedStateBackend):
-    def restore_handles(self, handles: Any) -> None:
-        from statecert.reference import keyed_backend_base
-
-        original = keyed_backend_base.check_key_serializer
-
-        def lenient(new: Any, old: Any) -> Any:
-            return (
-                new
-                if new.resolve_compatibility(old).kind is Compatibility.COMPATIBLE_AFTER_MIGRATION
-                else original(new, old)
-            )
-
-        keyed_backend_base.check_key_serializer = lenient  # type: ignore[assignment]
-        try:
-            super().restore_handles(handles)
-        finally:
-            keyed_backend_base.check_key_serializer = original
+class _KeySerializerMigrationAccepted(_KeyCheckOverride):
+    def key_check(self, new: Any, old: Any, check: Any) -> Any:
+        if new.resolve_compatibility(old).kind is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+            return new
+        return check(new, old)
 
 
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:

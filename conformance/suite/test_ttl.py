@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, snapshot_now
+from statecert.conformance.suite.test_keyed_state_properties import Sequence_
 from statecert.reference.checkpointing import take_snapshot
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -136,28 +137,12 @@ def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClo
         assert lst.get() is None and mp.is_empty()
 
 
-class Concatenation:
-    """A non-commutative aggregate function: the accumulator is the added strings in the order they came."""
-
-    def create_accumulator(self) -> str:
-        return ""
-
-    def add(self, value: str, accumulator: str) -> str:
-        return accumulator + value
-
-    def get_result(self, accumulator: str) -> str:
-        return accumulator
-
-    def merge(self, a: str, b: str) -> str:
-        return a + b
-
-
 def folding(kind: str, ttl: TtlConfig) -> Any:
     """Reducing or aggregating state of strings, concatenated in the order they are added."""
     if kind == "reducing":
         return ReducingStateDescriptor("tf", reduce_function=lambda a, b: a + b, serializer=StringSerializer(), ttl=ttl)
     return AggregatingStateDescriptor(
-        "tf", aggregate_function=Concatenation(), accumulator_serializer=StringSerializer(), ttl=ttl
+        "tf", aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer(), ttl=ttl
     )
 
 
