@@ -12,7 +12,7 @@ from statecert.reference.key_types import KeyType
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.simulator.checkers import check_outputs
 from statecert.reference.simulator.inputs import generate_inputs
-from statecert.reference.simulator.tasks import Record
+from statecert.reference.simulator.record import Record
 from statecert.reference.tumbling_windows import check_windows, expected_windows
 from statecert.scenarios.model import Scenario
 

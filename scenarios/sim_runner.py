@@ -119,7 +119,7 @@ def run_on_simulator(
 def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation) -> RunResult:
     final = sim.last_committed_pointer
     aggregate = aggregate_of(scenario, plan.serializer_version)
-    ends = {s: sim.end_offsets.get(s, len(records)) for s, records in enumerate(sim.inputs)}
+    ends = {s: sim.end_offsets.get(s, len(ids)) for s, ids in enumerate(sim.input_ids)}
     if sim.cancelled:  # the output ends at the last completed checkpoint or savepoint: what was committed
         ends = source_offsets(load_checkpoint_metadata(final), sim.backend) if final else dict(sim.start_offsets)
     return RunResult(

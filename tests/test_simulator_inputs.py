@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statecert.reference.simulator.inputs import draw_key_indices, generate_inputs
-from statecert.reference.simulator.tasks import Record
+from statecert.reference.simulator.record import Record
 
 key_counts = st.one_of(st.integers(1, 70), st.sampled_from([64, 128, 2**16, 2**16 + 1, 2**31 - 1, 2**32 - 1]))
 

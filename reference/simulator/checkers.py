@@ -9,6 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 Output = tuple[str, int, int]  # key, source offset, the key's running total after the record
 
 
@@ -51,4 +54,39 @@ def check_outputs(
         lost += sum(1 for o in offsets if o not in counts)
         duplicated += sum(c - 1 for c in counts.values() if c > 1)
         out_of_order += sum(1 for a, b in itertools.pairwise(got) if b < a)
+    return CheckResult(lost, duplicated, out_of_order, wrong_counts)
+
+
+def check_output_columns(
+    expected_keys: npt.NDArray[np.int64],
+    expected_offsets: npt.NDArray[np.int64],
+    committed: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    initial_totals: npt.NDArray[np.int64],
+    weights: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+) -> CheckResult:
+    """`check_outputs` over columns, for runs of millions of records: keys are dense indexes (`initial_totals[k]`
+    is key k's total when the run starts); `expected_keys[i]`, `expected_offsets[i]` the expected records in
+    source order; `committed` the sink's (key, offset, running total) columns in commit order."""
+    keys, offsets, totals = committed
+    key_count = len(initial_totals)
+    order = np.argsort(keys, kind="stable")  # per key, in commit order
+    k, o, t = keys[order], offsets[order], totals[order]
+    w = weights(o)
+    running = np.cumsum(w)
+    first = np.ones(len(k), dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(k)), 0))
+    within = running - running[start] + w[start]
+    wrong_counts = int(np.count_nonzero(initial_totals[k] + within != t))
+    checked = np.zeros(key_count, dtype=bool)  # keys with expected records: the others are not judged
+    checked[expected_keys] = True
+    mask = checked[k]
+    k, o = k[mask], o[mask]
+    out_of_order = int(np.count_nonzero((k[1:] == k[:-1]) & (o[1:] < o[:-1])))
+    stride = int(max(o.max(initial=0), expected_offsets.max(initial=0))) + 1
+    pairs, counts = np.unique(k * stride + o, return_counts=True)
+    duplicated = int((counts - 1).sum())
+    wanted = expected_keys * stride + expected_offsets
+    at = np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))
+    lost = len(wanted) if not len(pairs) else int(np.count_nonzero(pairs[at] != wanted))
     return CheckResult(lost, duplicated, out_of_order, wrong_counts)

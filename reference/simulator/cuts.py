@@ -12,7 +12,8 @@ from typing import Any
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.rescale import keyed_handles_for_subtask
-from statecert.reference.simulator.tasks import CHANNEL_STATE, OFFSET, OUTPUT_STATE, Record, unpack
+from statecert.reference.simulator.record import Record
+from statecert.reference.simulator.tasks import CHANNEL_STATE, OFFSET, OUTPUT_STATE, unpack
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.metadata import CheckpointMetadata, OperatorState
@@ -58,7 +59,7 @@ def cut_violations(
     metadata: CheckpointMetadata,
     backend: Any,
     keys: TypeSerializer[Any],
-    inputs: Sequence[Sequence[Record]],
+    input_weights: Callable[[dict[int, int]], Counter[Any]],
     stages: Sequence[str],
     original_key: Callable[[str, str], str],
     aggregate: KeyedAggregate,
@@ -72,9 +73,7 @@ def cut_violations(
             totals[aggregate.key(r.key, r.source)] += aggregate.weight(r.offset)
         return totals
 
-    expected: Counter[str] = Counter()
-    for s, records in enumerate(inputs):
-        expected += weights(records[: offsets.get(s, 0)])
+    expected = input_weights(offsets)
     upstream: Counter[str] = Counter()  # channel state at earlier stages: records not yet counted downstream
     for state in metadata.operator("source").subtask_states.values():  # the sources' output channel state
         params = OperatorBackendParameters("check", "source", state.managed_operator_state)

@@ -14,7 +14,7 @@ import random
 import numpy as np
 import numpy.typing as npt
 
-from statecert.reference.simulator.tasks import Record
+from statecert.reference.simulator.record import Record
 
 _WORD_BITS = 32
 

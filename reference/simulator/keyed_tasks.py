@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import simpy
 
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.coordinator.settings import CheckpointingMode
 from statecert.reference.simulator.output_buffers import DataBuffer, OutputBuffers
+from statecert.reference.simulator.record_batch import RecordBatch
+from statecert.reference.simulator.sink_output import OutputColumns, SinkPart
 from statecert.reference.simulator.tasks import (
     CHANNEL_STATE,
     OUTPUT_STATE,
     Barrier,
     CheckpointProgress,
-    Record,
     Watermark,
     pack,
     unpack,
@@ -100,9 +103,6 @@ class KeyedTask:
         """Nothing restored, pending or staged: what the end of the job waits for."""
         return not self.replaying and not self.progress
 
-    def key_of(self, record: Record) -> Any:
-        return self.sim.aggregate.key(record.key, record.source)
-
     def notify_priority(self) -> None:
         """A priority event (an unaligned barrier) reached the inbox; only a task blocked on output cares."""
 
@@ -111,29 +111,55 @@ class KeyedTask:
         return None
 
     # -- what subclasses add -------------------------------------------------------------------------------------------
-    def update(self, records: Sequence[Record]) -> None:
+    def update(self, records: RecordBatch) -> None:
         """Apply a buffer's records to keyed state and stage what each produces: per key one state read and one
         write, the key's records applied in order between them, so a buffer costs backend calls per key rather than
-        per record (a buffer of one record: one read and one write, as ever)."""
-        by_key: dict[Any, list[Record]] = {}
-        key_of = self.key_of
-        for record in records:
-            by_key.setdefault(key_of(record), []).append(record)
-        add, stage, state = self.sim.aggregate.add, self.stage, self.aggregate
-        for key, group in by_key.items():
-            self.keyed.set_current_key(key)
-            value = state.value()
-            for record in group:
-                value = add(value, record.offset)
-                stage(record, value["total"])
+        per record (a buffer of one record: one read and one write, as ever). Keys are taken in the order of their
+        first record and the records are staged grouped by key in that order; the running totals are array sums."""
+        aggregate, state, keyed = self.sim.aggregate, self.aggregate, self.keyed
+        group_keys = records.keyspace.keys_by_index[self.state_key]
+        if len(records) == 1:  # the per-record model: no arrays to build
+            key = group_keys[int(records.keyspace.column(self.state_key)[records.ids[0]])]
+            keyed.set_current_key(key)
+            offset = int(records.offsets[0])
+            value = aggregate.add(state.value(), offset)
             state.update(value)
+            self.stage(records, np.array([aggregate.total(value)], dtype=np.int64))
+            return
+        groups = records.keyspace.column(self.state_key)[records.ids]
+        unique, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+        appearance = np.argsort(first, kind="stable")
+        rank = np.empty(len(unique), dtype=np.int64)
+        rank[appearance] = np.arange(len(unique))
+        record_rank = rank[inverse.reshape(-1)]
+        order = np.argsort(record_rank, kind="stable")  # grouped by key, keys by first record, records in order
+        grouped = records.take(order)
+        weights = aggregate.weights(grouped.offsets)
+        running = np.cumsum(weights)
+        counts = np.bincount(record_rank, minlength=len(unique))
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        within = running - np.repeat(running[starts] - weights[starts], counts)  # per key, from its first record
+        bases = []
+        value_of, total = aggregate.value_of, aggregate.total
+        for group, added, last in zip(
+            unique[appearance].tolist(), within[ends - 1].tolist(), grouped.offsets[ends - 1].tolist(), strict=True
+        ):
+            keyed.set_current_key(group_keys[group])
+            base = total(state.value())
+            state.update(value_of(base + added, last))
+            bases.append(base)
+        self.stage(grouped, within + np.repeat(np.array(bases, dtype=np.int64), counts))
 
     def restore_output(self) -> Generator[Any, Any, None]:
         """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
         yield from ()
 
-    def stage(self, record: Record, total: int) -> None:
-        """What the record produces, held until it is emitted (or committed)."""
+    state_key = "aggregate_index"  # the keyspace column that says which state key a record updates
+
+    def stage(self, records: RecordBatch, totals: npt.NDArray[np.int64]) -> None:
+        """What the records produce (`totals[i]`: record i's key's running total after it), held until it is
+        emitted (or committed)."""
 
     def emit(self) -> Generator[Any, Any, None]:
         """Send on what `stage` held; may wait for an output buffer."""
@@ -154,7 +180,7 @@ class KeyedTask:
         yield from self.restore_output()
         size = self.sim.spec.buffer_size_records
         for i in range(0, len(self.replay), size):  # input channel state restored from an unaligned checkpoint next
-            yield from self._process(self.replay[i : i + size])
+            yield from self._process(RecordBatch.of_records(self.replay[i : i + size], self.sim.keyspace))
         self.replaying = False
         while self.alive:
             if self.ready:
@@ -206,7 +232,7 @@ class KeyedTask:
     def on_watermark(self, channel: int, timestamp: int) -> None:
         """A watermark arrived on `channel` (only window jobs send them)."""
 
-    def _process(self, records: Sequence[Record]) -> Generator[Any, Any, None]:
+    def _process(self, records: RecordBatch) -> Generator[Any, Any, None]:
         """A buffer's records: each count and what follows from it (staged output, the record to send on) change
         together when the buffer is taken, so a snapshot from a timer never sees one without the other; then the
         buffer's processing time passes (per record cost times its records)."""
@@ -269,12 +295,10 @@ class KeyedTask:
         self._go_unaligned(n)
         self._unblock()  # blocked items came after barrier n on their channels: not in-flight data of n
 
-    def _queued(self) -> list[tuple[int, Record, int]]:
-        """Data records that arrived but were not processed yet: (channel, record, epoch)."""
-        entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]  # delivery order
-        return [
-            (c, record, item.epoch) for c, item, _ in entries if isinstance(item, DataBuffer) for record in item.records
-        ]
+    def _queued(self) -> list[tuple[int, DataBuffer]]:
+        """Data buffers that arrived but were not processed yet, with their channels, in delivery order."""
+        entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]
+        return [(c, item) for c, item, _ in entries if isinstance(item, DataBuffer)]
 
     def _finish_if_complete(self, n: int) -> float:
         """An unaligned checkpoint completes at this task once every barrier and every record sent before one
@@ -285,11 +309,13 @@ class KeyedTask:
             return 0.0
         queued = self._queued()
         arrived = dict(self.received)
-        for channel, _, _ in queued:
-            arrived[channel] = arrived.get(channel, 0) + 1
+        for channel, buffer in queued:
+            arrived[channel] = arrived.get(channel, 0) + len(buffer.records)
         if any(arrived.get(c, 0) < before for c, before in progress.arrivals.items()):
             return 0.0
-        progress.recorded.extend(record for _, record, epoch in queued if epoch < n)
+        for _, buffer in queued:
+            if buffer.epoch < n:
+                progress.recorded.extend(buffer.records)
         return self._finish(n)
 
     def _snapshot_and_finish(self, n: int) -> float:
@@ -357,12 +383,12 @@ class CounterTask(KeyedTask):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.extra_ms = self.sim.spec.sink_ms
-        self.open_txn: list[tuple[str, int, int]] = []
-        self.txns: dict[int, list[tuple[str, int, int]]] = {}
+        self.open_txn: list[SinkPart] = []
+        self.txns: dict[int, list[SinkPart]] = {}
         self.window = TumblingWindowOperator(self.keyed, self.sim.spec.window_ms) if self.sim.spec.window_ms else None
         self.watermarks: dict[int, int] = {}  # per input channel, since this attempt started
 
-    def update(self, records: Sequence[Record]) -> None:
+    def update(self, records: RecordBatch) -> None:
         if self.window is None:
             super().update(records)
             return
@@ -375,24 +401,25 @@ class CounterTask(KeyedTask):
         assert self.window is not None, "a watermark reached a job without windows"
         self.watermarks[channel] = max(timestamp, self.watermarks.get(channel, timestamp))
         if len(self.watermarks) == len(self.inputs):
-            self.open_txn.extend(self.window.advance_watermark(min(self.watermarks.values())))
+            fired = self.window.advance_watermark(min(self.watermarks.values()))
+            if fired:
+                self.open_txn.append(list(fired))
 
     @property
     def idle(self) -> bool:
         return super().idle and not self.open_txn and not self.txns
 
-    def key_of(self, record: Record) -> Any:
-        return self.sim.counter_key(record)
+    state_key = "counter_index"
 
-    def stage(self, record: Record, total: int) -> None:
-        self.open_txn.append((self.sim.aggregate.key(record.key, record.source), record.offset, total))
+    def stage(self, records: RecordBatch, totals: npt.NDArray[np.int64]) -> None:
+        self.open_txn.append(OutputColumns(records.ids, records.offsets, totals))
 
     def on_snapshot(self, n: int) -> None:
         self.txns[n] = self.open_txn
         self.open_txn = []
 
-    def commit(self, checkpoint_id: int) -> list[tuple[str, int, int]]:
-        committed = []
+    def commit(self, checkpoint_id: int) -> list[SinkPart]:
+        committed: list[SinkPart] = []
         for n in sorted(t for t in self.txns if t <= checkpoint_id):
             committed.extend(self.txns.pop(n))
         return committed
@@ -431,13 +458,15 @@ class RouterTask(KeyedTask):
 
     def restore_output(self) -> Generator[Any, Any, None]:
         for record in self.restored_output:
-            self.stage(record, 0)
+            self.buffers.add(self.sim.owner(self.sim.counter_key(record)), record, self.sim.keyspace, self.sim.env.now)
+            self.sim.in_flight += 1
         self.restored_output = []
         yield from self.emit(flush=True)
 
-    def stage(self, record: Record, total: int) -> None:
-        self.buffers.add(self.sim.owner(self.sim.counter_key(record)), record, self.sim.env.now)
-        self.sim.in_flight += 1
+    def stage(self, records: RecordBatch, totals: npt.NDArray[np.int64]) -> None:
+        owners = records.keyspace.column("counter_owner")[records.ids]
+        self.buffers.add_batch(owners, records, self.sim.env.now)
+        self.sim.in_flight += len(records)
 
     def emit(self, flush: bool = False) -> Generator[Any, Any, None]:
         """Send the buffers that are due: full ones, and every one once the oldest record waited the timeout (or

@@ -6,13 +6,17 @@ the host (paths, clocks, ids) enters the report.
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
+import numpy.typing as npt
 import simpy
 
 from statecert.reference import config as cfg
@@ -24,15 +28,19 @@ from statecert.reference.coordinator.settings import CheckpointingMode, JobStatu
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.shared_state_registry import shared_files
-from statecert.reference.simulator.checkers import CheckResult, check_outputs
+from statecert.reference.simulator.checkers import CheckResult, check_output_columns
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
 from statecert.reference.simulator.flink_config import restart_strategy
-from statecert.reference.simulator.inputs import generate_inputs
+from statecert.reference.simulator.inputs import draw_key_indices
 from statecert.reference.simulator.job_spec import Fault, JobSpec, aggregate_of
 from statecert.reference.simulator.keyed_tasks import CounterTask, KeyedTask, RouterTask
+from statecert.reference.simulator.keyspace import Keyspace
 from statecert.reference.simulator.network import Channel
+from statecert.reference.simulator.record import Record
+from statecert.reference.simulator.record_batch import RecordBatch
 from statecert.reference.simulator.scheduler import SimpyScheduler
-from statecert.reference.simulator.tasks import Record, SourceTask
+from statecert.reference.simulator.sink_output import SinkPart, output_columns, output_rows
+from statecert.reference.simulator.tasks import SourceTask
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -55,9 +63,13 @@ class Simulation:
         self.keys = self.aggregate.key_type.serializer()
         self._owners: dict[Any, int] = {}
         self._first_owners: dict[tuple[str, int], int] = {}
-        self.inputs = generate_inputs(
-            self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew
+        self.keyspace = Keyspace(
+            lambda r: self.aggregate.key(r.key, r.source),
+            self.counter_key,
+            self.first_owner,
+            lambda r: self.owner(self.counter_key(r)),
         )
+        self.input_ids = self._draw_inputs()
         flink_config = dict(spec.config)
         restore_from = restore_from or cfg.read(flink_config, catalog.STATE_RECOVERY_PATH)
         self.claim = cfg.read(flink_config, catalog.STATE_RECOVERY_CLAIM_MODE) == "CLAIM"
@@ -119,7 +131,7 @@ class Simulation:
         self.cancelled = False
         self.last_completed_pointer: str | None = None  # the latest completed checkpoint or savepoint
         self.last_committed_pointer: str | None = None  # the latest that committed the sink (not intermediate)
-        self.committed: list[tuple[str, int, int]] = []
+        self.sink: list[SinkPart] = []  # the committed output, in commit order
         self.timeline: list[dict[str, Any]] = []
         self.triggered_at: dict[int, float] = {}
         self.durations: list[float] = []
@@ -153,6 +165,39 @@ class Simulation:
         self.max_pending = 0
         self.ended_at: dict[int, float] = {}
         self.violations: list[str] = []
+
+    def _draw_inputs(self) -> list[npt.NDArray[np.int64]]:
+        """Per source split, its records' key ids (a record's offset is its position)."""
+        spec = self.spec
+        indices = draw_key_indices(self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew)
+        splits = []
+        for s in range(spec.sources):
+            drawn = np.unique(indices[s])
+            ids = np.array([self.keyspace.intern(f"s{s}-k{i}", s) for i in drawn.tolist()], dtype=np.int64)
+            splits.append(ids[np.searchsorted(drawn, indices[s])] if len(ids) else np.zeros(0, dtype=np.int64))
+        return splits
+
+    @functools.cached_property
+    def inputs(self) -> list[list[Record]]:
+        """The input as records, per source split (for window checks and callers that want rows)."""
+        offsets = [np.arange(len(ids), dtype=np.int64) for ids in self.input_ids]
+        return [list(RecordBatch(ids, o, self.keyspace)) for ids, o in zip(self.input_ids, offsets, strict=True)]
+
+    @property
+    def committed(self) -> list[tuple[Any, ...]]:
+        """The sink's committed output as rows, in commit order: (key, source offset, running total) per record,
+        or what fired windows produced."""
+        return output_rows(self.sink, self.keyspace)
+
+    def input_weights(self, offsets: dict[int, int]) -> Counter[Any]:
+        """Per aggregate key, what the records before `offsets[s]` of every split s add to its total."""
+        keys = self.keyspace.keys_by_index["aggregate_index"]
+        sums = np.zeros(len(keys), dtype=np.int64)
+        index = self.keyspace.column("aggregate_index")
+        for s, ids in enumerate(self.input_ids):
+            end = offsets.get(s, 0)
+            np.add.at(sums, index[ids[:end]], self.aggregate.weights(np.arange(end, dtype=np.int64)))
+        return Counter({keys[k]: int(sums[k]) for k in np.flatnonzero(sums).tolist()})
 
     # -- wiring ------------------------------------------------------------------------------------------------------
     def _coordinator(self, store: Any, next_id: int) -> CheckpointCoordinator:
@@ -326,7 +371,7 @@ class Simulation:
                 task.keyed.notify_checkpoint_complete(checkpoint_id)  # the next incremental checkpoint's base
         self.last_committed_pointer = self.last_completed_pointer
         for counter in self.counters:
-            self.committed.extend(counter.commit(checkpoint_id))
+            self.sink.extend(counter.commit(checkpoint_id))
         if stop:  # stopped: what came after the savepoint is discarded
             self.stopped_with_savepoint = self.coordinator.last_savepoint
             if not self.done.triggered:
@@ -553,6 +598,25 @@ class Simulation:
         expected = expected_windows(records, self.spec.window_ms, self.aggregate.weight)
         return check_windows(expected, self.committed)
 
+    def _check_output(self) -> CheckResult:
+        """Per key: every record between the start and end offsets committed once, in order, with its total."""
+        index = self.keyspace.column("aggregate_index")
+        expected_keys, expected_offsets = [], []
+        for s, ids in enumerate(self.input_ids):
+            start, end = self.start_offsets.get(s, 0), self.end_offsets.get(s, len(ids))
+            expected_keys.append(index[ids[start:end]])
+            expected_offsets.append(np.arange(start, max(start, end), dtype=np.int64))
+        initial = self.input_weights(self.start_offsets)
+        keys = self.keyspace.keys_by_index["aggregate_index"]
+        initial_totals = np.array([initial.get(k, 0) for k in keys], dtype=np.int64)
+        return check_output_columns(
+            np.concatenate([np.zeros(0, dtype=np.int64), *expected_keys]),
+            np.concatenate([np.zeros(0, dtype=np.int64), *expected_offsets]),
+            output_columns(self.sink, self.keyspace),
+            initial_totals,
+            self.aggregate.weights,
+        )
+
     def _check_cuts(self) -> None:
         """Every retained checkpoint and every savepoint is a consistent cut (savepoints are always aligned;
         at-least-once checkpoints are not cuts). Window state is checked through the window results instead."""
@@ -564,7 +628,13 @@ class Simulation:
         snapshots += [load_checkpoint_metadata(p) for p in self.savepoint_pointers]
         for metadata in snapshots:
             self.violations += cut_violations(
-                metadata, self.backend, self.keys, self.inputs, self.keyed_stages, self._original_key, self.aggregate
+                metadata,
+                self.backend,
+                self.keys,
+                self.input_weights,
+                self.keyed_stages,
+                self._original_key,
+                self.aggregate,
             )
 
     def _original_key(self, stage: str, key: Any) -> Any:
@@ -594,18 +664,7 @@ class Simulation:
             progress(self.env.now)
 
     def report(self) -> dict[str, Any]:
-        expected: dict[str, list[int]] = {}
-        initial: dict[str, int] = {}
-        for s, records in enumerate(self.inputs):
-            start = self.start_offsets.get(s, 0)
-            for r in records[:start]:
-                key = self.aggregate.key(r.key, r.source)
-                initial[key] = initial.get(key, 0) + self.aggregate.weight(r.offset)
-            for r in records[start : self.end_offsets.get(s, len(records))]:
-                expected.setdefault(self.aggregate.key(r.key, r.source), []).append(r.offset)
-        checks: CheckResult | WindowCheck = check_outputs(expected, self.committed, initial, self.aggregate.weight)
-        if self.spec.window_ms:
-            checks = self._window_checks()
+        checks: CheckResult | WindowCheck = self._window_checks() if self.spec.window_ms else self._check_output()
         self._check_cuts()
         timeout = self.spec.checkpointing.timeout_ms
         late = [
@@ -622,7 +681,7 @@ class Simulation:
             "backend": self.spec.backend,
             "sources": self.spec.sources,
             "parallelism": self.spec.parallelism,
-            "records": sum(len(r) for r in self.inputs),
+            "records": sum(len(ids) for ids in self.input_ids),
             "terminated": self.done.triggered and not self.failed and not self.cancelled,
             "job_failed": self.failed,
             "sim_time_ms": round(self.env.now, 3),

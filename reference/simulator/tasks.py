@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+import numpy as np
 
 from statecert.reference.serializers import BytesSerializer, LongSerializer
 from statecert.reference.simulator.output_buffers import OutputBuffers
+from statecert.reference.simulator.record import Record
+from statecert.reference.simulator.record_batch import RecordBatch
 from statecert.reference.tumbling_windows import emits_watermark
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.metadata import OperatorSubtaskState
@@ -26,14 +29,6 @@ if TYPE_CHECKING:
 OFFSET = ListStateDescriptor("offset", element_serializer=LongSerializer())
 OUTPUT_STATE = ListStateDescriptor("output-channel-state", element_serializer=BytesSerializer())
 CHANNEL_STATE = ListStateDescriptor("channel-state", element_serializer=BytesSerializer())
-
-
-class Record(NamedTuple):
-    """One input record: its key, its source split and its offset in the split (a tuple: millions are made)."""
-
-    key: str
-    source: int
-    offset: int
 
 
 @dataclass(frozen=True)
@@ -110,7 +105,7 @@ class SourceTask:
             self.wake.succeed()
 
     def _add(self, record: Record) -> None:
-        self.buffers.add(self.sim.first_owner(record), record, self.sim.env.now)
+        self.buffers.add(self.sim.first_owner(record), record, self.sim.keyspace, self.sim.env.now)
         self.sim.in_flight += 1
 
     def _send(self, index: int) -> Generator[Any, Any, None]:
@@ -132,13 +127,14 @@ class SourceTask:
             self.buffers.transmit(index, self.epoch)
 
     def run(self) -> Generator[Any, Any, None]:
-        records = self.sim.inputs[self.index]
+        ids = self.sim.input_ids[self.index]
+        length = len(ids)
         window_ms = self.sim.spec.window_ms
-        if window_ms and records and self.offset == len(records):
+        if window_ms and length and self.offset == length:
             yield from self._watermark(MAX_TIMESTAMP)  # restored after the end: the end of event time again
         next_at = 0.0  # when the source emits its next records
         while self.alive:
-            exhausted = self.offset >= len(records) or self.suspended
+            exhausted = self.offset >= length or self.suspended
             due = self.buffers.due(self.sim.env.now, flush=exhausted)
             if self.barriers:
                 yield from self._barrier(*self.barriers.popleft())
@@ -148,17 +144,18 @@ class SourceTask:
                 self.wake = self.sim.env.event()  # trigger meanwhile is served at once, behind the batch
                 yield self.sim.env.timeout(next_at - self.sim.env.now) | self.wake
             elif not exhausted:
-                batch = records[self.offset : self.offset + self.buffers.size]
+                end = min(length, self.offset + self.buffers.size)
                 watermark = None
                 if window_ms:  # a batch ends at the record after which the split sends a watermark
-                    for i, record in enumerate(batch):
-                        watermark = emits_watermark(record.offset, len(records), window_ms)
+                    for offset in range(self.offset, end):
+                        watermark = emits_watermark(offset, length, window_ms)
                         if watermark is not None:
-                            batch = batch[: i + 1]
+                            end = offset + 1
                             break
-                add, route, now = self.buffers.add, self.sim.first_owner, self.sim.env.now
-                for record in batch:
-                    add(route(record), record, now)
+                batch = ids[self.offset : end]
+                offsets = np.arange(self.offset, end, dtype=np.int64)
+                owners = self.sim.keyspace.column("first_owner")[batch]
+                self.buffers.add_batch(owners, RecordBatch(batch, offsets, self.sim.keyspace), self.sim.env.now)
                 self.sim.in_flight += len(batch)
                 self.offset += len(batch)
                 next_at = self.sim.env.now + self.sim.spec.record_interval_ms * len(batch)
@@ -183,7 +180,7 @@ class SourceTask:
             yield from self._flush()  # the barrier follows the records before it
             if not self.alive:
                 return
-        records = self.sim.inputs[self.index]
+        length = len(self.sim.input_ids[self.index])
         self.offset_state.update([self.offset])
         handle = self.operator.snapshot(checkpoint_id, int(self.sim.env.now), location, options).run()
         self.output_state.update([])
@@ -193,7 +190,7 @@ class SourceTask:
             checkpoint_id,
             ("source", self.index),
             state,
-            finished=self.offset == len(records) and not self.buffers.count,
+            finished=self.offset == length and not self.buffers.count,
         )
         self.epoch = checkpoint_id
         if checkpoint_id == self.sim.stop_savepoint:

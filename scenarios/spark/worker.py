@@ -28,7 +28,7 @@ from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.simulator.inputs import generate_inputs
-from statecert.reference.simulator.tasks import Record
+from statecert.reference.simulator.record import Record
 from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.reference.tumbling_windows import TumblingWindowOperator, split_watermark
