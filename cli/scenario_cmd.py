@@ -39,8 +39,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument(
         "--mini-batch",
         action="store_true",
-        help="Spark runner: the running-total job reads and writes each key's state once per epoch (Flink's "
-        "mini-batch aggregation) instead of once per record",
+        help="the running-total job reads and writes each key's state once per epoch (Spark) or checkpoint "
+        "(simulator), Flink's mini-batch aggregation, instead of once per record or network buffer",
     )
 
 
@@ -59,8 +59,6 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
     from statecert.scenarios.loader import load_scenario
 
     checkpoint_dir = _checkpoint_dir(args)
-    if args.mini_batch and args.runner != "spark":
-        raise ValueError("--mini-batch: only the Spark runner takes it; the simulator processes every record alone")
     paths = library_paths() if args.all else [resolve(a) for a in args.scenarios]
     if not paths:
         raise ValueError("name scenario files or library scenarios, or pass --all")
@@ -156,7 +154,7 @@ def _run(
         )
     from statecert.scenarios.sim_runner import run_on_simulator
 
-    return run_on_simulator(scenario, workdir, args.backend, show)
+    return run_on_simulator(scenario, workdir, args.backend, show, mini_batch=args.mini_batch)
 
 
 def scenario(args: argparse.Namespace, console: Console) -> int:

@@ -4,6 +4,8 @@ savepoint (or latest retained checkpoint)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +43,9 @@ def _faults(events: tuple[Event, ...], interval: float, sources: int) -> tuple[F
         elif e.action is Action.CANCEL:
             faults.append(Fault("cancel", at_ms=middle))
     return tuple(faults)
+
+
+MINI_BATCH_PER_CHECKPOINT = 2**62  # a bundle no input fills: applied before each snapshot only
 
 
 def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
@@ -82,9 +87,12 @@ def run_on_simulator(
     backend: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
     end_jobs: bool = True,
+    mini_batch: bool = False,
 ) -> ScenarioResult:
     """Run every run of `scenario` on the simulator; `end_jobs=False` leaves each run's retained checkpoints in
-    `workdir` for inspection, as if its job were still running, instead of applying the retention setting."""
+    `workdir` for inspection, as if its job were still running, instead of applying the retention setting.
+    `mini_batch`: keyed tasks apply their input to state once per key per checkpoint (SIM-15), as the Spark
+    runner's mini-batch does per epoch, unless the scenario's `[config]` sets `table.exec.mini-batch.*` itself."""
     started = time.perf_counter()
     plans = run_settings(scenario, backend)
     result = ScenarioResult(scenario.name, "sim", plans[0].backend, [], expected_error=expected_error(scenario, plans))
@@ -101,6 +109,8 @@ def run_on_simulator(
                     resume, previous.savepoint_pointers, latest.pointer if latest else None, workdir / f"moved-{i + 1}"
                 )
             spec = job_spec(scenario, i, plan)
+            if mini_batch and not spec.mini_batch_size:
+                spec = dataclasses.replace(spec, mini_batch_size=MINI_BATCH_PER_CHECKPOINT)
             simulation = Simulation(spec, scenario.input.seed, workdir / f"run-{i + 1}", restore_from)
             simulations.append(simulation)
             simulation.run()

@@ -32,7 +32,7 @@ from statecert.reference.coordinator.settings import CheckpointingMode, Checkpoi
 from statecert.reference.loader import load_checkpoint_storage, load_state_backend
 from statecert.reference.simulator.flink_config import with_flink_config
 from statecert.reference.simulator.job_spec import JobSpec
-from statecert.spec.errors import IllegalConfigurationError
+from statecert.spec.errors import IllegalConfigurationError, StateCertError
 
 Config = dict[str, object]
 ON = {"execution.checkpointing.interval": "1 s"}  # checkpointing keys take effect once checkpointing is on
@@ -65,6 +65,15 @@ def _fs(config: Config) -> Any:
 def _simulated(config: Config) -> JobSpec:
     """The simulator's job settings with `config` as a job file's `[config]` table."""
     return with_flink_config(JobSpec(), config)
+
+
+def _mini_batch(config: Config, setting: str) -> Any:
+    """A mini-batch setting of the simulator with mini-batch enabled and `config`; Flink refuses an enabled
+    mini-batch whose latency or size is not positive (both default to that), so an unset one shows the error."""
+    try:
+        return getattr(_simulated({"table.exec.mini-batch.enabled": "true", **config}), setting)
+    except StateCertError as exc:
+        return type(exc).__name__
 
 
 # key -> (a value to set, how to observe it in the component that reads it, what to observe, Flink's default as
@@ -207,6 +216,28 @@ PROBES: dict[str, tuple[object, Callable[[Config], Any], Any, Any]] = {
     "state.changelog.max-failures-allowed": ("7", lambda c: _changelog(c).max_failures_allowed, 7, 3),
     "execution.buffer-timeout.interval": ("5 ms", lambda c: _simulated(c).buffer_timeout_ms, 5.0, 100.0),
     "execution.buffer-timeout.enabled": ("false", lambda c: _simulated(c).buffer_timeout_ms, math.inf, 100.0),
+    "table.exec.mini-batch.enabled": (
+        "true",
+        lambda c: (
+            _simulated(
+                {"table.exec.mini-batch.allow-latency": "5 ms", "table.exec.mini-batch.size": "9", **c}
+            ).mini_batch_size
+        ),
+        9,
+        0,
+    ),
+    "table.exec.mini-batch.allow-latency": (
+        "7 ms",
+        lambda c: _mini_batch({"table.exec.mini-batch.size": "9", **c}, "mini_batch_latency_ms"),
+        7.0,
+        "IllegalConfigurationError",
+    ),
+    "table.exec.mini-batch.size": (
+        "300",
+        lambda c: _mini_batch({"table.exec.mini-batch.allow-latency": "5 ms", **c}, "mini_batch_size"),
+        300,
+        "IllegalConfigurationError",
+    ),
     "state.backend.rocksdb.localdir": ("/tmp/rocks", lambda c: _rocksdb(c).local_dir, "/tmp/rocks", None),
     "state.backend.rocksdb.predefined-options": (
         "flash_ssd_optimized",

@@ -440,6 +440,34 @@ BUFFER_TIMEOUT_ENABLED = ConfigOption[bool](
     "boolean",
 )
 
+MINI_BATCH_ENABLED = ConfigOption[bool](
+    "table.exec.mini-batch.enabled",
+    parse_bool,
+    False,
+    "True: keyed tasks bundle records and access each key's state once per bundle (the simulator, SIM-15); needs "
+    "a positive allow-latency and size, as in Flink.",
+    "mini-batch",
+    "boolean",
+)
+MINI_BATCH_ALLOW_LATENCY = ConfigOption[int](
+    "table.exec.mini-batch.allow-latency",
+    parse_duration_ms,
+    0,
+    "How long a record may wait in a bundle before the bundle is applied.",
+    "mini-batch",
+    "duration",
+    (),
+    "0 ms",
+)
+MINI_BATCH_SIZE = ConfigOption[int](
+    "table.exec.mini-batch.size",
+    int_parser(),
+    -1,
+    "The most records a bundle holds; a full bundle is applied at once.",
+    "mini-batch",
+    "long",
+)
+
 OPTIONS: tuple[ConfigOption[Any], ...] = (
     STATE_BACKEND,
     CHECKPOINT_STORAGE,
@@ -487,6 +515,9 @@ OPTIONS: tuple[ConfigOption[Any], ...] = (
     ROCKSDB_TIMER_SERVICE_FACTORY,
     BUFFER_TIMEOUT,
     BUFFER_TIMEOUT_ENABLED,
+    MINI_BATCH_ENABLED,
+    MINI_BATCH_ALLOW_LATENCY,
+    MINI_BATCH_SIZE,
 )
 
 KEY_PREFIXES = ("state.backend.rocksdb.metrics.",)

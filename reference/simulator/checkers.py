@@ -86,7 +86,7 @@ def check_output_columns(
     stride = int(max(o.max(initial=0), expected_offsets.max(initial=0))) + 1
     pairs, counts = np.unique(k * stride + o, return_counts=True)
     duplicated = int((counts - 1).sum())
-    wanted = expected_keys * stride + expected_offsets
+    wanted = np.sort(expected_keys * stride + expected_offsets)  # sorted needles: a cache-friendly search
     at = np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))
     lost = len(wanted) if not len(pairs) else int(np.count_nonzero(pairs[at] != wanted))
     return CheckResult(lost, duplicated, out_of_order, wrong_counts)

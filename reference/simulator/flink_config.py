@@ -1,7 +1,7 @@
 """A simulated job's settings from Flink 2.x keys (a job or scenario file's `[config]` table): the checkpointing
 keys become the coordinator's settings, the restart keys the restart strategy, the backend keys the job's backend,
-recovery keys where it starts, the buffer-timeout keys its network buffers' timeout; everything else reaches the
-backend and storage loaders as it is."""
+recovery keys where it starts, the buffer-timeout keys its network buffers' timeout, the mini-batch keys its keyed
+tasks' bundles; everything else reaches the backend and storage loaders as it is."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from statecert.reference.config import catalog
 from statecert.reference.coordinator.restart import FixedDelayRestart, RestartStrategy, restart_strategy_from_config
 from statecert.reference.coordinator.settings import CheckpointingMode, CheckpointingSettings
 from statecert.reference.simulator.job_spec import JobSpec
+from statecert.spec.errors import IllegalConfigurationError
 
 
 def checkpointing_as_config(settings: CheckpointingSettings) -> dict[str, object]:
@@ -61,6 +62,14 @@ def with_flink_config(spec: JobSpec, config: Mapping[str, object]) -> JobSpec:
         changes["buffer_timeout_ms"] = float(cfg.read(keys, catalog.BUFFER_TIMEOUT))
     if cfg.is_set(keys, catalog.BUFFER_TIMEOUT_ENABLED) and not cfg.read(keys, catalog.BUFFER_TIMEOUT_ENABLED):
         changes["buffer_timeout_ms"] = math.inf  # sent only when full or flushed before an event
+    if cfg.is_set(keys, catalog.MINI_BATCH_ENABLED) and cfg.read(keys, catalog.MINI_BATCH_ENABLED):
+        latency, size = cfg.read(keys, catalog.MINI_BATCH_ALLOW_LATENCY), cfg.read(keys, catalog.MINI_BATCH_SIZE)
+        for option, value in ((catalog.MINI_BATCH_ALLOW_LATENCY, latency), (catalog.MINI_BATCH_SIZE, size)):
+            if value <= 0:  # Flink refuses mini-batch without both bounds
+                raise IllegalConfigurationError(
+                    f"{option.key}: must be positive when {catalog.MINI_BATCH_ENABLED.key} is true, got {value}"
+                )
+        changes["mini_batch_size"], changes["mini_batch_latency_ms"] = size, float(latency)
     return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
 
 

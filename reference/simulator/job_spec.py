@@ -66,6 +66,8 @@ class JobSpec:
     materialize_interval_ms: int = 600_000  # its materialization interval, in simulated time
     rocksdb_options_factory: str | None = None  # state.backend.rocksdb.options-factory (module:attr)
     window_ms: int = 0  # > 0: the counters aggregate in event-time tumbling windows of this size (TM)
+    mini_batch_size: int = 0  # > 0: keyed tasks bundle up to this many records per state access (SIM-15)
+    mini_batch_latency_ms: float = 0.0  # > 0: a bundle is applied once its first record waited this long
     keys_per_source: int = 10
     key_skew: float = 1.0  # 1 draws keys uniformly; above 1 a few keys get most records (index = n * u**skew)
     records_per_source: int = 300
@@ -112,6 +114,8 @@ _JOB_KEYS: dict[str, type] = {
     "materialize_interval_ms": int,
     "rocksdb_options_factory": str,
     "window_ms": int,
+    "mini_batch_size": int,
+    "mini_batch_latency_ms": float,
 }
 _NETWORK_KEYS: dict[str, type] = {
     "latency_ms": float,
@@ -292,6 +296,11 @@ def load_job_spec(file: str | Path) -> JobSpec:
         raise SimulationSpecError(
             f"{path}: job.window_ms: expected 0 (no windows) or a window size in ms with stages = 2, "
             f"got {spec.window_ms} with stages = {spec.stages}"
+        )
+    if spec.mini_batch_size < 0 or not 0 <= spec.mini_batch_latency_ms <= spec.max_time_ms:
+        raise SimulationSpecError(
+            f"{path}: job.mini_batch_size and job.mini_batch_latency_ms: expected a size >= 0 (0: no mini-batch) "
+            f"and a latency in 0..limits.max_time_ms, got {spec.mini_batch_size} and {spec.mini_batch_latency_ms}"
         )
     if spec.key_skew < 1.0:
         raise SimulationSpecError(f"{path}: job.key_skew: expected a number >= 1, got {spec.key_skew}")

@@ -93,6 +93,9 @@ class KeyedTask:
         self.options: dict[int, CheckpointOptions] = {}
         self.to_forward: list[int] = []  # aligned barriers snapshotted here, to send downstream
         self.replaying = True
+        self.bundle: list[RecordBatch] = []  # mini-batch (SIM-15): buffers taken, not yet applied to state
+        self.bundled = 0
+        self.bundle_since = 0.0  # when the bundle's first record was taken
 
     @property
     def alive(self) -> bool:
@@ -100,15 +103,37 @@ class KeyedTask:
 
     @property
     def idle(self) -> bool:
-        """Nothing restored, pending or staged: what the end of the job waits for."""
-        return not self.replaying and not self.progress
+        """Nothing restored, pending, bundled or staged: what the end of the job waits for."""
+        return not self.replaying and not self.progress and not self.bundled
+
+    @property
+    def mini_batching(self) -> bool:
+        return self.sim.spec.mini_batch_size > 0
 
     def notify_priority(self) -> None:
         """A priority event (an unaligned barrier) reached the inbox; only a task blocked on output cares."""
 
     def flush_deadline(self) -> float | None:
-        """When output buffers this task holds must leave though not full (the buffer timeout), if it holds any."""
-        return None
+        """When something this task holds must go on though no input arrives: its mini-batch bundle (once its first
+        record waited the allowed latency) or, in subclasses, output buffers (the buffer timeout)."""
+        return self._bundle_deadline()
+
+    def _bundle_deadline(self) -> float | None:
+        latency = self.sim.spec.mini_batch_latency_ms
+        return self.bundle_since + latency if self.bundled and latency > 0 else None
+
+    def finish_bundle(self, due_only: bool = False) -> None:
+        """Apply the mini-batch bundle to keyed state (each key's state read and written once) and stage what its
+        records produce: when full, at the allowed latency, and before every snapshot (Flink finishes the bundle
+        before the barrier)."""
+        if not self.bundled:
+            return
+        deadline = self._bundle_deadline()
+        if due_only and (deadline is None or self.sim.env.now < deadline):
+            return
+        bundle = RecordBatch.concat(self.bundle)
+        self.bundle, self.bundled = [], 0
+        self.update(bundle)
 
     # -- what subclasses add -------------------------------------------------------------------------------------------
     def update(self, records: RecordBatch) -> None:
@@ -193,6 +218,7 @@ class KeyedTask:
                     if not get.triggered:
                         get.cancel()
                         if self.alive:
+                            self.finish_bundle(due_only=True)
                             yield from self.emit()
                         continue
                 entry = yield get
@@ -235,8 +261,17 @@ class KeyedTask:
     def _process(self, records: RecordBatch) -> Generator[Any, Any, None]:
         """A buffer's records: each count and what follows from it (staged output, the record to send on) change
         together when the buffer is taken, so a snapshot from a timer never sees one without the other; then the
-        buffer's processing time passes (per record cost times its records)."""
-        self.update(records)
+        buffer's processing time passes (per record cost times its records). With mini-batch the buffer joins the
+        bundle, applied when full, at the allowed latency or before a snapshot."""
+        if self.mini_batching:
+            if not self.bundled:
+                self.bundle_since = self.sim.env.now
+            self.bundle.append(records)
+            self.bundled += len(records)
+            if self.bundled >= self.sim.spec.mini_batch_size:
+                self.finish_bundle()
+        else:
+            self.update(records)
         self.sim.processed += len(records)
         bucket = int(self.sim.env.now // 10) * 10  # records per task per 10 ms, for the timeline
         per_task = self.sim.records_per_bucket.setdefault(self.name, {})
@@ -334,6 +369,7 @@ class KeyedTask:
         self.options[n] = options
         if self.sim.crash_in_phase(self.name, "snapshot"):
             return  # failed in the synchronous part: no handle, the failover follows at once
+        self.finish_bundle()
         self.on_snapshot(n)
         location = self.sim.location(n)
         if location is not None and not self.sim.storage_down:
@@ -409,6 +445,10 @@ class CounterTask(KeyedTask):
     def idle(self) -> bool:
         return super().idle and not self.open_txn and not self.txns
 
+    @property
+    def mini_batching(self) -> bool:
+        return self.window is None and super().mini_batching  # as in Flink: windowed aggregations do not bundle
+
     state_key = "counter_index"
 
     def stage(self, records: RecordBatch, totals: npt.NDArray[np.int64]) -> None:
@@ -450,7 +490,8 @@ class RouterTask(KeyedTask):
         return super().idle and not self.buffers.count and not self.restored_output
 
     def flush_deadline(self) -> float | None:
-        return self.buffers.deadline()
+        deadlines = [d for d in (self.buffers.deadline(), super().flush_deadline()) if d is not None]
+        return min(deadlines, default=None)
 
     def notify_priority(self) -> None:
         if not self.priority_wake.triggered:

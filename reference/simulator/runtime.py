@@ -174,7 +174,14 @@ class Simulation:
         for s in range(spec.sources):
             drawn = np.unique(indices[s])
             ids = np.array([self.keyspace.intern(f"s{s}-k{i}", s) for i in drawn.tolist()], dtype=np.int64)
-            splits.append(ids[np.searchsorted(drawn, indices[s])] if len(ids) else np.zeros(0, dtype=np.int64))
+            if not len(ids):
+                splits.append(np.zeros(0, dtype=np.int64))
+            elif drawn[-1] <= 4 * len(indices[s]):  # a table by key index: one gather
+                table = np.zeros(int(drawn[-1]) + 1, dtype=np.int64)
+                table[drawn] = ids
+                splits.append(table[indices[s]])
+            else:  # few records over a huge key range
+                splits.append(ids[np.searchsorted(drawn, indices[s])])
         return splits
 
     @functools.cached_property
@@ -196,7 +203,8 @@ class Simulation:
         index = self.keyspace.column("aggregate_index")
         for s, ids in enumerate(self.input_ids):
             end = offsets.get(s, 0)
-            np.add.at(sums, index[ids[:end]], self.aggregate.weights(np.arange(end, dtype=np.int64)))
+            weights = self.aggregate.weights(np.arange(end, dtype=np.int64)).astype(np.float64)  # exact below 2**53
+            sums += np.rint(np.bincount(index[ids[:end]], weights, minlength=len(keys))).astype(np.int64)
         return Counter({keys[k]: int(sums[k]) for k in np.flatnonzero(sums).tolist()})
 
     # -- wiring ------------------------------------------------------------------------------------------------------
