@@ -59,6 +59,7 @@ class KeyedTask:
 
     operator_id = "keyed"
     extra_ms = 0.0  # processing time on top of the job's per-record cost
+    state_key = "aggregate_index"  # the keyspace column that says which state key a record updates
 
     def __init__(
         self,
@@ -179,8 +180,6 @@ class KeyedTask:
     def restore_output(self) -> Generator[Any, Any, None]:
         """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
         yield from ()
-
-    state_key = "aggregate_index"  # the keyspace column that says which state key a record updates
 
     def stage(self, records: RecordBatch, totals: npt.NDArray[np.int64]) -> None:
         """What the records produce (`totals[i]`: record i's key's running total after it), held until it is
@@ -417,6 +416,7 @@ class CounterTask(KeyedTask):
     """The last stage: aggregates per key and stages (key, offset, running total) in its sink's open transaction."""
 
     operator_id = "counter"
+    state_key = "counter_index"
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -450,8 +450,6 @@ class CounterTask(KeyedTask):
     @property
     def mini_batching(self) -> bool:
         return self.window is None and super().mini_batching  # as in Flink: windowed aggregations do not bundle
-
-    state_key = "counter_index"
 
     def stage(self, records: RecordBatch, totals: npt.NDArray[np.int64]) -> None:
         self.open_txn.append(OutputColumns(records.ids, records.offsets, totals))
