@@ -63,7 +63,8 @@ class DictStore:
         self._entries(key_group).setdefault(key, []).extend(elements)
 
     def map_get(self, key_group: int, key: EntryKey, user_key: bytes) -> bytes | None:
-        return self.groups.get(key_group, {}).get(key, {}).get(user_key)
+        value: bytes | None = self.groups.get(key_group, {}).get(key, {}).get(user_key)
+        return value
 
     def map_put(self, key_group: int, key: EntryKey, entries: Mapping[bytes, bytes]) -> None:
         self._entries(key_group).setdefault(key, {}).update(entries)
