@@ -611,6 +611,22 @@ class _KeySerializerMigrationAccepted(_KeyCheckOverride):
         return check(new, old)
 
 
+# 41. TTL: a list merge stamps the merged elements with the merge's time, as if it were a write.
+class _MergeRefreshesTtl(ListStateImpl):
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        _, key_group = self._backend.current_key_bytes_and_group()
+        merged: list[bytes] = []
+        for source in sources:
+            key = self._entry_key_for(source)
+            elements = self.store.get_list(key_group, key) or []
+            self.store.delete(key_group, key)
+            merged.extend(self._ttl.wrap(self._ttl.payload(e)) for e in elements if not self._ttl.expired(e))
+        if merged:
+            self.set_current_namespace(target)
+            key, _ = self._entry_key()
+            self.store.append_list(key_group, key, merged)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     service = type("Service", (KeyedTimerService,), {"queue_class": queue})
 
@@ -712,6 +728,7 @@ changelog_ignores_log = _changelog_factory(_IgnoresLog)
 ttl_folds_expired = _factory(_with_state(ReducingStateImpl, _FoldsExpired))
 key_serializer_not_reconfigured = _factory(_KeySerializerNotReconfigured)
 key_serializer_migration_accepted = _factory(_KeySerializerMigrationAccepted)
+ttl_merge_refreshes = _factory(_with_state(ListStateImpl, _MergeRefreshesTtl))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -763,4 +780,5 @@ CAUGHT_BY = {
     "ttl_folds_expired": "TTL-3",
     "key_serializer_not_reconfigured": "SER-6",
     "key_serializer_migration_accepted": "SER-6",
+    "ttl_merge_refreshes": "TTL-4",
 }

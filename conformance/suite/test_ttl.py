@@ -137,6 +137,35 @@ def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClo
         assert lst.get() is None and mp.is_empty()
 
 
+@pytest.mark.requirement("TTL-4", "KS-MERGE-1")
+@pytest.mark.capability("ttl")
+def test_a_list_merge_moves_each_element_with_its_timestamp(state_backend: Any, clock: ManualClock) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(
+            ListStateDescriptor("tml", ttl=TtlConfig(100), element_serializer=LongSerializer()), StringSerializer()
+        )
+        state.set_current_namespace("source")
+        state.add(1)  # written at 0 ms: expires at 100 ms
+        clock.advance(60)
+        state.set_current_namespace("target")
+        state.add(2)  # written at 60 ms: expires at 160 ms
+        clock.advance(30)
+        state.merge_namespaces("target", ["source"])  # at 90 ms
+        state.set_current_namespace("target")
+        got = sorted(state.get() or [])
+        assert got == [1, 2], f"KS-MERGE-1: merged list read {got!r} at 90 ms, expected [1, 2]"
+        clock.advance(20)
+        got = state.get()
+        assert got == [2], (
+            f"TTL-4: at 110 ms the element written at 0 ms (100 ms TTL) and merged at 90 ms must have expired; "
+            f"got {got!r} (a merge is not a write: it keeps each element's timestamp)"
+        )
+        clock.advance(60)
+        got = state.get()
+        assert got is None, f"TTL-1: the element written at 60 ms read {got!r} at 170 ms of a 100 ms TTL"
+
+
 def folding(kind: str, ttl: TtlConfig) -> Any:
     """Reducing or aggregating state of strings, concatenated in the order they are added."""
     if kind == "reducing":
