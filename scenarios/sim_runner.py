@@ -5,7 +5,6 @@ savepoint (or latest retained checkpoint)."""
 from __future__ import annotations
 
 import dataclasses
-
 import time
 from collections.abc import Callable
 from pathlib import Path
