@@ -93,12 +93,25 @@ def draw_key_indices(
     return (keys * uniform_floats(rng, count) ** skew).astype(np.int64).reshape(sources, records)
 
 
+def split_keys(source: int, indices: npt.NDArray[np.int64]) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The names `s<source>-k<i>` of the distinct keys one split drew (each made once), and per record the position
+    of its key's name among them."""
+    drawn = np.unique(indices)
+    names = [f"s{source}-k{i}" for i in drawn.tolist()]
+    if not len(drawn):
+        return names, np.zeros(0, dtype=np.int64)
+    if drawn[-1] <= 4 * len(indices):  # a table by key index: one gather
+        table = np.zeros(int(drawn[-1]) + 1, dtype=np.int64)
+        table[drawn] = np.arange(len(drawn))
+        return names, table[indices]
+    return names, np.searchsorted(drawn, indices).astype(np.int64)  # few records over a huge key range
+
+
 def generate_inputs(rng: random.Random, sources: int, keys: int, records: int, skew: float = 1.0) -> list[list[Record]]:
     """Per source, `records` records with keys `s<source>-k<i>`, i < `keys`; i = keys * u**skew for skew != 1."""
     indices = draw_key_indices(rng, sources, keys, records, skew)
     splits = []
     for s in range(sources):
-        drawn, which = np.unique(indices[s], return_inverse=True)  # each key's name made once
-        names = [f"s{s}-k{i}" for i in drawn.tolist()]
+        names, which = split_keys(s, indices[s])
         splits.append([Record(names[i], s, o) for o, i in enumerate(which.tolist())])
     return splits

@@ -29,7 +29,6 @@ class Keyspace:
         self.names: list[str] = []
         self.sources: list[int] = []
         self.aggregate_keys: list[Any] = []  # per id: the aggregate key (what the routers and the sink key by)
-        self.counter_keys: list[Any] = []  # per id: the counters' key
         self._ids: dict[tuple[str, int], int] = {}
         self._groups: dict[Any, int] = {}  # aggregate key -> its dense index
         self._counter_groups: dict[Any, int] = {}
@@ -53,7 +52,6 @@ class Keyspace:
         self.names.append(name)
         self.sources.append(source)
         self.aggregate_keys.append(key)
-        self.counter_keys.append(counter_key)
         columns = self._columns
         for column, groups, group_key in (
             ("aggregate_index", self._groups, key),
@@ -79,7 +77,3 @@ class Keyspace:
         if array is None:
             array = self._arrays[name] = np.array(self._columns[name], dtype=np.int64)
         return array
-
-    @property
-    def aggregate_key_count(self) -> int:
-        return len(self._groups)

@@ -31,7 +31,7 @@ from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.simulator.checkers import CheckResult, check_output_columns
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
 from statecert.reference.simulator.flink_config import restart_strategy
-from statecert.reference.simulator.inputs import draw_key_indices
+from statecert.reference.simulator.inputs import draw_key_indices, split_keys
 from statecert.reference.simulator.job_spec import Fault, JobSpec, aggregate_of
 from statecert.reference.simulator.keyed_tasks import CounterTask, KeyedTask, RouterTask
 from statecert.reference.simulator.keyspace import Keyspace
@@ -172,16 +172,9 @@ class Simulation:
         indices = draw_key_indices(self.rng, spec.sources, spec.keys_per_source, spec.records_per_source, spec.key_skew)
         splits = []
         for s in range(spec.sources):
-            drawn = np.unique(indices[s])
-            ids = np.array([self.keyspace.intern(f"s{s}-k{i}", s) for i in drawn.tolist()], dtype=np.int64)
-            if not len(ids):
-                splits.append(np.zeros(0, dtype=np.int64))
-            elif drawn[-1] <= 4 * len(indices[s]):  # a table by key index: one gather
-                table = np.zeros(int(drawn[-1]) + 1, dtype=np.int64)
-                table[drawn] = ids
-                splits.append(table[indices[s]])
-            else:  # few records over a huge key range
-                splits.append(ids[np.searchsorted(drawn, indices[s])])
+            names, which = split_keys(s, indices[s])
+            ids = np.array([self.keyspace.intern(name, s) for name in names], dtype=np.int64)
+            splits.append(ids[which])
         return splits
 
     @functools.cached_property
@@ -196,15 +189,20 @@ class Simulation:
         or what fired windows produced."""
         return output_rows(self.sink, self.keyspace)
 
-    def input_weights(self, offsets: dict[int, int]) -> Counter[Any]:
-        """Per aggregate key, what the records before `offsets[s]` of every split s add to its total."""
-        keys = self.keyspace.keys_by_index["aggregate_index"]
-        sums = np.zeros(len(keys), dtype=np.int64)
+    def _input_totals(self, offsets: dict[int, int]) -> npt.NDArray[np.int64]:
+        """By aggregate key index, what the records before `offsets[s]` of every split s add to the key's total."""
         index = self.keyspace.column("aggregate_index")
+        count = len(self.keyspace.keys_by_index["aggregate_index"])
+        sums = np.zeros(count, dtype=np.int64)
         for s, ids in enumerate(self.input_ids):
             end = offsets.get(s, 0)
             weights = self.aggregate.weights(np.arange(end, dtype=np.int64)).astype(np.float64)  # exact below 2**53
-            sums += np.rint(np.bincount(index[ids[:end]], weights, minlength=len(keys))).astype(np.int64)
+            sums += np.rint(np.bincount(index[ids[:end]], weights, minlength=count)).astype(np.int64)
+        return sums
+
+    def input_weights(self, offsets: dict[int, int]) -> Counter[Any]:
+        """Per aggregate key, what the records before `offsets[s]` of every split s add to its total."""
+        keys, sums = self.keyspace.keys_by_index["aggregate_index"], self._input_totals(offsets)
         return Counter({keys[k]: int(sums[k]) for k in np.flatnonzero(sums).tolist()})
 
     # -- wiring ------------------------------------------------------------------------------------------------------
@@ -614,14 +612,11 @@ class Simulation:
             start, end = self.start_offsets.get(s, 0), self.end_offsets.get(s, len(ids))
             expected_keys.append(index[ids[start:end]])
             expected_offsets.append(np.arange(start, max(start, end), dtype=np.int64))
-        initial = self.input_weights(self.start_offsets)
-        keys = self.keyspace.keys_by_index["aggregate_index"]
-        initial_totals = np.array([initial.get(k, 0) for k in keys], dtype=np.int64)
         return check_output_columns(
             np.concatenate([np.zeros(0, dtype=np.int64), *expected_keys]),
             np.concatenate([np.zeros(0, dtype=np.int64), *expected_offsets]),
             output_columns(self.sink, self.keyspace),
-            initial_totals,
+            self._input_totals(self.start_offsets),
             self.aggregate.weights,
         )
 
