@@ -20,15 +20,29 @@ from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpe
 from statecert.reference.simulator.keyed_tasks import KeyedTask
 from statecert.reference.simulator.runtime import Simulation
 from statecert.spec.errors import IllegalConfigurationError
+from tests.test_network_buffers import FAULTS as BUFFER_FAULTS
+from tests.test_network_buffers import buffered
 
-JOBS = Path(__file__).resolve().parent.parent / "scenarios" / "simulator"
 MODES = [CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED, CheckpointingMode.AT_LEAST_ONCE]
+BUNDLES = st.integers(1, 400)  # records per bundle
+LATENCIES = st.sampled_from([0.0, 0.5, 4.0, 40.0])  # ms a bundle may wait (0: applied when full or at a snapshot)
+BUFFERS = st.integers(1, 32)  # records per network buffer
+# the network-buffer tests' faults, and crashes in the snapshot and upload phases (a bundle is applied before both)
+FAULTS = st.one_of(
+    BUFFER_FAULTS,
+    st.builds(
+        Fault,
+        st.just("task-crash"),
+        at_ms=st.integers(5, 300).map(float),
+        task=st.just("counter-1"),
+        phase=st.sampled_from(["snapshot", "upload"]),
+    ),
+)
 
 
 def job(mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, **changes: Any) -> JobSpec:
-    base = load_job_spec(JOBS / "crash-aligned.toml")
-    checkpointing = dataclasses.replace(base.checkpointing, mode=mode)
-    return dataclasses.replace(base, checkpointing=checkpointing, **{"faults": (), "max_time_ms": 20_000.0, **changes})
+    """The network-buffer tests' job, bounded to 20 simulated seconds (a job that never applies its bundles ends)."""
+    return buffered(mode, **{"max_time_ms": 20_000.0, **changes})
 
 
 def simulate(spec: JobSpec, seed: int, workdir: Path) -> Simulation:
@@ -40,9 +54,9 @@ def simulate(spec: JobSpec, seed: int, workdir: Path) -> Simulation:
 @pytest.mark.requirement("SIM-15", "SIM-2")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    bundle=st.integers(1, 400),
-    latency=st.sampled_from([0.0, 0.5, 4.0, 40.0]),
-    buffer=st.integers(1, 32),
+    bundle=BUNDLES,
+    latency=LATENCIES,
+    buffer=BUFFERS,
     stages=st.sampled_from([2, 3]),
     mode=st.sampled_from(MODES),
     backend=st.sampled_from(["hashmap", "rocksdb"]),
@@ -76,30 +90,12 @@ def test_without_faults_mini_batch_commits_exactly_the_output_of_the_per_buffer_
     )
 
 
-FAULTS = st.one_of(
-    st.builds(
-        Fault,
-        st.just("task-crash"),
-        at_ms=st.integers(5, 300).map(float),
-        task=st.sampled_from(["source-0", "counter-0", "counter-2", "router-1"]),
-    ),
-    st.builds(Fault, st.just("coordinator-crash-before-metadata"), checkpoint=st.integers(1, 5)),
-    st.builds(
-        Fault,
-        st.just("task-crash"),
-        at_ms=st.integers(5, 300).map(float),
-        task=st.just("counter-1"),
-        phase=st.sampled_from(["snapshot", "upload"]),
-    ),
-)
-
-
 @pytest.mark.requirement("SIM-15", "SIM-2", "SIM-9")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    bundle=st.integers(1, 400),
-    latency=st.sampled_from([0.0, 0.5, 4.0, 40.0]),
-    buffer=st.integers(1, 32),
+    bundle=BUNDLES,
+    latency=LATENCIES,
+    buffer=BUFFERS,
     stages=st.sampled_from([2, 3]),
     sink_ms=st.sampled_from([0.0, 0.5]),
     mode=st.sampled_from(MODES[:2]),
@@ -127,7 +123,6 @@ def test_a_bundle_lost_with_its_task_is_replayed_and_every_checkpoint_is_a_consi
         faults=tuple(faults),
         mini_batch_size=bundle,
         mini_batch_latency_ms=latency,
-        max_time_ms=20_000.0,
     )
     note(f"replay: save as job.toml and run `statecert simulate job.toml --seed {seed}`\n{to_toml(spec)}")
     report = simulate(spec, seed, tmp_path_factory.mktemp("faults")).report()
