@@ -7,12 +7,18 @@ whose test must fail.
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import heapq
+import os
 import struct
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import fsspec
+import msgpack
 
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
@@ -90,18 +96,64 @@ class _SharingTable(StateTable):
         return list(self._maps)
 
 
-# 2. Restore keeps stale entries: every instance of a range reuses the tables the previous one left.
-_LEFT_BEHIND: dict[tuple[Any, ...], StateTable] = {}
+# 2. Restore keeps stale entries. The backend keeps each state's entries in a working directory named for the job,
+# operator and key-group range, not for the instance, and never clears it: an instance writes them there at every
+# snapshot and on close (unless a later checkpoint's are there already), and a new instance for the range, in any
+# process on the machine, starts from what is there and restores on top. The directory is the backend's local dir
+# (KB-LOCAL-1), else the job's configured one, else a temporary one for this process: so a rollback's restore meets
+# the newer entries in whichever Spark worker process it runs.
+@functools.cache
+def _process_dir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="statecert-stale-restore-")  # kept here, removed at the process's exit
 
 
 class _StaleRestore(HeapKeyedStateBackend):
+    def __init__(self, params: Any, working_dir: Path) -> None:
+        self._working_dir = working_dir / "stale-restore"
+        self._checkpoint_id = -1  # of this instance's latest snapshot
+        super().__init__(params)
+
+    def _left_behind(self, name: str) -> Path:
+        rng = self.key_group_range
+        instance = repr((self._params.job_id, self._params.operator_id, rng.start, rng.end, name))
+        return self._working_dir / f"{hashlib.sha256(instance.encode()).hexdigest()[:32]}.msgpack"
+
     def create_store(self, meta: Any) -> StateTable:
-        key = (self._params.operator_id, self.key_group_range, meta.name)
-        table = _LEFT_BEHIND.get(key)
-        if table is None:
-            table = _LEFT_BEHIND[key] = StateTable(meta, self.key_group_range)
-        table.meta = meta
+        table = StateTable(meta, self.key_group_range)
+        path = self._left_behind(meta.name)
+        if path.exists():
+            for key_group, key, ns, payload in msgpack.unpackb(path.read_bytes())[1]:
+                table.put_payload(key_group, (key, ns), payload)
         return table
+
+    def _leave_behind(self) -> None:
+        self._working_dir.mkdir(parents=True, exist_ok=True)
+        for name, table in self._stores.items():
+            path = self._left_behind(name)
+            if path.exists() and msgpack.unpackb(path.read_bytes())[0] > self._checkpoint_id:
+                continue  # a later checkpoint's entries, from an instance that ran after this one
+            partial = path.with_name(f"{path.name}.{os.getpid()}")
+            partial.write_bytes(msgpack.packb([self._checkpoint_id, [list(entry) for entry in table.entries()]]))
+            os.replace(partial, path)
+
+    def snapshot(self, checkpoint_id: int, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(checkpoint_id, *args, **kwargs)
+        self._checkpoint_id = checkpoint_id
+        self._leave_behind()
+        return task
+
+    def close(self) -> None:
+        if not self._closed:
+            self._leave_behind()
+        super().close()
+
+
+class _StaleRestoreBackend(_Backend):
+    def __init__(self, config: Mapping[str, str]) -> None:
+        self._local_dir = config.get("state.backend.rocksdb.localdir")
+
+    def create_keyed_state_backend(self, params: Any) -> Any:
+        return _StaleRestore(params, Path(params.local_dir or self._local_dir or _process_dir().name))
 
 
 # 3. Off-by-one key-group range on restore: the last key group of the range is never read.
@@ -682,7 +734,7 @@ def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:
 
 
 shared_snapshot = _factory(_with_table(_SharingTable))
-stale_restore = _factory(_StaleRestore)
+stale_restore = _StaleRestoreBackend
 off_by_one_rescale = _factory(_OffByOne)
 clear_not_snapshotted = _factory(_with_table(_TombstoneTable))
 map_iteration_skips = _factory(_with_table(_SkippingTable))

@@ -81,6 +81,7 @@ class _Run:
     committed: list[StagedOutput] = field(default_factory=list)  # as the workers sent it: rows made when checked
     completed: list[int] = field(default_factory=list)
     failovers: int = 0
+    restarts: int = 0  # job failovers (every subtask restores from checkpoint storage), not Spark task retries
     failover_requested: bool = False
     job_failed: bool = False
     stopped: str | None = None
@@ -160,6 +161,7 @@ class _Run:
 
     def _fail_over(self) -> None:
         self.failovers += 1
+        self.restarts += 1
         self.failover_requested = False
         self.coordinator.abort_all(FailureReason.TASK_FAILED)
         self.staged.clear()
@@ -260,6 +262,7 @@ class _Run:
             window_ms=self.scenario.job.window_ms,
             mini_batch=self.mini_batch,
             key_names=self.key_names,
+            restarts=self.restarts,
         )
         try:
             results = run_epoch_job(task, self.splits, self.markers)

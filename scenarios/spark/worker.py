@@ -1,6 +1,7 @@
 """What runs inside Spark's Python workers during an epoch: per keyed subtask, take its records (Arrow batches of
 the input's Parquet rows that Spark partitioned by owning subtask), restore its backend (from checkpoint
-storage, or a backend this worker process cached at exactly that checkpoint, never on a task retry), process the
+storage, or a backend this worker process cached at exactly that checkpoint since the job's latest restart, never
+on a task retry: a failover restores every subtask from storage, as Flink without local recovery), process the
 records in order, stage the sink output and snapshot.
 
 Faults are real and fire on a task's first attempt only, so Spark's retry succeeds: an exception in a phase,
@@ -85,12 +86,14 @@ class EpochTask:
     window_ms: int = 0  # > 0: event-time tumbling windows of this size instead of running totals
     mini_batch: bool = False  # running totals: the epoch's records per key with one state read and one write
     key_names: Any = None  # a Spark broadcast of the input's key names, in order of id (`input_table`)
+    restarts: int = 0  # the job's failovers so far: a backend cached before the latest one is not reused
 
 
 @dataclass
 class _Cached:
     checkpoint_id: int
     parallelism: int
+    restarts: int
     keyed: Any
 
 
@@ -200,6 +203,7 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
         and attempt == 0
         and cached.checkpoint_id == task.restore_id
         and cached.parallelism == task.parallelism
+        and cached.restarts == task.restarts
     )
     if usable:
         assert cached is not None
@@ -248,7 +252,7 @@ def process_partition(task: EpochTask, subtask: int, records: EpochRecords) -> I
         keyed.dispose()  # this attempt's state is gone; a retry restores from the checkpoint
         raise
     if task.cache:
-        _CACHE[(task.job_id, subtask)] = _Cached(task.checkpoint_id, task.parallelism, keyed)
+        _CACHE[(task.job_id, subtask)] = _Cached(task.checkpoint_id, task.parallelism, task.restarts, keyed)
     else:
         keyed.dispose()
     yield ("ack", subtask, OperatorSubtaskState((handle,) if handle else (), ()), staged, attempt)
