@@ -4,6 +4,7 @@ A fast subset of the library runs here; `tox -e scenarios` runs all of it on bot
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,13 @@ from statecert.reference.loader import load_state_backend
 from statecert.scenarios.catalog import resolve
 from statecert.scenarios.final_state import final_totals
 from statecert.scenarios.loader import load_scenario
+from statecert.scenarios.plan import backend_config
 from statecert.scenarios.results import expected_totals
 from statecert.scenarios.sim_runner import run_on_simulator
+from statecert.scenarios.spark import worker
 from statecert.scenarios.spark.runner import run_on_spark
 from statecert.scenarios.spark.state_reader import COLUMNS, keyed_state_rows, read_keyed_state
+from statecert.spec.keyed_backend import CheckpointOptions
 
 
 def run(spark: Any, tmp_path: Path, name: str, backend: str) -> Any:
@@ -127,6 +131,40 @@ def test_a_backend_keeping_stale_state_after_restore_fails_a_spark_scenario(
         return
     assert not result.passed, "a backend that keeps stale state after restore passed"
     assert any("wrong running totals" in f or "final state" in f for f in result.failures), result.failures
+
+
+@pytest.mark.requirement("SCN-6")
+@pytest.mark.parametrize("failover_since", [False, True])
+def test_a_cached_backend_is_reused_only_when_no_failover_came_between(tmp_path: Path, failover_since: bool) -> None:
+    """A worker process reuses the backend it cached at exactly the checkpoint an epoch restores; after a failover
+    the job restarts and every subtask restores from checkpoint storage instead (no local recovery)."""
+    task = worker.EpochTask(
+        job_id="job-cache",
+        checkpoint_id=3,
+        location=None,
+        options=CheckpointOptions(),
+        restore_pointer=None,
+        restore_id=2,
+        backend_config=backend_config("hashmap", tmp_path, incremental=False),
+        parallelism=1,
+        max_parallelism=128,
+        aggregate=KeyedAggregate(),
+        inputs=worker.InputSpec(1, 1, 1, 1, 0.0),
+        ranges={},
+    )
+    cached = worker._restore(task, 0, attempt=0)
+    worker._CACHE[(task.job_id, 0)] = worker._Cached(2, 1, task.restarts, cached)
+    later = dataclasses.replace(task, restarts=task.restarts + 1) if failover_since else task
+    try:
+        restored = worker._restore(later, 0, attempt=0)
+        assert (restored is cached) is not failover_since, (
+            f"restarts {task.restarts} -> {later.restarts}: expected the cached backend "
+            f"{'not ' if failover_since else ''}to be reused"
+        )
+    finally:
+        worker.clear_cache(task.job_id)
+        cached.dispose()
+        restored.dispose()
 
 
 @pytest.mark.requirement("SCN-8")
