@@ -30,11 +30,17 @@ from typing import Any
 
 from figures import add_json_argument, record
 
+from statecert.reference.loader import load_state_backend
 from statecert.scenarios.catalog import resolve
 from statecert.scenarios.loader import load_scenario
+from statecert.scenarios.model import Scenario
+from statecert.scenarios.results import aggregate_of
+from statecert.scenarios.spark import worker
 from statecert.scenarios.spark.oracle import OracleCheck
 from statecert.scenarios.spark.runner import run_on_spark
 from statecert.scenarios.spark.session import spark_session
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, KeyedBackendParameters
+from statecert.spec.keygroups import KeyGroupRange
 
 PROVIDERS = {
     "hdfs": ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider", False),
@@ -108,7 +114,7 @@ def _transform_with_state_in_pandas(stream: Any) -> Any:
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    class RunningSum(StatefulProcessor):  # type: ignore[misc]
+    class RunningSum(StatefulProcessor):  # type: ignore[misc,unused-ignore]
         def init(self, handle: Any) -> None:
             self.total = handle.getValueState("total", "total long")
 
@@ -137,6 +143,29 @@ def python_stateful(spark: Any, directory: str, peer: str, partitions: int) -> f
     """Spark's Python stateful operator `peer` keeping a running sum per key (RocksDB state store, which
     transformWithState requires)."""
     return timed_stream(spark, directory, PROVIDERS["rocksdb"][0], False, partitions, PYTHON_PEERS[peer])
+
+
+def subtask_loop_us(scenario: Scenario, backend: str, records: int = 100_000, keys: int = 1_000) -> float:
+    """Microseconds per record of a keyed subtask's per-record loop (`set_current_key`, a value read, the aggregate,
+    a write, staging the total: the worker's own code), outside Spark on one backend; best of 5 passes."""
+    aggregate = aggregate_of(scenario)
+    rows = [(f"k{i % keys}", 0, i) for i in range(records)]
+    epoch = worker.EpochRecords.from_rows(aggregate, rows)
+    task = worker.EpochTask(
+        "bench", 1, None, DEFAULT_CHECKPOINT_OPTIONS, None, None, {}, 1, 128, aggregate,
+        worker.InputSpec(0, 1, keys, records, 0.0), {},
+    )  # fmt: skip
+    params = KeyedBackendParameters("bench", "op", aggregate.key_type.serializer(), 128, KeyGroupRange(0, 127))
+    best = float("inf")
+    for _ in range(5):
+        keyed = load_state_backend(job_config={"state.backend.type": backend}).create_keyed_state_backend(params)
+        try:
+            start = time.perf_counter()
+            worker._process(task, 0, 1, keyed, epoch)
+            best = min(best, time.perf_counter() - start)
+        finally:
+            keyed.dispose()
+    return best / records * 1e6
 
 
 def main() -> None:
@@ -245,6 +274,10 @@ def main() -> None:
                 peers_note or "transformWithStateInPandas failed"
             )
     runner_input.cleanup()
+    for backend in args.backend or ["hashmap", "rocksdb"]:
+        loop = subtask_loop_us(scenario, backend)
+        figures[f"subtask_loop_{backend}_us_per_record"] = round(loop, 2)
+        print(f"a subtask's per-record loop outside Spark, {backend}: {loop:.2f} us per record (best of 5)")
     record(args.json, "spark_runner", figures)
     spark.stop()
 
