@@ -152,9 +152,19 @@ def subtask_loop_us(scenario: Scenario, backend: str, records: int = 100_000, ke
     rows = [(f"k{i % keys}", 0, i) for i in range(records)]
     epoch = worker.EpochRecords.from_rows(aggregate, rows)
     task = worker.EpochTask(
-        "bench", 1, None, DEFAULT_CHECKPOINT_OPTIONS, None, None, {}, 1, 128, aggregate,
-        worker.InputSpec(0, 1, keys, records, 0.0), {},
-    )  # fmt: skip
+        job_id="bench",
+        checkpoint_id=1,
+        location=None,  # `_process` only processes: the snapshot is not part of the loop
+        options=DEFAULT_CHECKPOINT_OPTIONS,
+        restore_pointer=None,
+        restore_id=None,
+        backend_config={},
+        parallelism=1,
+        max_parallelism=128,
+        aggregate=aggregate,
+        inputs=worker.InputSpec(seed=0, sources=1, keys_per_source=keys, records_per_source=records, key_skew=0.0),
+        ranges={},
+    )
     params = KeyedBackendParameters("bench", "op", aggregate.key_type.serializer(), 128, KeyGroupRange(0, 127))
     best = float("inf")
     for _ in range(5):
