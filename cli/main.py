@@ -131,6 +131,13 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         )
     console.print(f"checkpoint 1: {report.checkpoint_pointer}")
     console.print(f"savepoint:    {report.savepoint_pointer} ({report.savepoint_bytes} bytes of state)")
+    if args.checkpoint_dir is None:  # the temporary directory is kept, so the pointers above stay inspectable
+        console.print(
+            f"kept in {base}: see `statecert inspect {report.savepoint_pointer}`; delete the directory when done",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     if report.ok:
         console.print(
             f"[green]OK[/green]: {report.records} records, {report.distinct_keys} keys counted at "

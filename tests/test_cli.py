@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,21 @@ def test_demo_job_runs_and_verifies(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK: 20000 records" in result.stdout and "restored at 3" in result.stdout
     assert (tmp_path / "checkpoints").is_dir() and any((tmp_path / "savepoints").iterdir())
+
+
+def test_demo_without_a_checkpoint_dir_says_which_temporary_directory_it_kept(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "demo", "--records", "2000"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    kept = [line for line in result.stdout.splitlines() if line.startswith("kept in ")]
+    assert len(kept) == 1, f"expected one 'kept in' line, got {result.stdout!r}"
+    directory = Path(kept[0].removeprefix("kept in ").split(":", 1)[0])
+    assert directory.parent == tmp_path and any((directory / "savepoints").iterdir()), kept[0]
+    savepoint = kept[0].split("statecert inspect ", 1)[1].split("`", 1)[0]
+    assert statecert("inspect", savepoint).returncode == 0, savepoint
 
 
 def test_inspect_prints_operators_and_handles(tmp_path: Path) -> None:
