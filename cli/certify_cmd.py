@@ -113,8 +113,10 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         return 2
     temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
     report = str(args.report or configured or temporary)
-    # The suite runs under its own settings, not the invoking project's pytest configuration.
-    ini = Path(tempfile.gettempdir()) / "statecert-certify.ini"
+    # The suite runs under its own settings, not the invoking project's pytest configuration; the file holding
+    # them lives in a private temporary directory for the run (a fixed name in the shared one could be anyone's).
+    settings_dir = tempfile.TemporaryDirectory(prefix="statecert-certify-")
+    ini = Path(settings_dir.name) / "pytest.ini"
     ini.write_text("[pytest]\nconsider_namespace_packages = true\n", encoding="utf-8")
     argv = ["--pyargs", "statecert.conformance.suite", "-c", str(ini), "--rootdir", os.getcwd()]
     argv += ["-p", "no:cacheprovider", "--import-mode=importlib", "--statecert-report", report]
@@ -133,12 +135,13 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     for item in cli["backend_config"]:
         argv += ["--statecert-config", item]
     argv += list(args.pytest_args)
-    if args.verbose:
-        code = pytest.main(argv)
-    else:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            code = pytest.main([*argv, "-p", "no:terminal"], plugins=[_ProgressPlugin(progress)])
+    with settings_dir:
+        if args.verbose:
+            code = pytest.main(argv)
+        else:
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            with Progress(*columns, console=console, transient=True) as progress:
+                code = pytest.main([*argv, "-p", "no:terminal"], plugins=[_ProgressPlugin(progress)])
     if (
         code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED)
         or not Path(report).is_file()

@@ -21,12 +21,16 @@ ROOT = Path(__file__).resolve().parent.parent
 OUTCOMES = {"passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable"}
 
 
-def certify(*args: str, cwd: Path = ROOT, report: str | None = None) -> tuple[int, dict[str, Any], str]:
-    """Run `statecert certify` as a user would (with this project's `tests` importable from any directory);
-    returns exit status, the JSON report (read from `--report`, or from `report` when the settings name it) and
-    the output."""
+def certify(
+    *args: str, cwd: Path = ROOT, report: str | None = None, tmpdir: Path | None = None
+) -> tuple[int, dict[str, Any], str]:
+    """Run `statecert certify` as a user would (with this project's `tests` importable from any directory, and
+    `tmpdir` as its temporary directory when given); returns exit status, the JSON report (read from `--report`, or
+    from `report` when the settings name it) and the output."""
     argv = [sys.executable, "-m", "statecert.cli.main", "certify", *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
     path = Path(cwd, report or (args[args.index("--report") + 1] if "--report" in args else "missing.json"))
     data = json.loads(path.read_text()) if path.is_file() else {}
@@ -254,7 +258,10 @@ def test_broken_storage_is_rejected_naming_the_requirement(tmp_path: Path, name:
 
 
 def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
-    """Two runs with one seed give the same verdicts and failing tests; neither leaves `.hypothesis/` behind."""
+    """Two runs with one seed give the same verdicts and failing tests; neither leaves `.hypothesis/` in the
+    author's directory nor anything of statecert's in the temporary directory (pytest's own `pytest-of-*` aside)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     reports = []
     for run in ("a", "b"):
         code, report, output = certify(
@@ -268,6 +275,7 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
             "--report",
             f"{run}.json",
             cwd=tmp_path,
+            tmpdir=temporary,
         )
         assert code == 1, output
         reports.append(report)
@@ -281,3 +289,5 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
     assert "KS-MAP-2" in cause["requirements"]
     assert [t for t in reports[0]["requirements"]["KS-MAP-2"]["failing_tests"] if "KS-MAP-2" in t["message"]]
     assert not (tmp_path / ".hypothesis").exists(), "certify left an example database in the author's directory"
+    left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith("pytest-of-"))
+    assert left == [], f"certify left {left} in its temporary directory"
