@@ -49,32 +49,44 @@ def create_subtasks(
     local_dir: str | None = None,
 ) -> list[Subtask]:
     """`parallelism` subtasks, each restored from its share of `restore_from` when given (KB-RESTORE-2, OS-1..3);
-    `local_dir` is handed to every keyed backend as its working directory (KB-LOCAL-1)."""
+    `local_dir` is handed to every keyed backend as its working directory (KB-LOCAL-1). When one cannot be created
+    (a damaged checkpoint, say), those already created are disposed before the error propagates, so a failed
+    restore leaves no open backend and no working directory behind."""
     operator_shares = operator_handles_for_subtasks(restore_from, parallelism) if restore_from else [()] * parallelism
-    subtasks = []
-    for i in range(parallelism):
-        keyed_handles = keyed_handles_for_subtask(restore_from, parallelism, i, max_parallelism) if restore_from else ()
-        params = KeyedBackendParameters(
-            job_id,
-            operator_id,
-            key_serializer,
-            max_parallelism,
-            key_group_range_for_operator(max_parallelism, parallelism, i),
-            keyed_handles,
-            clock or SystemClock(),
-            local_dir,
-        )
-        subtasks.append(
-            Subtask(
-                i,
-                create_keyed_backend(backend, params),
+    with_operator_state = getattr(getattr(backend, "capabilities", None), "operator_state", True)
+    subtasks: list[Subtask] = []
+    keyed: Any = None
+    try:
+        for i in range(parallelism):
+            keyed_handles = (
+                keyed_handles_for_subtask(restore_from, parallelism, i, max_parallelism) if restore_from else ()
+            )
+            params = KeyedBackendParameters(
+                job_id,
+                operator_id,
+                key_serializer,
+                max_parallelism,
+                key_group_range_for_operator(max_parallelism, parallelism, i),
+                keyed_handles,
+                clock or SystemClock(),
+                local_dir,
+            )
+            keyed = create_keyed_backend(backend, params)
+            operator = (
                 backend.create_operator_state_backend(
                     OperatorBackendParameters(job_id, operator_id, operator_shares[i])
                 )
-                if getattr(getattr(backend, "capabilities", None), "operator_state", True)
-                else None,
+                if with_operator_state
+                else None
             )
-        )
+            subtasks.append(Subtask(i, keyed, operator))
+            keyed = None
+    except BaseException:
+        if keyed is not None:
+            keyed.dispose()  # this subtask's keyed backend, created before its operator backend failed
+        for subtask in subtasks:
+            subtask.dispose()
+        raise
     return subtasks
 
 

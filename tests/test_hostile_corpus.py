@@ -47,17 +47,22 @@ def test_corpus_is_complete() -> None:
 @pytest.mark.requirement("FMT-8", "FMT-10", "FMT-11", "FMT-12", "FMT-15", "RDB-7")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_savepoint_fails_closed(case: Case, tmp_path: Path) -> None:
-    """Restoring the case at parallelism 1 and 2 raises the case's documented error; any other outcome fails.
-    (A bit flip RocksDB cannot notice may restore, but then exactly the written state.)"""
+    """Restoring the case at parallelism 1 and 2 raises the case's documented error, and leaves nothing in the
+    backends' working directory; any other outcome fails. (A bit flip RocksDB cannot notice may restore, but then
+    exactly the written state.)"""
     expected = getattr(errors, case.error)
     for backend in RESTORERS[case.base]:
         for parallelism in (1, 2):
             directory = tmp_path / f"{backend}-{parallelism}"
             shutil.copytree(CORPUS / case.name, directory)
+            work = tmp_path / f"work-{backend}-{parallelism}"
+            work.mkdir()
             try:
-                state = read_state(str(directory), backend, parallelism)
+                state = read_state(str(directory), backend, parallelism, local_dir=str(work))
             except expected as exc:
                 assert str(directory) in str(exc) or "RocksDB" in str(exc), f"{exc} names no file"
+                left = sorted(p.name for p in work.iterdir())
+                assert not left, f"{case.name}: the failed restore by {backend} left {left} in its working directory"
                 continue
             assert case.name == "sst-bit-flip-checksum-rerecorded" and state == expected_state(), (
                 f"{case.name} ({case.what}): restored by {backend} at parallelism {parallelism} without "

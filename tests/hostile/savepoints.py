@@ -68,8 +68,9 @@ def build(target: Path, backend_name: str) -> str:
             s.dispose()
 
 
-def read_state(pointer: str, backend_name: str, parallelism: int) -> State:
-    """Every state of operator `op`, restored by `backend_name` at `parallelism` and read back in full."""
+def read_state(pointer: str, backend_name: str, parallelism: int, local_dir: str | None = None) -> State:
+    """Every state of operator `op`, restored by `backend_name` at `parallelism` (with `local_dir` as the keyed
+    backends' working directory when given) and read back in full."""
     operator = load_checkpoint_metadata(pointer).operator("op")
     subtasks = create_subtasks(
         backend(backend_name),
@@ -78,6 +79,7 @@ def read_state(pointer: str, backend_name: str, parallelism: int) -> State:
         operator.max_parallelism,
         operator_id="op",
         restore_from=operator,
+        local_dir=local_dir,
     )
     state: State = {"count": {}, "seen": {}, "tags": {}, "offsets": []}
     try:
