@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from statecert.reference.coordinator.settings import CheckpointingMode
 from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpecError, load_job_spec, to_toml
 from statecert.reference.simulator.runtime import Simulation
-from statecert.spec.errors import UnsupportedSnapshotError
+from statecert.spec.errors import CheckpointFormatError, UnsupportedSnapshotError
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ROOT / "scenarios" / "simulator"
@@ -407,6 +407,35 @@ def test_stop_with_savepoint_then_resume_rescaled_on_the_other_backend(
     assert resumed["checks"]["exactly_once"] and resumed["checks"]["violations"] == [], resumed["checks"]
     committed = first.committed + second.committed
     assert len(committed) == 600 and len(set(committed)) == 600, "the two runs together commit every record once"
+
+
+def test_a_job_whose_task_cannot_start_disposes_every_backend_it_created(tmp_path: Path) -> None:
+    """When a task cannot start (here the second counter's operator state backend fails, as a damaged checkpoint
+    would make it), the error propagates and the tasks already started, the failing one's keyed backend included,
+    are disposed: no RocksDB instance stays open, no working directory stays in the job's local directory."""
+    sim = Simulation(spec_with(faults=(), backend="rocksdb"), 1, tmp_path)
+    real = sim.backend
+    counters: list[object] = []
+
+    class SecondCounterFails:
+        """The job's real backend, except that the second counter's operator state backend cannot be created."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def create_operator_state_backend(self, params: Any) -> Any:
+            if params.operator_id == "counter":
+                counters.append(params)
+                if len(counters) == 2:
+                    raise CheckpointFormatError("counter-1", "damaged operator state")
+            return real.create_operator_state_backend(params)
+
+    sim.backend = SecondCounterFails()
+    with pytest.raises(CheckpointFormatError, match="damaged operator state"):
+        sim.run()
+    local = tmp_path / "local"
+    left = sorted(p.name for p in local.iterdir()) if local.exists() else []
+    assert len(counters) == 2 and left == [], f"expected no working directory left, got {left}"
 
 
 @pytest.mark.requirement("SIM-12", "SP-3")

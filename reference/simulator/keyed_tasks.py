@@ -76,13 +76,21 @@ class KeyedTask:
             "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed, SimulatedClock(sim.env)
         )
         self.keyed = create_keyed_backend(sim.backend, params)
-        self.aggregate = self.keyed.get_or_create_state(sim.aggregate.descriptor)
-        self.operator = sim.backend.create_operator_state_backend(
-            OperatorBackendParameters("sim", self.operator_id, operator)
-        )
-        self.channel_state = self.operator.get_list_state(CHANNEL_STATE)
-        self.replay = [unpack(r) for r in self.channel_state.get()]
-        self.channel_state.update([])
+        try:
+            self.aggregate = self.keyed.get_or_create_state(sim.aggregate.descriptor)
+            self.operator = sim.backend.create_operator_state_backend(
+                OperatorBackendParameters("sim", self.operator_id, operator)
+            )
+        except BaseException:
+            self.keyed.dispose()  # the task never starts: nothing of it may stay open
+            raise
+        try:
+            self.channel_state = self.operator.get_list_state(CHANNEL_STATE)
+            self.replay = [unpack(r) for r in self.channel_state.get()]
+            self.channel_state.update([])
+        except BaseException:
+            self.dispose()
+            raise
         self.inbox = simpy.PriorityStore(sim.env)
         self.inputs: list[Channel] = []
         self.blocked: set[int] = set()

@@ -288,26 +288,41 @@ class Simulation:
         def operator_handles(op: Any, i: int) -> tuple[Any, ...]:
             return op.subtask_states[i].managed_operator_state if op and i in op.subtask_states else ()
 
+        created: list[Any] = []  # disposed when a later task cannot start (a damaged checkpoint, say)
+
+        def started(task: Any) -> Any:
+            created.append(task)
+            return task
+
         def keyed_stage(kind: type[KeyedTask], stage: str) -> list[Any]:
             op, p = operators.get(stage), self.spec.parallelism
             return [
-                kind(
-                    self,
-                    i,
-                    self.attempt,
-                    keyed_handles_for_subtask(op, p, i) if op else (),
-                    operator_handles(op, i),
-                    key_group_range_for_operator(self.spec.max_parallelism, p, i),
+                started(
+                    kind(
+                        self,
+                        i,
+                        self.attempt,
+                        keyed_handles_for_subtask(op, p, i) if op else (),
+                        operator_handles(op, i),
+                        key_group_range_for_operator(self.spec.max_parallelism, p, i),
+                    )
                 )
                 for i in range(p)
             ]
 
         self.in_flight = 0
-        self.sources = [
-            SourceTask(self, s, self.attempt, operator_handles(source_op, s)) for s in range(self.spec.sources)
-        ]
-        self.routers = keyed_stage(RouterTask, "router") if self.spec.stages == 3 else []
-        self.counters = keyed_stage(CounterTask, "counter")
+        try:
+            self.sources = [
+                started(SourceTask(self, s, self.attempt, operator_handles(source_op, s)))
+                for s in range(self.spec.sources)
+            ]
+            self.routers = keyed_stage(RouterTask, "router") if self.spec.stages == 3 else []
+            self.counters = keyed_stage(CounterTask, "counter")
+        except BaseException:
+            for task in created:
+                task.dispose()
+            self.sources, self.routers, self.counters = [], [], []
+            raise
         senders: list[Any] = self.sources
         for stage in ([self.routers] if self.routers else []) + [self.counters]:
             for task in stage:

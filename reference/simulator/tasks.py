@@ -68,12 +68,16 @@ class SourceTask:
         self.sim, self.index, self.attempt = sim, index, attempt
         self.name = f"source-{index}"
         self.operator = sim.backend.create_operator_state_backend(OperatorBackendParameters("sim", "source", handles))
-        self.offset_state = self.operator.get_list_state(OFFSET)
-        self.output_state = self.operator.get_list_state(OUTPUT_STATE)
-        restored = self.offset_state.get()
-        self.offset = restored[0] if restored else 0
-        self.restored_output = [unpack(raw) for raw in self.output_state.get()]
-        self.output_state.update([])
+        try:
+            self.offset_state = self.operator.get_list_state(OFFSET)
+            self.output_state = self.operator.get_list_state(OUTPUT_STATE)
+            restored = self.offset_state.get()
+            self.offset = restored[0] if restored else 0
+            self.restored_output = [unpack(raw) for raw in self.output_state.get()]
+            self.output_state.update([])
+        except BaseException:
+            self.operator.dispose()  # the task never starts: nothing of it may stay open
+            raise
         self.outputs: list[Channel] = []
         self.buffers = OutputBuffers([], 1, 0.0)
         self.barriers: deque[tuple[int, CheckpointOptions]] = deque()
