@@ -104,6 +104,9 @@ def suite_command(backend: str, config: list[str], report: Path, max_examples: i
 def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float, max_examples: int) -> dict[str, Any]:
     """Certify under every configuration until one fails; returns the outcome and the first failing test."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), os.environ.get("PYTHONPATH", "")])}
+    # what a mutant leaves in the temporary directory (it may skip cleaning up, or be killed at its timeout) goes
+    # into this run's own, removed at its end
+    env["TMPDIR"] = str(workdir)
     if mutant is not None:
         fd, name = tempfile.mkstemp(prefix="mutant-", suffix=".py", dir=workdir)
         os.close(fd)
