@@ -572,6 +572,22 @@ class _WideMapClear(RocksDBKeyedStateBackend):
         return store
 
 
+# 42. RocksDB: a creation that fails (a damaged checkpoint's restore) closes the database but keeps its working
+# directory; a disposed backend still removes it.
+class _KeepsFailedRestoreFiles(RocksDBKeyedStateBackend):
+    def __init__(self, *args: Any) -> None:
+        self._built = False
+        super().__init__(*args)
+        self._built = True
+
+    def release_resources(self) -> None:
+        if self._built:
+            super().release_resources()
+        elif self._db is not None:
+            self._db.close()
+            self._db = None
+
+
 # 36. configure() lets configuration override what the backend already decided (an explicit setting).
 class _ConfigWins(EmbeddedRocksDBStateBackend):
     def configure(self, config: Mapping[str, object]) -> Any:
@@ -769,6 +785,7 @@ rocksdb_deletes_retained_shared = _rocksdb_factory(_DeletesOldShared)
 rocksdb_aborted_is_base = _rocksdb_factory(_AbortedIsBase)
 rocksdb_savepoint_reuses_shared = _rocksdb_factory(_SavepointReusesShared)
 rocksdb_map_clear_too_wide = _rocksdb_factory(_WideMapClear)
+rocksdb_failed_restore_keeps_files = _rocksdb_factory(_KeepsFailedRestoreFiles)
 timers_fire_newest_first = _factory(_with_timer_queue(_NewestFirstQueue))
 timers_not_deduplicated = _factory(_with_timer_queue(_DuplicatingQueue))
 timers_fire_with_stale_key = _factory(_with_timer_queue(_StaleKeyQueue))
@@ -821,6 +838,7 @@ CAUGHT_BY = {
     "rocksdb_savepoint_reuses_shared": "SP-4",
     "configure_drops_explicit_settings": "LD-2",
     "rocksdb_map_clear_too_wide": "KS-4",
+    "rocksdb_failed_restore_keeps_files": "KB-LOCAL-2",
     "timers_fire_newest_first": "TM-2",
     "timers_not_deduplicated": "TM-3",
     "timers_fire_with_stale_key": "TM-2",

@@ -75,9 +75,15 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
         create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
 
 
-@pytest.mark.requirement("FMT-8")
+def assert_nothing_left(local_dir: Path, what: str) -> None:
+    """KB-LOCAL-2: a backend that failed to be created leaves nothing in its working directory."""
+    left = sorted(str(p.relative_to(local_dir)) for p in local_dir.rglob("*"))
+    assert left == [], f"KB-LOCAL-2: {what} left {left[:5]} in KeyedBackendParameters.local_dir"
+
+
+@pytest.mark.requirement("FMT-8", "KB-LOCAL-2")
 @pytest.mark.capability("canonical_savepoints")
-def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path) -> None:
+def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path, local_dir: Path) -> None:
     storage = FileSystemCheckpointStorage(
         str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
     )
@@ -87,6 +93,7 @@ def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path)
     path.write_bytes(path.read_bytes()[: handle.offset_of(100)])
     with pytest.raises(CheckpointFormatError, match=re.escape(path.name)):
         create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
+    assert_nothing_left(local_dir, "the failed restore of a truncated state file")
 
 
 def _move_first_entry_to_next_key_group(blocks: dict[int, list[Any]]) -> None:
@@ -99,17 +106,17 @@ def _cut_first_value(blocks: dict[int, list[Any]]) -> None:
     blocks[key_group][0][3] = blocks[key_group][0][3][:3]
 
 
-@pytest.mark.requirement("FMT-15", "FMT-8")
+@pytest.mark.requirement("FMT-15", "FMT-8", "KB-LOCAL-2")
 @pytest.mark.capability("canonical_savepoints")
 @pytest.mark.parametrize(
     "damage", [_move_first_entry_to_next_key_group, _cut_first_value], ids=["key-in-wrong-key-group", "value-cut"]
 )
 def test_hostile_canonical_entries_are_refused_on_restore(
-    state_backend: Any, reference_backend: Any, tmp_path: Path, damage: Any
+    state_backend: Any, reference_backend: Any, tmp_path: Path, local_dir: Path, damage: Any
 ) -> None:
     """A canonical stream whose size and checksum were re-recorded after an entry was moved into another key
     group's block (no lookup would ever find it) or had its long value cut to 3 bytes: restoring it must raise
-    CheckpointFormatError, not restore a smaller state or fail later on access."""
+    CheckpointFormatError, not restore a smaller state or fail later on access; and leave nothing behind."""
     storage = FileSystemCheckpointStorage(
         str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
     )
@@ -138,6 +145,7 @@ def test_hostile_canonical_entries_are_refused_on_restore(
             restored.set_current_key(key)
             state.value()
         raise AssertionError(f"FMT-15: restored {damage.__name__} without CheckpointFormatError")
+    assert_nothing_left(local_dir, f"the refused restore of a stream with {damage.__name__.strip('_')}")
 
 
 @pytest.mark.requirement("FMT-3", "SP-1")
