@@ -3,6 +3,7 @@ test uses between backends, storage and `_metadata` (KB-SNAP-1, FMT-4, KB-RESTOR
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +56,7 @@ def create_subtasks(
     operator_shares = operator_handles_for_subtasks(restore_from, parallelism) if restore_from else [()] * parallelism
     with_operator_state = getattr(getattr(backend, "capabilities", None), "operator_state", True)
     subtasks: list[Subtask] = []
-    keyed: Any = None
-    try:
+    with contextlib.ExitStack() as created:  # disposed if a later backend cannot be created
         for i in range(parallelism):
             keyed_handles = (
                 keyed_handles_for_subtask(restore_from, parallelism, i, max_parallelism) if restore_from else ()
@@ -72,6 +72,7 @@ def create_subtasks(
                 local_dir,
             )
             keyed = create_keyed_backend(backend, params)
+            created.callback(keyed.dispose)
             operator = (
                 backend.create_operator_state_backend(
                     OperatorBackendParameters(job_id, operator_id, operator_shares[i])
@@ -79,14 +80,10 @@ def create_subtasks(
                 if with_operator_state
                 else None
             )
+            if operator is not None:
+                created.callback(operator.dispose)
             subtasks.append(Subtask(i, keyed, operator))
-            keyed = None
-    except BaseException:
-        if keyed is not None:
-            keyed.dispose()  # this subtask's keyed backend, created before its operator backend failed
-        for subtask in subtasks:
-            subtask.dispose()
-        raise
+        created.pop_all()
     return subtasks
 
 

@@ -9,6 +9,7 @@ channel state, a processed record still waiting for an output buffer as output c
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 from collections import deque
 from collections.abc import Generator
@@ -75,22 +76,18 @@ class KeyedTask:
         params = KeyedBackendParameters(
             "sim", self.operator_id, sim.keys, sim.spec.max_parallelism, key_group_range, keyed, SimulatedClock(sim.env)
         )
-        self.keyed = create_keyed_backend(sim.backend, params)
-        try:
+        with contextlib.ExitStack() as created:  # a task that never starts leaves nothing of it open
+            self.keyed = create_keyed_backend(sim.backend, params)
+            created.callback(self.keyed.dispose)
             self.aggregate = self.keyed.get_or_create_state(sim.aggregate.descriptor)
             self.operator = sim.backend.create_operator_state_backend(
                 OperatorBackendParameters("sim", self.operator_id, operator)
             )
-        except BaseException:
-            self.keyed.dispose()  # the task never starts: nothing of it may stay open
-            raise
-        try:
+            created.callback(self.operator.dispose)
             self.channel_state = self.operator.get_list_state(CHANNEL_STATE)
             self.replay = [unpack(r) for r in self.channel_state.get()]
             self.channel_state.update([])
-        except BaseException:
-            self.dispose()
-            raise
+            created.pop_all()
         self.inbox = simpy.PriorityStore(sim.env)
         self.inputs: list[Channel] = []
         self.blocked: set[int] = set()

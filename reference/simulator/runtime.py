@@ -6,6 +6,7 @@ the host (paths, clocks, ids) enters the report.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import statistics
@@ -288,10 +289,10 @@ class Simulation:
         def operator_handles(op: Any, i: int) -> tuple[Any, ...]:
             return op.subtask_states[i].managed_operator_state if op and i in op.subtask_states else ()
 
-        created: list[Any] = []  # disposed when a later task cannot start (a damaged checkpoint, say)
+        created = contextlib.ExitStack()  # the tasks started so far, disposed if a later one cannot start
 
         def started(task: Any) -> Any:
-            created.append(task)
+            created.callback(task.dispose)
             return task
 
         def keyed_stage(kind: type[KeyedTask], stage: str) -> list[Any]:
@@ -311,18 +312,15 @@ class Simulation:
             ]
 
         self.in_flight = 0
-        try:
-            self.sources = [
+        with created:
+            sources = [
                 started(SourceTask(self, s, self.attempt, operator_handles(source_op, s)))
                 for s in range(self.spec.sources)
             ]
-            self.routers = keyed_stage(RouterTask, "router") if self.spec.stages == 3 else []
-            self.counters = keyed_stage(CounterTask, "counter")
-        except BaseException:
-            for task in created:
-                task.dispose()
-            self.sources, self.routers, self.counters = [], [], []
-            raise
+            routers = keyed_stage(RouterTask, "router") if self.spec.stages == 3 else []
+            counters = keyed_stage(CounterTask, "counter")
+            created.pop_all()
+        self.sources, self.routers, self.counters = sources, routers, counters
         senders: list[Any] = self.sources
         for stage in ([self.routers] if self.routers else []) + [self.counters]:
             for task in stage:
