@@ -16,9 +16,11 @@ from statecert.spec import errors
 GOLDEN = Path(__file__).resolve().parent.parent / "scenarios" / "golden" / "v1-savepoint"
 
 
-def statecert(*args: str) -> subprocess.CompletedProcess[str]:
+def statecert(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the command line, with `tmpdir` as its temporary directory when given."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
     return subprocess.run(
-        [sys.executable, "-m", "statecert.cli.main", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "statecert.cli.main", *args], capture_output=True, text=True, timeout=300, env=env
     )
 
 
@@ -38,11 +40,7 @@ def test_demo_job_runs_and_verifies(tmp_path: Path) -> None:
 
 
 def test_demo_without_a_checkpoint_dir_says_which_temporary_directory_it_kept(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "statecert.cli.main", "demo", "--records", "2000"],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    result = statecert("demo", "--records", "2000", tmpdir=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     kept = [line for line in result.stdout.splitlines() if line.startswith("kept in ")]
     assert len(kept) == 1, f"expected one 'kept in' line, got {result.stdout!r}"
