@@ -103,7 +103,11 @@ class ValueStateImpl(KvState):
         self._default_bytes = None if default is None else self._ser.serialize(default)
 
     def value(self) -> Any:
-        payload = self._get_bytes()
+        if self._ttl_enabled or self._ns_bytes is None:
+            payload = self._get_bytes()
+        else:  # `_get_bytes` without TTL, inlined: on every state read's path
+            key_bytes, key_group = self._backend.current_key_bytes_and_group()
+            payload = self.store.get(key_group, (key_bytes, self._ns_bytes))
         if payload is None:
             # A fresh copy each time: mutating the returned default never changes it (KS-VALUE-2).
             return None if self._default_bytes is None else self._ser.deserialize(self._default_bytes)
@@ -112,8 +116,12 @@ class ValueStateImpl(KvState):
     def update(self, value: Any) -> None:
         if value is None:
             self.clear()
-        else:
+        elif self._ttl_enabled or self._ns_bytes is None:
             self._put_bytes(self._ser.serialize(value))
+        else:  # `_put_bytes` without TTL, inlined: on every state write's path
+            payload = self._ser.serialize(value)
+            key_bytes, key_group = self._backend.current_key_bytes_and_group()
+            self.store.put(key_group, (key_bytes, self._ns_bytes), payload)
 
 
 class ReducingStateImpl(KvState):

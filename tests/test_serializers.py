@@ -100,6 +100,50 @@ def test_record_bytes_at_msgpack_header_boundaries(fields: int, length: int) -> 
     assert serializer.deserialize(packed)["s"] == value["s"]
 
 
+LONG_EDGES = [-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, 0.0, "1", None]
+
+
+class GeneralPathLong(LongSerializer):
+    """A LongSerializer the record serializer does not recognise: its records take the general msgpack path."""
+
+
+def outcome(function: Any, argument: Any) -> Any:
+    """What a call gives: its value, or the type of the error it raises."""
+    try:
+        return function(argument)
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+@pytest.mark.requirement("SER-1", "SER-8")
+@given(
+    name=FIELD_NAMES,
+    default=st.integers(-(2**63), 2**63 - 1),
+    field=st.none() | st.integers(-(2**64), 2**64) | st.sampled_from(LONG_EDGES) | st.booleans() | st.floats(),
+    damage=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 255)), max_size=3),
+    cut=st.integers(0, 40),
+)
+def test_a_record_of_one_long_reads_and_writes_as_the_general_path(
+    name: str, default: int, field: Any, damage: list[tuple[int, int]], cut: int
+) -> None:
+    """A record of a single long is packed and read by one struct (the simulator's and the Spark runner's state):
+    it must give the general path's bytes, values and errors, for values out of range or not ints (a field left
+    out takes the default), and for bytes in its layout that are damaged, cut short or another msgpack encoding."""
+    value = {} if field is None else {name: field}
+    fast = RecordSerializer([(name, LongSerializer(), default)])
+    general = RecordSerializer([(name, GeneralPathLong(), default)])
+    packed = outcome(general.serialize, value)
+    assert outcome(fast.serialize, value) == packed, f"RecordSerializer.serialize({value!r})"
+    data = bytearray(packed if isinstance(packed, bytes) else general.serialize({name: default}))
+    for at, byte in damage:
+        data[at % len(data)] = byte
+    other_encoding = msgpack.packb({name: bytes(8)}, use_bin_type=False)  # str 8 header where bin 8 was
+    for candidate in (bytes(data), bytes(data[:cut]), other_encoding):
+        assert outcome(fast.deserialize, candidate) == outcome(general.deserialize, candidate), (
+            f"RecordSerializer.deserialize({candidate!r})"
+        )
+
+
 @pytest.mark.requirement("SER-2", "SER-4")
 @pytest.mark.parametrize(("serializer", "values"), CASES, ids=lambda c: getattr(c, "serializer_id", ""))
 def test_snapshot_restores_an_equal_serializer(serializer: Any, values: Any) -> None:

@@ -55,20 +55,24 @@ def sink_runs(draw: Any) -> tuple[dict[int, list[int]], list[tuple[int, int, int
 
 @pytest.mark.requirement("SIM-2", "SIM-3")
 @settings(max_examples=300, deadline=None)
-@given(run=sink_runs())
+@given(run=sink_runs(), spread=st.sampled_from([1, 7, 10_000]))
 def test_the_columnar_sink_check_gives_the_row_checks_verdict(
-    run: tuple[dict[int, list[int]], list[tuple[int, int, int]], dict[int, int], str],
+    run: tuple[dict[int, list[int]], list[tuple[int, int, int]], dict[int, int], str], spread: int
 ) -> None:
+    """`spread` places key k at index k * spread: 10,000 makes a key space past 16-bit indexes."""
     expected, committed, initial, operator = run
     aggregate = KeyedAggregate(operator=operator)
     want = check_outputs(expected, committed, initial, aggregate.weight)  # type: ignore[arg-type]
-    key_count = len(expected) + 1
-    columns = tuple(np.array([row[i] for row in committed], dtype=np.int64) for i in range(3))
+    key_count = (len(expected) + 1) * spread
+    columns = (
+        np.array([row[0] * spread for row in committed], dtype=np.int64),
+        *(np.array([row[i] for row in committed], dtype=np.int64) for i in (1, 2)),
+    )
     got = check_output_columns(
-        np.array([k for k, offsets in expected.items() for _ in offsets], dtype=np.int64),
+        np.array([k * spread for k, offsets in expected.items() for _ in offsets], dtype=np.int64),
         np.array([o for offsets in expected.values() for o in offsets], dtype=np.int64),
         columns,  # type: ignore[arg-type]
-        np.array([initial.get(k, 0) for k in range(key_count)], dtype=np.int64),
+        np.array([initial.get(k // spread, 0) if k % spread == 0 else 0 for k in range(key_count)], dtype=np.int64),
         aggregate.weights,
     )
     assert got == want, f"check_output_columns gave {got}, check_outputs {want} for committed={committed}"

@@ -69,24 +69,44 @@ def check_output_columns(
     source order; `committed` the sink's (key, offset, running total) columns in commit order."""
     keys, offsets, totals = committed
     key_count = len(initial_totals)
-    order = np.argsort(keys, kind="stable")  # per key, in commit order
-    k, o, t = keys[order], offsets[order], totals[order]
+    key_index = _narrowest(keys, key_count)
+    order = np.argsort(key_index, kind="stable")  # per key, in commit order (a radix sort for narrow indexes)
+    k, o = key_index[order], offsets[order]
     w = weights(o)
-    running = np.cumsum(w)
-    first = np.ones(len(k), dtype=bool)
-    first[1:] = k[1:] != k[:-1]
-    start = np.maximum.accumulate(np.where(first, np.arange(len(k)), 0))
-    within = running - running[start] + w[start]
-    wrong_counts = int(np.count_nonzero(initial_totals[k] + within != t))
+    boundary = k[1:] != k[:-1]
+    starts = np.concatenate(([0], np.flatnonzero(boundary) + 1)) if len(k) else np.zeros(0, dtype=np.intp)
+    counts = np.diff(np.append(starts, len(k)))
+    # what each record's total must be: its key's total at the start plus the key's weights up to it
+    want = np.cumsum(w)
+    want += np.repeat(initial_totals[k[starts]] - want[starts] + w[starts], counts)
+    wrong_counts = int(np.count_nonzero(want != totals[order]))
     checked = np.zeros(key_count, dtype=bool)  # keys with expected records: the others are not judged
     checked[expected_keys] = True
     mask = checked[k]
-    k, o = k[mask], o[mask]
-    out_of_order = int(np.count_nonzero((k[1:] == k[:-1]) & (o[1:] < o[:-1])))
+    if not mask.all():
+        k, o = k[mask], o[mask]
+        boundary = k[1:] != k[:-1]
+    out_of_order = int(np.count_nonzero(~boundary & (o[1:] < o[:-1])))
     stride = int(max(o.max(initial=0), expected_offsets.max(initial=0))) + 1
-    pairs, counts = np.unique(k * stride + o, return_counts=True)
-    duplicated = int((counts - 1).sum())
-    wanted = np.sort(expected_keys * stride + expected_offsets)  # sorted needles: a cache-friendly search
+    # (key, offset) pairs as one number, sorted. Grouped by key with each key's offsets in commit (or source)
+    # order, they are sorted already but for what is out of order, and a stable sort (timsort) of sorted runs is
+    # linear: this keeps the check cheap over millions of records.
+    committed_pairs = np.sort(k.astype(np.int64) * stride + o, kind="stable")
+    distinct = np.ones(len(committed_pairs), dtype=bool)
+    distinct[1:] = committed_pairs[1:] != committed_pairs[:-1]
+    pairs = committed_pairs[distinct]
+    duplicated = len(committed_pairs) - len(pairs)
+    expected_index = _narrowest(expected_keys, key_count)
+    expected_order = np.argsort(expected_index, kind="stable")
+    wanted = np.sort(expected_keys[expected_order] * stride + expected_offsets[expected_order], kind="stable")
     at = np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))
     lost = len(wanted) if not len(pairs) else int(np.count_nonzero(pairs[at] != wanted))
     return CheckResult(lost, duplicated, out_of_order, wrong_counts)
+
+
+def _narrowest(keys: npt.NDArray[np.int64], key_count: int) -> npt.NDArray[np.signedinteger[Any]]:
+    """Dense key indexes in the narrowest integer type that holds them: numpy sorts 16-bit ones stably by radix,
+    about 4x faster than 64-bit ones, and narrow copies cost less memory traffic."""
+    if key_count <= np.iinfo(np.int16).max + 1:
+        return keys.astype(np.int16)
+    return keys.astype(np.int32) if key_count <= np.iinfo(np.int32).max + 1 else keys
