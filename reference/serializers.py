@@ -400,8 +400,11 @@ class RecordSerializer(BaseSerializer):
         if self._single_long is not None:
             layout, prefix, name, default = self._single_long
             field_value = value.get(name, default)
-            if type(field_value) is int and -(1 << 63) <= field_value < 1 << 63:  # else LongSerializer's errors
-                return layout.pack(prefix, field_value)
+            if type(field_value) is int:  # else LongSerializer's type error, from the general path
+                try:
+                    return layout.pack(prefix, field_value)
+                except struct.error:
+                    pass  # out of 64 bits: the general path raises LongSerializer's error
         parts = [self._map_header]
         for packed_name, name, ser, default in self._plan:
             field_bytes = ser.serialize(value.get(name, default))
