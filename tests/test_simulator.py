@@ -170,6 +170,22 @@ def test_worker_loss_network_spike_and_slow_storage(tmp_path: Path) -> None:
 
 
 @pytest.mark.requirement("SIM-7")
+@pytest.mark.parametrize("mode", [CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED])
+def test_a_network_delay_spike_slows_checkpoints_down(tmp_path: Path, mode: CheckpointingMode) -> None:
+    """The same job and seed with a spike over the whole run: every message (records and barriers alike) is
+    delayed, so checkpoints take longer, and the output stays exactly once."""
+    calm = with_mode(spec_with(faults=()), mode)
+    spiked = dataclasses.replace(calm, faults=(Fault("network-spike", at_ms=0, duration_ms=10_000, extra_ms=5.0),))
+    durations = []
+    for spec in (calm, spiked):
+        report = run(spec, 3, tmp_path)
+        assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
+        durations.append(report["metrics"]["checkpoint_duration_ms"]["p50"])
+    # the barrier's last hop alone is 5 ms later (reported durations are rounded to the µs)
+    assert durations[1] >= durations[0] + 4.99, f"median checkpoint duration calm vs spiked by 5 ms: {durations}"
+
+
+@pytest.mark.requirement("SIM-7")
 def test_restart_attempts_exhausted_fail_the_job(tmp_path: Path) -> None:
     spec = spec_with(
         restart_attempts=1,

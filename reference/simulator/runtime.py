@@ -333,6 +333,7 @@ class Simulation:
                         self.spec.latency_ms,
                         self.spec.latency_jitter_ms,
                         self.rng,
+                        extra_latency=self._extra_latency,
                         on_priority=task.notify_priority,
                     )
                     for s in range(len(senders))
@@ -546,6 +547,10 @@ class Simulation:
             self.cancelled = True
             self.timeline.append({"t": self.env.now, "event": "cancel"})
             self.done.succeed()
+
+    def _extra_latency(self) -> float:
+        """A network delay spike's latency on top of every channel's (SIM-7)."""
+        return self.extra_latency
 
     def _window(self, fault: Any, attribute: str, during: Any, after: Any) -> Generator[Any, Any, None]:
         """Hold `attribute` at `during` from `at_ms` for `duration_ms`, then set it to `after`."""
