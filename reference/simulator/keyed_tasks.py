@@ -10,17 +10,16 @@ channel state, a processed record still waiting for an output buffer as output c
 from __future__ import annotations
 
 import contextlib
-import heapq
 from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import simpy
 
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.simulator.inbox import Inbox
 from statecert.reference.simulator.output_buffers import DataBuffer, OutputBuffers
 from statecert.reference.simulator.record_batch import RecordBatch
 from statecert.reference.simulator.sink_output import OutputColumns, SinkPart
@@ -88,7 +87,7 @@ class KeyedTask:
             self.replay = [unpack(r) for r in self.channel_state.get()]
             self.channel_state.update([])
             created.pop_all()
-        self.inbox = simpy.PriorityStore(sim.env)
+        self.inbox = Inbox(sim.env)
         self.inputs: list[Channel] = []
         self.blocked: set[int] = set()
         self.buffered: deque[tuple[int, Any, bool]] = deque()
@@ -215,14 +214,14 @@ class KeyedTask:
             if self.ready:
                 channel, item, credit = self.ready.popleft()
             elif self.inbox.items:  # delivered already: taken at once, as a get would (it wins over a timeout)
-                channel, item, credit = heapq.heappop(self.inbox.items).item
+                channel, item, credit = self.inbox.pop()
             else:
                 get = self.inbox.get()
                 deadline = self.flush_deadline()
                 if deadline is not None:  # partly filled output buffers leave at the buffer timeout
                     yield get | self.sim.env.timeout(max(0.0, deadline - self.sim.env.now))
                     if not get.triggered:
-                        get.cancel()
+                        self.inbox.cancel(get)
                         if self.alive:
                             self.finish_bundle(due_only=True)
                             yield from self.emit()
@@ -231,9 +230,9 @@ class KeyedTask:
                 if not self.alive:
                     return
                 if self.ready:  # released by an alignment timeout while we waited: those are older
-                    self.ready.append(entry.item)
+                    self.ready.append(entry)
                     continue
-                channel, item, credit = entry.item
+                channel, item, credit = entry
             yield from self._handle(channel, item, credit)
 
     def _handle(self, channel: int, item: Any, credit: bool) -> Generator[Any, Any, None]:
@@ -338,7 +337,7 @@ class KeyedTask:
 
     def _queued(self) -> list[tuple[int, DataBuffer]]:
         """Data buffers that arrived but were not processed yet, with their channels, in delivery order."""
-        entries = [*self.ready, *self.buffered, *(e.item for e in sorted(self.inbox.items))]
+        entries = [*self.ready, *self.buffered, *self.inbox.queued()]
         return [(c, item) for c, item, _ in entries if isinstance(item, DataBuffer)]
 
     def _finish_if_complete(self, n: int) -> float:
@@ -537,8 +536,8 @@ class RouterTask(KeyedTask):
 
     def _take_priority_barriers(self) -> None:
         """Unaligned barriers that reached the inbox while this task waits for an output buffer (they sort first)."""
-        while self.inbox.items and self.inbox.items[0].priority[0] == 0:
-            channel, barrier, _ = heapq.heappop(self.inbox.items).item
+        while self.inbox.priority_first():
+            channel, barrier, _ = self.inbox.pop()
             self._on_barrier(channel, barrier)
 
     def forward(self, n: int, options: CheckpointOptions, priority: bool) -> Generator[Any, Any, None]:

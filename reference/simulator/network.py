@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
+
+if TYPE_CHECKING:
+    from statecert.reference.simulator.inbox import Inbox
 
 
 class Credits:
@@ -50,7 +53,7 @@ class Channel:
     def __init__(
         self,
         env: simpy.Environment,
-        inbox: simpy.Store,
+        inbox: Inbox,
         index: int,
         credits: int,
         latency_ms: float,
@@ -60,7 +63,7 @@ class Channel:
         on_priority: Callable[[], None] = lambda: None,
     ) -> None:
         self.env = env
-        self.inbox = inbox  # a PriorityStore shared by all channels into one task: (channel, payload, took credit)
+        self.inbox = inbox  # shared by all channels into one task
         self.index = index
         self.credits = Credits(env, credits)
         self.latency = latency_ms
@@ -96,16 +99,17 @@ class Channel:
         self._deliver_after(delivery - self.env.now, payload, 1)
 
     def _latency(self) -> float:
-        return self.latency + self.extra_latency() + self.rng.uniform(0, self.jitter)
+        # `uniform(0, jitter)` is `0 + jitter * random()`: the same draw without its call
+        return self.latency + self.extra_latency() + self.jitter * self.rng.random()
 
     def _deliver_after(self, delay: float, payload: Any, priority: int) -> None:
-        self.env.timeout(delay).callbacks.append(lambda _: self._arrive(payload, priority))
+        self.env.timeout(delay, (payload, priority)).callbacks.append(self._arrive)
 
-    def _arrive(self, payload: Any, priority: int) -> None:
+    def _arrive(self, event: simpy.Event) -> None:
+        payload, priority = event.value
         self.sequence += 1
         self.delivered += 1
-        order = (priority, self.env.now, self.index, self.sequence)
-        self.inbox.put(simpy.PriorityItem(order, (self.index, payload, priority == 1)))
+        self.inbox.put((priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1))
         if priority == 0:
             self.on_priority()
 
