@@ -7,13 +7,16 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from statecert.reference.coordinator.settings import CheckpointingMode
+from statecert.reference.keyed_states import ValueStateImpl
 from statecert.reference.simulator.job_spec import Fault, JobSpec, SimulationSpecError, load_job_spec, to_toml
+from statecert.reference.simulator.keyed_tasks import KeyedTask
 from statecert.reference.simulator.runtime import Simulation
 
 JOBS = Path(__file__).resolve().parent.parent / "scenarios" / "simulator"
@@ -158,6 +161,55 @@ def test_any_buffer_size_and_timeout_keep_exactly_once_and_consistent_cuts(
     checks = report["checks"]
     assert report["terminated"], "the job did not finish"
     assert checks["exactly_once"] and checks["violations"] == [], checks
+
+
+@pytest.mark.requirement("SIM-1", "SIM-14")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    size=st.integers(2, 96),
+    stages=st.sampled_from([2, 3]),
+    mode=st.sampled_from([CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED]),
+    faults=st.lists(FAULTS, max_size=1),
+    operator=st.sampled_from(["count", "sum"]),
+    version=st.sampled_from([1, 2]),
+    seed=st.integers(0, 10_000),
+)
+def test_small_buffers_grouped_in_python_give_the_array_paths_state_and_report(
+    tmp_path_factory: Any,
+    size: int,
+    stages: int,
+    mode: CheckpointingMode,
+    faults: list[Fault],
+    operator: str,
+    version: int,
+    seed: int,
+) -> None:
+    """A keyed task groups a buffer of up to `KeyedTask.small_buffer` records by key in Python and larger ones
+    with array operations: the same job and seed must write the same state values (each key's total and, in
+    schema version 2, its last offset) in the same order and give a byte-identical report, whichever path each
+    buffer takes (forced here by moving the threshold)."""
+    spec = buffered(
+        mode,
+        stages=stages,
+        buffer_size_records=size,
+        buffer_timeout_ms=3.0,
+        faults=tuple(faults_in(faults, stages)),
+        operator=operator,
+        serializer_version=version,
+    )
+    runs = []
+    original = ValueStateImpl.update
+    for threshold in (KeyedTask.small_buffer, 1, 1_000):
+        writes: list[tuple[Any, Any]] = []
+
+        def recording(state: ValueStateImpl, value: Any, writes: list[tuple[Any, Any]] = writes) -> None:
+            writes.append((state._backend.get_current_key(), value))
+            original(state, value)
+
+        with patch.object(KeyedTask, "small_buffer", threshold), patch.object(ValueStateImpl, "update", recording):
+            report = Simulation(spec, seed, tmp_path_factory.mktemp("paths")).run()
+        runs.append((json.dumps(report, sort_keys=True), writes))
+    assert runs[1] == runs[0] == runs[2], f"state writes or report differ by grouping path (size {size}, seed {seed})"
 
 
 @pytest.mark.requirement("SIM-6", "SIM-14")

@@ -60,6 +60,8 @@ class KeyedTask:
     operator_id = "keyed"
     extra_ms = 0.0  # processing time on top of the job's per-record cost
     state_key = "aggregate_index"  # the keyspace column that says which state key a record updates
+    small_buffer = 64  # buffers of up to this many records are grouped in Python (about 2x faster there; array
+    # operations win from about 128 records on)
 
     def __init__(
         self,
@@ -157,6 +159,9 @@ class KeyedTask:
             self.stage(records, np.array([aggregate.total(value)], dtype=np.int64))
             return
         groups = records.keyspace.column(self.state_key)[records.ids]
+        if len(records) <= self.small_buffer:
+            self._update_small(records, groups.tolist(), group_keys)
+            return
         unique, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
         appearance = np.argsort(first, kind="stable")
         rank = np.empty(len(unique), dtype=np.int64)
@@ -180,6 +185,32 @@ class KeyedTask:
             state.update(value_of(base + added, last))
             bases.append(base)
         self.stage(grouped, within + np.repeat(np.array(bases, dtype=np.int64), counts))
+
+    def _update_small(self, records: RecordBatch, groups: list[int], group_keys: list[Any]) -> None:
+        """`update` for a buffer of a few records, grouped in Python: the same state calls and staged output as
+        the array path, without its fixed cost (wide jobs send mostly small buffers: few records per channel)."""
+        aggregate, state, keyed = self.sim.aggregate, self.aggregate, self.keyed
+        value_of, total = aggregate.value_of, aggregate.total
+        weights, offsets = aggregate.weights(records.offsets).tolist(), records.offsets.tolist()
+        by_key: dict[int, list[int]] = {}
+        for i, group in enumerate(groups):
+            positions = by_key.get(group)
+            if positions is None:
+                by_key[group] = [i]
+            else:
+                positions.append(i)
+        order: list[int] = []
+        totals: list[int] = []
+        for group, positions in by_key.items():  # keys in the order of their first record
+            keyed.set_current_key(group_keys[group])
+            running = total(state.value())
+            for i in positions:
+                running += weights[i]
+                totals.append(running)
+            state.update(value_of(running, offsets[positions[-1]]))
+            order.extend(positions)
+        grouped = records if len(by_key) == 1 else records.take(np.array(order, dtype=np.intp))
+        self.stage(grouped, np.array(totals, dtype=np.int64))
 
     def restore_output(self) -> Generator[Any, Any, None]:
         """Output channel state restored from an unaligned checkpoint: sent before any input is processed."""
