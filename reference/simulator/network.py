@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
@@ -106,7 +106,7 @@ class Channel:
         self.env.timeout(delay, (payload, priority)).callbacks.append(self._arrive)
 
     def _arrive(self, event: simpy.Event) -> None:
-        payload, priority = event.value
+        payload, priority = cast("tuple[Any, int]", event.value)  # the timeout carries its message
         self.sequence += 1
         self.delivered += 1
         self.inbox.put((priority, self.env.now, self.index, self.sequence), (self.index, payload, priority == 1))
