@@ -186,6 +186,20 @@ def test_a_network_delay_spike_slows_checkpoints_down(tmp_path: Path, mode: Chec
 
 
 @pytest.mark.requirement("SIM-7")
+def test_a_storage_slowdown_slows_checkpoints_down(tmp_path: Path) -> None:
+    """The same job and seed with storage 1,000x slower over the whole run: uploads take longer, so checkpoints do,
+    and the output stays exactly once."""
+    calm = spec_with(faults=())
+    slowed = dataclasses.replace(calm, faults=(Fault("storage-slowdown", at_ms=0, duration_ms=10_000, factor=1000.0),))
+    durations = []
+    for spec in (calm, slowed):
+        report = run(spec, 3, tmp_path)
+        assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
+        durations.append(report["metrics"]["checkpoint_duration_ms"]["p50"])
+    assert durations[1] > 2 * durations[0], f"median checkpoint duration calm vs slowed 1,000x: {durations}"
+
+
+@pytest.mark.requirement("SIM-7")
 def test_restart_attempts_exhausted_fail_the_job(tmp_path: Path) -> None:
     spec = spec_with(
         restart_attempts=1,
