@@ -10,7 +10,7 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 from statecert.reference.coordinator.settings import CheckpointingMode
@@ -133,6 +133,19 @@ def faults_in(faults: list[Fault], stages: int) -> list[Fault]:
     mode=st.sampled_from([CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED]),
     faults=st.lists(FAULTS, max_size=2),
     seed=st.integers(0, 10_000),
+)
+@example(  # a counter failed over while replaying restored input channel state kept replaying into closed backends
+    size=1,
+    timeout=0.0,
+    credits=2,
+    stages=2,
+    sink_ms=2.0,
+    mode=CheckpointingMode.UNALIGNED,
+    faults=[
+        Fault("task-crash", at_ms=144.0, task="source-0"),
+        Fault("coordinator-crash-before-metadata", checkpoint=2),
+    ],
+    seed=0,
 )
 def test_any_buffer_size_and_timeout_keep_exactly_once_and_consistent_cuts(
     tmp_path_factory: Any,

@@ -239,6 +239,8 @@ class KeyedTask:
         yield from self.restore_output()
         size = self.sim.spec.buffer_size_records
         for i in range(0, len(self.replay), size):  # input channel state restored from an unaligned checkpoint next
+            if not self.alive:  # failed over while replaying: this attempt's backends are gone
+                return
             yield from self._process(RecordBatch.of_records(self.replay[i : i + size], self.sim.keyspace))
         self.replaying = False
         while self.alive:
