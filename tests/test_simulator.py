@@ -169,18 +169,24 @@ def test_worker_loss_network_spike_and_slow_storage(tmp_path: Path) -> None:
     assert report["checks"]["violations"] == [] and report["checks"]["leaked_shared_files"] == 0
 
 
+def median_checkpoint_ms_without_and_with(calm: JobSpec, fault: Fault, tmp_path: Path) -> list[float]:
+    """The median checkpoint duration of `calm` and of the same job with `fault` (seed 3 both times); each run
+    must finish with exactly-once output."""
+    durations = []
+    for spec in (calm, dataclasses.replace(calm, faults=(fault,))):
+        report = run(spec, 3, tmp_path)
+        assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
+        durations.append(report["metrics"]["checkpoint_duration_ms"]["p50"])
+    return durations
+
+
 @pytest.mark.requirement("SIM-7")
 @pytest.mark.parametrize("mode", [CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.UNALIGNED])
 def test_a_network_delay_spike_slows_checkpoints_down(tmp_path: Path, mode: CheckpointingMode) -> None:
     """The same job and seed with a spike over the whole run: every message (records and barriers alike) is
     delayed, so checkpoints take longer, and the output stays exactly once."""
-    calm = with_mode(spec_with(faults=()), mode)
-    spiked = dataclasses.replace(calm, faults=(Fault("network-spike", at_ms=0, duration_ms=10_000, extra_ms=5.0),))
-    durations = []
-    for spec in (calm, spiked):
-        report = run(spec, 3, tmp_path)
-        assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
-        durations.append(report["metrics"]["checkpoint_duration_ms"]["p50"])
+    spike = Fault("network-spike", at_ms=0, duration_ms=10_000, extra_ms=5.0)
+    durations = median_checkpoint_ms_without_and_with(with_mode(spec_with(faults=()), mode), spike, tmp_path)
     # the barrier's last hop alone is 5 ms later (reported durations are rounded to the µs)
     assert durations[1] >= durations[0] + 4.99, f"median checkpoint duration calm vs spiked by 5 ms: {durations}"
 
@@ -189,13 +195,8 @@ def test_a_network_delay_spike_slows_checkpoints_down(tmp_path: Path, mode: Chec
 def test_a_storage_slowdown_slows_checkpoints_down(tmp_path: Path) -> None:
     """The same job and seed with storage 1,000x slower over the whole run: uploads take longer, so checkpoints do,
     and the output stays exactly once."""
-    calm = spec_with(faults=())
-    slowed = dataclasses.replace(calm, faults=(Fault("storage-slowdown", at_ms=0, duration_ms=10_000, factor=1000.0),))
-    durations = []
-    for spec in (calm, slowed):
-        report = run(spec, 3, tmp_path)
-        assert report["terminated"] and report["checks"]["exactly_once"], report["checks"]
-        durations.append(report["metrics"]["checkpoint_duration_ms"]["p50"])
+    slowdown = Fault("storage-slowdown", at_ms=0, duration_ms=10_000, factor=1000.0)
+    durations = median_checkpoint_ms_without_and_with(spec_with(faults=()), slowdown, tmp_path)
     assert durations[1] > 2 * durations[0], f"median checkpoint duration calm vs slowed 1,000x: {durations}"
 
 
