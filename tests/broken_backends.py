@@ -695,9 +695,24 @@ class _MergeRefreshesTtl(ListStateImpl):
             self.store.append_list(key_group, key, merged)
 
 
-def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
-    service = type("Service", (KeyedTimerService,), {"queue_class": queue})
+class _FiresOnlyWhenTimeMoves(KeyedTimerService):
+    """An advance that does not move time forward fires nothing, so a timer registered at or before the current
+    time waits for a later advance (timers registered by callbacks during an advance still fire in it)."""
 
+    def advance_watermark(self, time: int) -> None:
+        if time > self.current_watermark():
+            super().advance_watermark(time)
+
+    def advance_processing_time(self, time: int) -> None:
+        if time > self.current_processing_time():
+            super().advance_processing_time(time)
+
+
+def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
+    return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
+
+
+def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
             super().__init__(params)
@@ -791,6 +806,7 @@ timers_not_deduplicated = _factory(_with_timer_queue(_DuplicatingQueue))
 timers_fire_with_stale_key = _factory(_with_timer_queue(_StaleKeyQueue))
 timers_forget_restored = _factory(_with_timer_queue(_ForgetsRestoredQueue))
 timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
+timers_past_wait_for_later_time = _factory(_with_timer_service(_FiresOnlyWhenTimeMoves))
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
@@ -844,6 +860,7 @@ CAUGHT_BY = {
     "timers_fire_with_stale_key": "TM-2",
     "timers_forget_restored": "TM-6",
     "timers_delete_keeps_due": "TM-4",
+    "timers_past_wait_for_later_time": "TM-5",
     "changelog_truncates_early": "CL-5",
     "changelog_replays_out_of_order": "CL-4",
     "changelog_ignores_log": "CL-4",

@@ -56,6 +56,9 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.timers_supported = supports(declared(self.backend), "timers")
             self.timers: set[tuple[str, str, str, int]] = set()
             self.fired: list[tuple[str, str, str, int]] = []
+            # the model's clocks: the time of the last advance of each kind since the subtasks were created or
+            # restored (a new or restored timer service starts at Long.MIN_VALUE, TM-8)
+            self.now: dict[str, int] = {}
 
         def _owner(self, key: str) -> Any:
             key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
@@ -144,16 +147,19 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         @precondition(lambda self: self.timers_supported)
         @rule(kind=st.sampled_from(["event", "processing"]), time=st.integers(0, 5))
         def timers_advance(self, kind: str, time: int) -> None:
+            # Time moves forward only (TM-2): a drawn time before the clock advances to the clock itself, and
+            # every timer registered at or before it since the last advance is due in this one (TM-5).
+            now = self.now[kind] = max(time, self.now.get(kind, time))
             self.fired.clear()
             for s in self.subtasks:
                 service = self._service(s.keyed)
                 if kind == "event":
-                    service.advance_watermark(max(time, service.current_watermark()))
+                    service.advance_watermark(now)
                 else:
-                    service.advance_processing_time(max(time, service.current_processing_time()))
-            due = {t for t in self.timers if t[0] == kind and t[3] <= time}
+                    service.advance_processing_time(now)
+            due = {t for t in self.timers if t[0] == kind and t[3] <= now}
             assert sorted(self.fired) == sorted(due), (
-                f"advance {kind} time to {time}: expected {sorted(due)} to fire once each, got {sorted(self.fired)}"
+                f"advance {kind} time to {now}: expected {sorted(due)} to fire once each, got {sorted(self.fired)}"
             )
             self.timers -= due
 
@@ -173,6 +179,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             for s in self.subtasks:
                 s.dispose()
             self.parallelism = parallelism
+            self.now.clear()  # restored services start at Long.MIN_VALUE (TM-8)
             self.subtasks = create_subtasks(
                 backend, KEYS, parallelism, MAX_PARALLELISM, restore_from=operator, local_dir=self.local_dir
             )
@@ -233,6 +240,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
     "KS-VALUE-1",
     "TM-3",
     "TM-4",
+    "TM-5",
     "TM-6",
     "TM-7",
 )

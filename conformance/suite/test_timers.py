@@ -177,6 +177,34 @@ def test_timers_registered_by_callbacks_fire_in_the_same_advance(state_backend: 
         assert service.num_event_time_timers() == 1, "the timer at 110 stays registered"
 
 
+@pytest.mark.requirement("TM-2", "TM-5")
+@pytest.mark.capability("timers")
+@given(timers=TIMERS, now=st.integers(-60, 210), kind=st.sampled_from(["event", "processing"]))
+def test_timers_registered_at_or_before_the_current_time_fire_in_the_next_advance(
+    certification: Any, tmp_path_factory: Any, timers: list[Timer], now: int, kind: str
+) -> None:
+    """Time reaches `now`, then timers are registered on both sides of it: the next advance, even one to `now`
+    itself, fires those at or before it and keeps the rest."""
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        service, recorder = service_of(backend)
+        advance = getattr(service, "advance_watermark" if kind == "event" else "advance_processing_time")
+        count = getattr(service, f"num_{kind}_time_timers")
+        advance(now)
+        register(backend, service, timers, kind)
+        advance(now)
+        assert_fired_in_order(
+            recorder,
+            {t for t in timers if t[2] <= now},
+            f"{advance.__name__}({now}), register, {advance.__name__}({now}) again",
+            kind,
+        )
+        later = {t for t in timers if t[2] > now}
+        assert count() == len(later), (
+            f"num_{kind}_time_timers() after the second {advance.__name__}({now}): expected the {len(later)} later "
+            f"timers, got {count()}"
+        )
+
+
 @pytest.mark.requirement("TM-6", "TM-8", "TM-9")
 @pytest.mark.capability("timers")
 @given(
