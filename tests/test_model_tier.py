@@ -1,0 +1,76 @@
+"""The model tier's own model: programs replayed step by step through `BackendMachine`, so that the model accepts
+what the spec allows and still rejects what it forbids, independently of which programs hypothesis happens to draw."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from statecert.conformance.suite.test_model import make_machine
+from statecert.reference.heap.backend import HashMapStateBackend
+from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
+from tests.broken_backends import timers_past_wait_for_later_time
+
+BACKENDS: dict[str, Callable[[str], Any]] = {
+    "hashmap": lambda directory: HashMapStateBackend(),
+    "rocksdb": lambda directory: EmbeddedRocksDBStateBackend(),
+}
+
+
+def replay(new_backend: Callable[[str], Any], steps: list[tuple[str, dict[str, Any]]]) -> None:
+    """Run the machine's rules in order, checking its invariants after each, as hypothesis does."""
+    machine = make_machine(new_backend)()
+    try:
+        for rule, arguments in steps:
+            getattr(machine, rule)(**arguments)
+            machine.current_entries_match_the_model()
+            machine.timer_counts_match_the_model()
+    finally:
+        machine.teardown()
+
+
+# Seed 4244 at 100 examples: processing time reached 4, then a timer at 1 was registered and time "advanced" to a
+# drawn 0. The service, at 4, fires the timer (TM-5); the model expected only timers at or before 0.
+PAST_TIMER = [
+    ("timers_advance", {"kind": "processing", "time": 4}),
+    ("timer_register_or_delete", {"kind": "processing", "time": 1, "delete": False}),
+    ("timers_advance", {"kind": "processing", "time": 0}),
+]
+
+
+@pytest.mark.requirement("TM-5")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_timer_registered_before_the_clock_fires_in_the_next_advance_even_to_an_earlier_drawn_time(
+    backend: str, kind: str
+) -> None:
+    replay(BACKENDS[backend], [(rule, {**arguments, "kind": kind}) for rule, arguments in PAST_TIMER])
+
+
+@pytest.mark.requirement("TM-5")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+def test_the_model_rejects_a_timer_that_waits_for_time_to_move(kind: str) -> None:
+    broken = timers_past_wait_for_later_time
+    with pytest.raises(AssertionError, match=f"advance {kind} time to 4: expected \\[\\('{kind}', 'k0', 'n0', 1\\)\\]"):
+        replay(lambda directory: broken({}), [(rule, {**arguments, "kind": kind}) for rule, arguments in PAST_TIMER])
+
+
+@pytest.mark.requirement("TM-8")
+def test_the_models_clock_restarts_with_the_restored_services() -> None:
+    """Timers at 0 and 3 registered after the watermark reached 4 are due in the next advance; after a restore the
+    services start at Long.MIN_VALUE again, so an advance to 0 fires the one at 0 only, and the one at 3 waits."""
+    machine = make_machine(BACKENDS["hashmap"])()
+    try:
+        machine.timers_advance(kind="event", time=4)
+        machine.timer_register_or_delete(kind="event", time=0, delete=False)
+        machine.timer_register_or_delete(kind="event", time=3, delete=False)
+        machine.checkpoint_and_restore(parallelism=2)
+        machine.timers_advance(kind="event", time=0)
+        assert machine.fired == [("event", "k0", "n0", 0)], f"advance to 0 after the restore fired {machine.fired}"
+        machine.timer_counts_match_the_model()
+        machine.timers_advance(kind="event", time=3)
+        assert machine.fired == [("event", "k0", "n0", 3)], f"advance to 3 after the restore fired {machine.fired}"
+    finally:
+        machine.teardown()
