@@ -12,6 +12,7 @@ from statecert.conformance.suite.test_model import make_machine
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from tests.broken_backends import timers_past_wait_for_later_time
+from tests.restricted_backends import without_rescaling
 
 BACKENDS: dict[str, Callable[[str], Any]] = {
     "hashmap": lambda directory: HashMapStateBackend(),
@@ -74,3 +75,20 @@ def test_the_models_clock_restarts_with_the_restored_services() -> None:
         assert machine.fired == [("event", "k0", "n0", 3)], f"advance to 3 after the restore fired {machine.fired}"
     finally:
         machine.teardown()
+
+
+@pytest.mark.requirement("SB-3")
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_a_round_trip_hands_a_backend_without_rescaling_its_own_key_group_ranges(parallelism: int) -> None:
+    """A backend that declares rescaling False may refuse handles of other key-group ranges (SB-3); the model's
+    round trip through the reference backend once restored it from the reference's savepoint at the drawn
+    parallelism, and so rejected such a correct backend at the default seed and examples."""
+    replay(
+        lambda directory: without_rescaling({}),
+        [
+            ("value_update", {"v": 7}),
+            ("round_trip_through_reference_backend", {"parallelism": parallelism}),
+            ("checkpoint_and_restore", {"parallelism": parallelism}),
+            ("every_entry_matches_the_model", {}),
+        ],
+    )
