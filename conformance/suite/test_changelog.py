@@ -146,6 +146,7 @@ def test_the_log_is_truncated_only_after_a_checkpoint_with_the_materialization_c
 
 
 @pytest.mark.requirement("CL-4", "KB-RESTORE-2")
+@pytest.mark.capability("rescaling")
 @given(runs=st.lists(STEPS, min_size=2, max_size=3), new=st.integers(2, 4))
 def test_rescaled_replay_keeps_each_key_groups_changes(
     certification: Any, tmp_path_factory: Any, runs: list[list[Step]], new: int
@@ -169,7 +170,13 @@ def _plain(state_backend: Any, storage: Any, steps: list[Step], kind: SnapshotTy
 
 
 @pytest.mark.requirement("CL-6", "CL-7")
-@pytest.mark.parametrize("kind", [SnapshotType.CHECKPOINT, SnapshotType.SAVEPOINT_CANONICAL])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        SnapshotType.CHECKPOINT,
+        pytest.param(SnapshotType.SAVEPOINT_CANONICAL, marks=pytest.mark.capability("canonical_savepoints")),
+    ],
+)
 def test_changelog_switches_on_and_off_through_checkpoints_and_savepoints(
     state_backend: Any, storage: Any, kind: SnapshotType
 ) -> None:

@@ -2,7 +2,8 @@
 the backend's key groups after each materialization are replayed in sequence order through the public state API
 (serialized payloads passed through under their original serializer snapshots, each at its logged time so TTL
 timestamps come out as written), and the result is handed to a fresh wrapped backend through a canonical
-snapshot in memory, so states stay unregistered until the job registers them (KB-RESTORE-3)."""
+snapshot in memory (the wrapped backend's own checkpoint format if it writes no canonical savepoints), so states
+stay unregistered until the job registers them (KB-RESTORE-3)."""
 
 from __future__ import annotations
 
@@ -188,7 +189,14 @@ def restore_keyed_backend(
             .create_checkpoint_storage("replay")
             .initialize_location_for_savepoint(1)
         )
-        handle = staging.snapshot(0, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)).run()
+        # A backend without canonical savepoints (SB-3) hands its state over in its own checkpoint format: the fresh
+        # backend has the same key-group range, so no rescaling is asked of it either.
+        kind = (
+            SnapshotType.SAVEPOINT_CANONICAL
+            if delegate_factory.capabilities.canonical_savepoints
+            else SnapshotType.CHECKPOINT
+        )
+        handle = staging.snapshot(0, 0, location, CheckpointOptions(kind)).run()
         staging.dispose()
         staging = None
         return delegate_factory.create_keyed_state_backend(
