@@ -187,21 +187,18 @@ def test_timers_registered_at_or_before_the_current_time_fire_in_the_next_advanc
     itself, fires those at or before it and keeps the rest."""
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         service, recorder = service_of(backend)
-        advance = getattr(service, "advance_watermark" if kind == "event" else "advance_processing_time")
-        count = getattr(service, f"num_{kind}_time_timers")
+        call = "advance_watermark" if kind == "event" else "advance_processing_time"
+        advance, count = getattr(service, call), getattr(service, f"num_{kind}_time_timers")
         advance(now)
         register(backend, service, timers, kind)
         advance(now)
         assert_fired_in_order(
-            recorder,
-            {t for t in timers if t[2] <= now},
-            f"{advance.__name__}({now}), register, {advance.__name__}({now}) again",
-            kind,
+            recorder, {t for t in timers if t[2] <= now}, f"{call}({now}), register, {call}({now}) again", kind
         )
         later = {t for t in timers if t[2] > now}
         assert count() == len(later), (
-            f"num_{kind}_time_timers() after the second {advance.__name__}({now}): expected the {len(later)} later "
-            f"timers, got {count()}"
+            f"num_{kind}_time_timers() after the second {call}({now}): expected the {len(later)} later timers, got "
+            f"{count()}"
         )
 
 
