@@ -3,7 +3,8 @@ what the spec allows and still rejects what it forbids, independently of which p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -20,25 +21,33 @@ BACKENDS: dict[str, Callable[[str], Any]] = {
 }
 
 
-def replay(new_backend: Callable[[str], Any], steps: list[tuple[str, dict[str, Any]]]) -> None:
-    """Run the machine's rules in order, checking its invariants after each, as hypothesis does."""
+@contextmanager
+def machine_over(new_backend: Callable[[str], Any]) -> Iterator[Any]:
+    """A `BackendMachine` over the backend, torn down afterwards as hypothesis would."""
     machine = make_machine(new_backend)()
     try:
-        for rule, arguments in steps:
-            getattr(machine, rule)(**arguments)
-            machine.current_entries_match_the_model()
-            machine.timer_counts_match_the_model()
+        yield machine
     finally:
         machine.teardown()
 
 
+def replay(new_backend: Callable[[str], Any], steps: list[tuple[str, dict[str, Any]]]) -> None:
+    """Run the machine's rules in order, checking its invariants after each, as hypothesis does."""
+    with machine_over(new_backend) as machine:
+        for rule, arguments in steps:
+            getattr(machine, rule)(**arguments)
+            machine.current_entries_match_the_model()
+            machine.timer_counts_match_the_model()
+
+
 # Seed 4244 at 100 examples: processing time reached 4, then a timer at 1 was registered and time "advanced" to a
 # drawn 0. The service, at 4, fires the timer (TM-5); the model expected only timers at or before 0.
-PAST_TIMER = [
-    ("timers_advance", {"kind": "processing", "time": 4}),
-    ("timer_register_or_delete", {"kind": "processing", "time": 1, "delete": False}),
-    ("timers_advance", {"kind": "processing", "time": 0}),
-]
+def past_timer(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("timers_advance", {"kind": kind, "time": 4}),
+        ("timer_register_or_delete", {"kind": kind, "time": 1, "delete": False}),
+        ("timers_advance", {"kind": kind, "time": 0}),
+    ]
 
 
 @pytest.mark.requirement("TM-5")
@@ -47,7 +56,7 @@ PAST_TIMER = [
 def test_a_timer_registered_before_the_clock_fires_in_the_next_advance_even_to_an_earlier_drawn_time(
     backend: str, kind: str
 ) -> None:
-    replay(BACKENDS[backend], [(rule, {**arguments, "kind": kind}) for rule, arguments in PAST_TIMER])
+    replay(BACKENDS[backend], past_timer(kind))
 
 
 @pytest.mark.requirement("TM-5")
@@ -55,15 +64,14 @@ def test_a_timer_registered_before_the_clock_fires_in_the_next_advance_even_to_a
 def test_the_model_rejects_a_timer_that_waits_for_time_to_move(kind: str) -> None:
     broken = timers_past_wait_for_later_time
     with pytest.raises(AssertionError, match=f"advance {kind} time to 4: expected \\[\\('{kind}', 'k0', 'n0', 1\\)\\]"):
-        replay(lambda directory: broken({}), [(rule, {**arguments, "kind": kind}) for rule, arguments in PAST_TIMER])
+        replay(lambda directory: broken({}), past_timer(kind))
 
 
 @pytest.mark.requirement("TM-8")
 def test_the_models_clock_restarts_with_the_restored_services() -> None:
     """Timers at 0 and 3 registered after the watermark reached 4 are due in the next advance; after a restore the
     services start at Long.MIN_VALUE again, so an advance to 0 fires the one at 0 only, and the one at 3 waits."""
-    machine = make_machine(BACKENDS["hashmap"])()
-    try:
+    with machine_over(BACKENDS["hashmap"]) as machine:
         machine.timers_advance(kind="event", time=4)
         machine.timer_register_or_delete(kind="event", time=0, delete=False)
         machine.timer_register_or_delete(kind="event", time=3, delete=False)
@@ -73,8 +81,6 @@ def test_the_models_clock_restarts_with_the_restored_services() -> None:
         machine.timer_counts_match_the_model()
         machine.timers_advance(kind="event", time=3)
         assert machine.fired == [("event", "k0", "n0", 3)], f"advance to 3 after the restore fired {machine.fired}"
-    finally:
-        machine.teardown()
 
 
 @pytest.mark.requirement("SB-3")
