@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+import msgpack
+
 from statecert.reference.format.canonical import describe
 from statecert.reference.format.entry_check import DECODE_ERRORS
 from statecert.reference.format.operator_stream import read_operator_states, write_operator_states
@@ -64,36 +66,44 @@ class OperatorListStateImpl:
 
 
 class BroadcastStateImpl:
-    """A map every subtask holds in full (OS-3); stored as serialized (key, value) pairs."""
+    """A map every subtask holds in full (OS-3); stored as serialized (key, value) pairs, told apart by the key's
+    bytes (KS-3), so `1`, `True` and `1.0` under a msgpack key serializer are three entries."""
 
     def __init__(self, backend: DefaultOperatorStateBackend, state: _Registered) -> None:
         self._backend = backend
         self._state = state
 
-    def _load(self) -> dict[Any, Any]:
-        return dict(self._state.serializer.deserialize(e) for e in self._state.elements)
-
-    def _store(self, entries: dict[Any, Any]) -> None:
-        self._state.elements[:] = [self._state.serializer.serialize((k, v)) for k, v in entries.items()]
+    def _index(self, key: Any) -> int | None:
+        serializer = self._state.serializer
+        assert isinstance(serializer, TupleSerializer)
+        key_bytes = serializer.fields[0].serialize(key)
+        for i, element in enumerate(self._state.elements):
+            if msgpack.unpackb(element)[0] == key_bytes:
+                return i
+        return None
 
     def get(self, key: Any) -> Any:
-        return self._load().get(key)
+        i = self._index(key)
+        return None if i is None else self._state.serializer.deserialize(self._state.elements[i])[1]
 
     def put(self, key: Any, value: Any) -> None:
-        entries = self._load()
-        entries[key] = value
-        self._store(entries)
+        element = self._state.serializer.serialize((key, value))
+        i = self._index(key)
+        if i is None:
+            self._state.elements.append(element)
+        else:
+            self._state.elements[i] = element
 
     def remove(self, key: Any) -> None:
-        entries = self._load()
-        entries.pop(key, None)
-        self._store(entries)
+        i = self._index(key)
+        if i is not None:
+            del self._state.elements[i]
 
     def contains(self, key: Any) -> bool:
-        return key in self._load()
+        return self._index(key) is not None
 
     def items(self) -> list[tuple[Any, Any]]:
-        return list(self._load().items())
+        return [tuple(self._state.serializer.deserialize(e)) for e in self._state.elements]
 
     def clear(self) -> None:
         self._state.elements.clear()

@@ -14,6 +14,8 @@ from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
 from statecert.spec.storage import CheckpointStreamFactory
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,24 @@ class OperatorListState(Protocol[T]):
     def clear(self) -> None: ...
 
 
+class BroadcastState(Protocol[K, V]):
+    """A map every subtask holds in full (OS-3), Flink's `BroadcastState`: entries by user key, in no set order."""
+
+    def get(self, key: K) -> V | None: ...
+
+    def put(self, key: K, value: V) -> None: ...
+
+    def remove(self, key: K) -> None: ...
+
+    def contains(self, key: K) -> bool: ...
+
+    def items(self) -> Iterable[tuple[K, V]]:
+        """Every (key, value) entry once, in any order (OS-3)."""
+        ...
+
+    def clear(self) -> None: ...
+
+
 class OperatorStateBackend(Protocol):
     """Operator state of one subtask (OS-1..OS-6)."""
 
@@ -46,12 +66,14 @@ class OperatorStateBackend(Protocol):
         """List state whose every element goes to every subtask on restore (OS-2)."""
         ...
 
-    def get_broadcast_state(self, descriptor: MapStateDescriptor[Any, Any]) -> Any:
+    def get_broadcast_state(self, descriptor: MapStateDescriptor[Any, Any]) -> BroadcastState[Any, Any]:
         """A map every subtask holds in full (OS-3)."""
         ...
 
     @property
-    def registered_state_names(self) -> set[str]: ...
+    def registered_state_names(self) -> set[str]:
+        """The states registered, and the restored ones not registered again (OS-6)."""
+        ...
 
     def snapshot(
         self,

@@ -29,7 +29,7 @@ from statecert.reference.heap.state_table import StateTable
 from statecert.reference.heap.ttl import TtlPolicy
 from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl, ValueStateImpl
 from statecert.reference.loader import load_state_backend
-from statecert.reference.operator_state import DefaultOperatorStateBackend
+from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend, OperatorListStateImpl
 from statecert.reference.rescale import restricted
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
@@ -708,6 +708,52 @@ class _FiresOnlyWhenTimeMoves(KeyedTimerService):
             super().advance_processing_time(time)
 
 
+# 52. Broadcast state keyed by the deserialized user key: `1`, `True` and `1.0` are one entry (OS-3, KS-3).
+class _BroadcastByEquality(BroadcastStateImpl):
+    def _load(self) -> dict[Any, Any]:
+        return dict(self._state.serializer.deserialize(e) for e in self._state.elements)
+
+    def _store(self, entries: dict[Any, Any]) -> None:
+        self._state.elements[:] = [self._state.serializer.serialize((k, v)) for k, v in entries.items()]
+
+    def get(self, key: Any) -> Any:
+        return self._load().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._store({**self._load(), key: value})
+
+    def remove(self, key: Any) -> None:
+        entries = self._load()
+        entries.pop(key, None)
+        self._store(entries)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._load()
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._load().items())
+
+
+class _BroadcastByEqualityBackend(DefaultOperatorStateBackend):
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        state = super().get_broadcast_state(descriptor)
+        return _BroadcastByEquality(self, state._state)
+
+
+# 53. Operator list state's update() appends the new elements instead of replacing the old ones (OS-7).
+class _UpdateAppends(OperatorListStateImpl):
+    def update(self, values: Any) -> None:
+        self.add_all(values)
+
+
+class _UpdateAppendsBackend(DefaultOperatorStateBackend):
+    def get_list_state(self, descriptor: Any) -> Any:
+        return _UpdateAppends(self, super().get_list_state(descriptor)._state)
+
+    def get_union_list_state(self, descriptor: Any) -> Any:
+        return _UpdateAppends(self, super().get_union_list_state(descriptor)._state)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -807,6 +853,8 @@ timers_fire_with_stale_key = _factory(_with_timer_queue(_StaleKeyQueue))
 timers_forget_restored = _factory(_with_timer_queue(_ForgetsRestoredQueue))
 timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
 timers_past_wait_for_later_time = _factory(_with_timer_service(_FiresOnlyWhenTimeMoves))
+broadcast_keys_by_equality = _factory(operator=_BroadcastByEqualityBackend)
+operator_update_appends = _factory(operator=_UpdateAppendsBackend)
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
@@ -868,4 +916,6 @@ CAUGHT_BY = {
     "key_serializer_not_reconfigured": "SER-6",
     "key_serializer_migration_accepted": "SER-6",
     "ttl_merge_refreshes": "TTL-4",
+    "broadcast_keys_by_equality": "OS-3",
+    "operator_update_appends": "OS-7",
 }

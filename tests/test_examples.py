@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -21,8 +23,9 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def test_spec_only_example_imports_no_reference_code() -> None:
-    modules = imported_modules(ROOT / "examples" / "spec-only-backend" / "spec_only_backend.py")
+@pytest.mark.parametrize("module", ["spec_only_backend.py", "spec_only_operator_backend.py"])
+def test_spec_only_example_imports_no_reference_code(module: str) -> None:
+    modules = imported_modules(ROOT / "examples" / "spec-only-backend" / module)
     statecert = sorted(m for m in modules if m.startswith("statecert"))
     assert statecert and all(m.startswith("statecert.spec") for m in statecert), statecert
 

@@ -1,18 +1,23 @@
-"""The operator state backend beyond redistribution (OS-4..OS-6)."""
+"""The operator state backend beyond redistribution (OS-3..OS-7): list and broadcast state over generated
+operations against a model, live and after a restore; the stream; None elements; restored state carried over."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecert.conformance.helpers import location_for
 from statecert.reference.format.operator_stream import read_operator_states
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.operator_state import DefaultOperatorStateBackend
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import OperatorStateHandle, OperatorStateMode
 from statecert.spec.operator_backend import OperatorBackendParameters
-from statecert.spec.state import ListStateDescriptor
+from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
 
 SPLIT = ListStateDescriptor("offsets", element_serializer=LongSerializer())
 UNION = ListStateDescriptor("names", element_serializer=StringSerializer())
@@ -74,3 +79,127 @@ def test_mode_change_on_restore_fails(state_backend: Any, storage: Any) -> None:
         pytest.raises(StateMigrationError),
     ):
         restored.get_union_list_state(SPLIT)
+
+
+# -- operator state over generated operations, checked against a model, live and after a restore ------------------
+ELEMENTS = st.integers(-(2**63), 2**63 - 1)
+LIST_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), ELEMENTS),
+        st.tuples(st.just("add_all"), st.lists(ELEMENTS, max_size=5)),
+        st.tuples(st.just("update"), st.lists(ELEMENTS, max_size=5)),
+        st.tuples(st.just("clear")),
+    ),
+    max_size=30,
+)
+# user keys equal in Python but serialized apart under msgpack (KS-3), and strings that prefix each other
+EQUAL_BUT_DISTINCT = [1, True, 1.0, 0, False, 0.0, "1", b"1", "", "a", "ab"]
+USER_KEYS = st.one_of(st.sampled_from(EQUAL_BUT_DISTINCT), st.text(max_size=4))
+BROADCAST_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), USER_KEYS, st.text(max_size=4)),
+        st.tuples(st.just("remove"), USER_KEYS),
+        st.tuples(st.just("clear")),
+    ),
+    max_size=40,
+)
+MSGPACK = MsgpackSerializer()
+RULES = MapStateDescriptor("rules", user_key_serializer=MSGPACK, user_value_serializer=StringSerializer())
+
+
+def _restored(certification: Any, tmp_path_factory: Any, backend: Any) -> Any:
+    """A new operator backend of the type under test restored from a snapshot of `backend`."""
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("operator")))
+    handle = backend.snapshot(1, 0, location_for(storage)).run()
+    fresh = certification.new_backend(tmp_path_factory.mktemp("local"))
+    return operator_backend(fresh, (handle,) if handle is not None else ())
+
+
+@pytest.mark.requirement("OS-7")
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize("mode", ["split", "union"])
+@given(ops=LIST_OPS)
+def test_list_state_keeps_its_elements_in_order_through_a_restore(
+    certification: Any, tmp_path_factory: Any, mode: str, ops: list[tuple[Any, ...]]
+) -> None:
+    model: list[int] = []
+    with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        register = "get_list_state" if mode == "split" else "get_union_list_state"
+        state = getattr(backend, register)(SPLIT)
+        for op, *args in ops:
+            getattr(state, op)(*args)
+            if op == "add":
+                model.append(args[0])
+            elif op == "add_all":
+                model.extend(args[0])
+            elif op == "update":
+                model[:] = args[0]
+            else:
+                model.clear()
+        got = list(state.get())
+        assert got == model, f"OS-7: {mode} list state after {ops}: expected {model}, got {got}"
+        with _restored(certification, tmp_path_factory, backend) as restored:
+            got = list(getattr(restored, register)(SPLIT).get())
+            assert got == model, f"OS-7: {mode} list state restored after {ops}: expected {model}, got {got}"
+
+
+@pytest.mark.requirement("OS-3", "KS-3")
+@pytest.mark.capability("operator_state")
+@given(ops=BROADCAST_OPS)
+def test_broadcast_state_is_a_map_told_apart_by_key_bytes_through_a_restore(
+    certification: Any, tmp_path_factory: Any, ops: list[tuple[Any, ...]]
+) -> None:
+    ops = [("put", key, f"v{i}") for i, key in enumerate(EQUAL_BUT_DISTINCT)] + ops
+    model: dict[bytes, tuple[Any, str]] = {}
+    touched = [args[0] for _, *args in ops if args]
+
+    def check(state: Any, when: str) -> None:
+        for key in touched:
+            entry = model.get(MSGPACK.serialize(key))
+            got = state.get(key)
+            assert got == (None if entry is None else entry[1]), (
+                f"OS-3: {when}, get({key!r}) after {ops}: expected {entry and entry[1]!r}, got {got!r}"
+            )
+            assert state.contains(key) is (entry is not None), f"OS-3: {when}, contains({key!r}) after {ops}"
+        items = list(state.items())
+        by_bytes = {MSGPACK.serialize(k): (k, v) for k, v in items}
+        assert len(items) == len(by_bytes) and by_bytes == model, (
+            f"OS-3: {when}, items() after {ops}: expected {sorted(model.values(), key=repr)}, "
+            f"got {sorted(items, key=repr)}"
+        )
+
+    with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = backend.get_broadcast_state(RULES)
+        for op, *args in ops:
+            getattr(state, op)(*args)
+            if op == "put":
+                model[MSGPACK.serialize(args[0])] = (args[0], args[1])
+            elif op == "remove":
+                model.pop(MSGPACK.serialize(args[0]), None)
+            else:
+                model.clear()
+        check(state, "live")
+        with _restored(certification, tmp_path_factory, backend) as restored:
+            check(restored.get_broadcast_state(RULES), "restored")
+
+
+@pytest.mark.requirement("IF-6", "OS-3", "OS-7")
+@pytest.mark.capability("operator_state")
+def test_operator_state_written_by_the_reference_restores(state_backend: Any, storage: Any) -> None:
+    """The operator state stream is an interchange format (IF-6): every mode written by statecert's own operator
+    backend restores in the backend under test, broadcast keys that are equal in Python included."""
+    rules = [(key, f"v{i}") for i, key in enumerate(EQUAL_BUT_DISTINCT)]
+    with DefaultOperatorStateBackend(OperatorBackendParameters("job", "op")) as written:
+        written.get_list_state(SPLIT).add_all([3, -1, 2**63 - 1])
+        written.get_union_list_state(UNION).update(["b", "", "a"])
+        broadcast = written.get_broadcast_state(RULES)
+        for key, value in rules:
+            broadcast.put(key, value)
+        handle = written.snapshot(1, 0, location_for(storage)).run()
+    with operator_backend(state_backend, (handle,)) as restored:
+        assert restored.get_list_state(SPLIT).get() == [3, -1, 2**63 - 1], "IF-6: split list state"
+        assert restored.get_union_list_state(UNION).get() == ["b", "", "a"], "IF-6: union list state"
+        got = list(restored.get_broadcast_state(RULES).items())
+        assert sorted(map(repr, got)) == sorted(map(repr, rules)), (  # repr: 1 == True, but not as keys
+            f"IF-6: broadcast state written by statecert's operator backend: expected {rules}, got {got}"
+        )

@@ -77,7 +77,7 @@ def read_back(state_backend: Any, operator: Any, parallelism: int, max_paralleli
         if supports(declared(state_backend), "operator_state"):
             out["split"].append(s.operator.get_list_state(SPLIT).get())
             out["union"].append(sorted(s.operator.get_union_list_state(UNION).get()))
-            out["broadcast"].append(s.operator.get_broadcast_state(BROADCAST).items())
+            out["broadcast"].append(sorted(s.operator.get_broadcast_state(BROADCAST).items()))  # any order (OS-3)
         s.dispose()
     return out
 

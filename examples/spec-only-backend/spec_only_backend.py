@@ -3,8 +3,9 @@ chapter (spec/chapters/16-interchange.md). It imports nothing from `statecert.re
 
 State lives in plain dicts of serialized bytes, one dict per state: `(key group, key bytes, namespace bytes)` ->
 bytes (value, reducing, aggregating), list of bytes (list) or dict of bytes (map). A snapshot copies the dicts in
-its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. It
-declares what it leaves out (TTL, operator state) and fails with the documented errors (SB-3). Schema evolution
+its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. Operator
+state is in `spec_only_operator_backend` (chapter OS, IF-6). It declares what it leaves out (TTL) and fails with
+the documented error (SB-3). Schema evolution
 (SER-3..SER-7) uses only the spec: restored state is read with the serializer that wrote it, which the spec's
 registry (`statecert.spec.serializer_registry`) restores from the snapshot in the checkpoint.
 """
@@ -21,6 +22,7 @@ from typing import IO, Any
 
 import mmh3
 import msgpack
+from spec_only_operator_backend import SpecOnlyOperatorBackend
 
 from statecert.spec.backend import BackendCapabilities
 from statecert.spec.errors import (
@@ -714,7 +716,7 @@ class SpecOnlyStateBackend:
         canonical_savepoints=True,
         native_savepoint_format=None,
         rescaling=True,
-        operator_state=False,
+        operator_state=True,
         ttl=False,
         schema_evolution=True,
     )
@@ -722,8 +724,8 @@ class SpecOnlyStateBackend:
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> SpecOnlyKeyedBackend:
         return SpecOnlyKeyedBackend(params)
 
-    def create_operator_state_backend(self, params: OperatorBackendParameters) -> Any:
-        raise UnsupportedFeatureError("the spec-only backend has no operator state")
+    def create_operator_state_backend(self, params: OperatorBackendParameters) -> SpecOnlyOperatorBackend:
+        return SpecOnlyOperatorBackend(params, DEFAULT)
 
 
 def factory(config: Mapping[str, object]) -> SpecOnlyStateBackend:
