@@ -90,6 +90,50 @@ def test_reference_canonical_savepoints_decode_by_the_chapter(tmp_path: Path, na
     assert user_key == b"k" and stored == struct.pack(">q", CLOCK_MS) + msgpack.packb({"a": 1}, use_bin_type=True)
 
 
+@pytest.mark.requirement("IF-8", "TM-10")
+@pytest.mark.parametrize("name", ["hashmap", "rocksdb"])
+def test_reference_timers_in_a_canonical_savepoint_decode_by_the_chapter(tmp_path: Path, name: str) -> None:
+    """Timers are the map states `_timer_state/<kind>_<service>` (user key the timestamp, value true), read here
+    from the chapter; a fired and a deleted timer are gone."""
+    from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+
+    class Ignore:
+        def on_event_time(self, timer: Any) -> None: ...
+        def on_processing_time(self, timer: Any) -> None: ...
+
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1, str(tmp_path / "sp"))
+    backend = load_state_backend(job_config={"state.backend.type": name})
+    with keyed(backend) as b:
+        service = b.get_timer_service("windows", StringSerializer(), Ignore())
+        b.set_current_key("alice")
+        for time in (5, -(2**63), 2**63 - 1, 7):
+            service.register_event_time_timer("w1", time)
+        service.delete_event_time_timer("w1", 7)
+        service.register_processing_time_timer("w2", 30)
+        service.advance_watermark(5)  # fires (alice, w1, -2**63) and (alice, w1, 5)
+        handle = b.snapshot(1, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)).run()
+    with handle.delegate.open() as f:
+        header, groups = read_canonical(f.read(), handle)
+    states = {s["name"]: s for s in header["states"]}
+    long_, bool_ = ({"id": i, "version": 1, "config": {}} for i in ("long", "bool"))
+    for kind in ("event", "processing"):
+        state = states[f"_timer_state/{kind}_windows"]
+        assert state["kind"] == "map" and state["ttl"] is False, state
+        assert state["serializers"] == {"user_key": long_, "user_value": bool_}, state
+        assert state["namespace_serializer"] == {"id": "str", "version": 1, "config": {}}, state
+    entries = {
+        header["states"][index]["name"]: (key, ns, payload)
+        for entries in groups.values()
+        for index, key, ns, payload in entries
+        if header["states"][index]["name"].startswith("_timer_state/")
+    }
+    assert entries == {
+        "_timer_state/event_windows": (b"alice", b"w1", [[struct.pack(">q", 2**63 - 1), b"\x01"]]),
+        "_timer_state/processing_windows": (b"alice", b"w2", [[struct.pack(">q", 30), b"\x01"]]),
+    }
+
+
 @pytest.mark.requirement("IF-2", "IF-3", "IF-4", "IF-5", "SP-1")
 @pytest.mark.parametrize("name", ["hashmap", "rocksdb"])
 def test_a_stream_written_from_the_chapter_restores(tmp_path: Path, name: str) -> None:

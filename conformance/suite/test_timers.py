@@ -295,7 +295,7 @@ def _repeats(fired: list[Timer]) -> list[Timer]:
     return sorted({t for t in fired if fired.count(t) > 1})
 
 
-@pytest.mark.requirement("TM-10")
+@pytest.mark.requirement("TM-10", "IF-8")
 @pytest.mark.capability("timers", "canonical_savepoints")
 def test_canonical_savepoint_timers_restore_into_the_reference_backend_and_back(
     state_backend: Any, reference_backend: Any, storage: Any

@@ -4,9 +4,9 @@ chapter (spec/chapters/16-interchange.md). It imports nothing from `statecert.re
 State lives in plain dicts of serialized bytes, one dict per state: `(key group, key bytes, namespace bytes)` ->
 bytes (value, reducing, aggregating), list of bytes (list) or dict of bytes (map). A snapshot copies the dicts in
 its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. Operator
-state is in `spec_only_operator_backend` (chapter OS, IF-6). It declares what it leaves out (TTL) and fails with
-the documented error (SB-3). Schema evolution
-(SER-3..SER-7) uses only the spec: restored state is read with the serializer that wrote it, which the spec's
+state is in `spec_only_operator_backend` (chapter OS, IF-6), timers in `spec_only_timers` (chapter TM, IF-8). It
+declares what it leaves out (TTL) and fails with the documented error (SB-3). Schema evolution (SER-3..SER-7)
+uses only the spec: restored state is read with the serializer that wrote it, which the spec's
 registry (`statecert.spec.serializer_registry`) restores from the snapshot in the checkpoint.
 """
 
@@ -23,6 +23,7 @@ from typing import IO, Any
 import mmh3
 import msgpack
 from spec_only_operator_backend import SpecOnlyOperatorBackend
+from spec_only_timers import TimerService
 
 from statecert.spec.backend import BackendCapabilities
 from statecert.spec.errors import (
@@ -43,6 +44,7 @@ from statecert.spec.serializer_registry import restore_serializer
 from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, StateDescriptor, StateKind
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
+from statecert.spec.timers import Triggerable
 
 Key = tuple[int, bytes, bytes]  # key group, key bytes, namespace bytes
 _PREFIX = struct.Struct(">4sHI")  # IF-2
@@ -510,6 +512,7 @@ class SpecOnlyKeyedBackend:
         self._current: tuple[int, bytes] | None = None
         self._current_key: Any = None
         self._tasks: list[SnapshotTask] = []
+        self._timer_services: dict[str, TimerService] = {}
         self._closed = False
         self._restore(params.restore_state)
 
@@ -617,6 +620,17 @@ class SpecOnlyKeyedBackend:
         )
         return sum(len(t.entries) for t in tables)
 
+    # timers (TM-1, TM-9): each service keeps its timers in this backend's map states (IF-8)
+    def get_timer_service(
+        self, name: str, namespace_serializer: TypeSerializer[Any], triggerable: Triggerable[Any, Any]
+    ) -> TimerService:
+        self._check_open()
+        service = self._timer_services.get(name)
+        if service is None:
+            service = self._timer_services[name] = TimerService(self, name, namespace_serializer, triggerable)
+        service.triggerable = triggerable  # asked again: the same timers, the caller's callbacks
+        return service
+
     # snapshots (KB-SNAP-1..7)
     def snapshot(
         self,
@@ -695,6 +709,7 @@ class SpecOnlyKeyedBackend:
                 task.cancel()
             self._tables.clear()
             self._states.clear()
+            self._timer_services.clear()
 
     def dispose(self) -> None:
         self.close()
@@ -719,6 +734,7 @@ class SpecOnlyStateBackend:
         operator_state=True,
         ttl=False,
         schema_evolution=True,
+        timers=True,
     )
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> SpecOnlyKeyedBackend:
