@@ -23,7 +23,9 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["spec_only_backend.py", "spec_only_operator_backend.py", "spec_only_timers.py"])
+@pytest.mark.parametrize(
+    "module", ["spec_only_backend.py", "spec_only_operator_backend.py", "spec_only_timers.py", "spec_only_ttl.py"]
+)
 def test_spec_only_example_imports_no_reference_code(module: str) -> None:
     modules = imported_modules(ROOT / "examples" / "spec-only-backend" / module)
     statecert = sorted(m for m in modules if m.startswith("statecert"))

@@ -4,10 +4,10 @@ chapter (spec/chapters/16-interchange.md). It imports nothing from `statecert.re
 State lives in plain dicts of serialized bytes, one dict per state: `(key group, key bytes, namespace bytes)` ->
 bytes (value, reducing, aggregating), list of bytes (list) or dict of bytes (map). A snapshot copies the dicts in
 its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. Operator
-state is in `spec_only_operator_backend` (chapter OS, IF-6), timers in `spec_only_timers` (chapter TM, IF-8). It
-declares what it leaves out (TTL) and fails with the documented error (SB-3). Schema evolution (SER-3..SER-7)
-uses only the spec: restored state is read with the serializer that wrote it, which the spec's
-registry (`statecert.spec.serializer_registry`) restores from the snapshot in the checkpoint.
+state is in `spec_only_operator_backend` (chapter OS, IF-6), timers in `spec_only_timers` (chapter TM, IF-8). TTL
+(chapter TTL, IF-5) is in `spec_only_ttl`. Schema evolution (SER-3..SER-7) uses only the spec: restored state is
+read with the serializer that wrote it, which the spec's registry (`statecert.spec.serializer_registry`) restores
+from the snapshot in the checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import mmh3
 import msgpack
 from spec_only_operator_backend import SpecOnlyOperatorBackend
 from spec_only_timers import TimerService
+from spec_only_ttl import STAMP, Ttl
 
 from statecert.spec.backend import BackendCapabilities
 from statecert.spec.errors import (
@@ -33,7 +34,6 @@ from statecert.spec.errors import (
     InvalidStateValueError,
     SnapshotCancelledError,
     StateMigrationError,
-    UnsupportedFeatureError,
     UnsupportedSnapshotError,
 )
 from statecert.spec.handles import CANONICAL_FORMAT, FileStateHandle, KeyedStateHandle, KeyGroupsStateHandle
@@ -136,7 +136,10 @@ def migrate(table: Table, old: Mapping[str, TypeSerializer[Any]], new: Mapping[s
     """SER-5: rewrite every entry of the roles in `old` from the old serializer's bytes to the new one's."""
 
     def convert(role: str, data: bytes) -> bytes:
-        return new[role].serialize(old[role].deserialize(data)) if role in old else data
+        if role not in old:
+            return data
+        stamp, value = table.value_bytes(role, data)
+        return stamp + new[role].serialize(old[role].deserialize(value))  # TTL-6: the timestamp stays
 
     for key, payload in table.entries.items():
         if table.kind is StateKind.LIST:
@@ -156,6 +159,15 @@ class Table:
     serializers: dict[str, SerializerSnapshot]
     entries: dict[Key, Any] = field(default_factory=dict)
     source: str | None = None  # the stream it was restored from, until its values are validated (FMT-15)
+    ttl: bool = False  # values, list elements and map user values carry a last-access timestamp (IF-5)
+
+    def value_bytes(self, role: str, data: bytes) -> tuple[bytes, bytes]:
+        """(timestamp prefix, serializer bytes) of stored bytes of `role`; the user key has no timestamp."""
+        if not self.ttl or role == "user_key":
+            return b"", data
+        if len(data) < STAMP.size:
+            raise ValueError(f"{len(data)} bytes are too short for a TTL timestamp")
+        return data[: STAMP.size], data[STAMP.size :]
 
     def validate(self, serializers: Mapping[str, TypeSerializer[Any]], ns: TypeSerializer[Any]) -> None:
         """Decode every restored namespace and value once the state's serializers are known (FMT-15)."""
@@ -172,7 +184,7 @@ class Table:
             try:
                 ns.deserialize(ns_bytes)
                 for role, data in pairs:
-                    serializers[role].deserialize(data)
+                    serializers[role].deserialize(self.value_bytes(role, data)[1])
             except (ValueError, TypeError, LookupError, ArithmeticError, struct.error) as exc:
                 raise CheckpointFormatError(
                     self.source, f"key group {group}: state {self.name!r}: an entry cannot be read ({exc!r})"
@@ -185,7 +197,7 @@ class Table:
             "kind": self.kind.value,
             "namespace_serializer": self.namespace.to_plain(),
             "serializers": {role: s.to_plain() for role, s in self.serializers.items()},
-            "ttl": False,
+            "ttl": self.ttl,
         }
 
 
@@ -203,6 +215,23 @@ class _State:
         self.backend, self.table, self.descriptor, self.ns = backend, table, descriptor, ns
         self.ser = serializers
         self.ns_bytes: bytes | None = b"" if ns is VOID else None
+        self.ttl = Ttl(descriptor.ttl, backend.params.ttl_clock)
+
+    def _read(self) -> bytes | None:
+        """The current entry's serializer bytes (value, reducing, aggregating), through TTL (TTL-1..TTL-3)."""
+        key = self._key()
+        stored = self.table.entries.get(key)
+        if stored is None:
+            return None
+        payload, keep = self.ttl.read(stored)
+        if keep is None:
+            del self.table.entries[key]
+        else:
+            self.table.entries[key] = keep
+        return payload
+
+    def _write(self, payload: bytes) -> None:
+        self.table.entries[self._key()] = self.ttl.stamp(payload)
 
     def set_current_namespace(self, namespace: Any) -> None:
         if namespace is None:
@@ -236,7 +265,7 @@ class _State:
 
 class ValueState(_State):
     def value(self) -> Any:
-        stored = self.table.entries.get(self._key())
+        stored = self._read()
         if stored is None:
             default = self.descriptor.default
             return None if default is None else copy.deepcopy(default)  # KS-VALUE-2
@@ -246,12 +275,12 @@ class ValueState(_State):
         if value is None:
             self.clear()
         else:
-            self.table.entries[self._key()] = self.ser["value"].serialize(value)
+            self._write(self.ser["value"].serialize(value))
 
 
 class ReducingState(_State):
     def get(self) -> Any:
-        stored = self.table.entries.get(self._key())
+        stored = self._read()
         return None if stored is None else self.ser["value"].deserialize(stored)
 
     def add(self, value: Any) -> None:
@@ -259,15 +288,16 @@ class ReducingState(_State):
             raise InvalidStateValueError("reducing state does not accept None (KS-RED-2)")
         current = self.get()
         merged = value if current is None else self.descriptor.reduce_function(current, value)
-        self.table.entries[self._key()] = self.ser["value"].serialize(merged)
+        self._write(self.ser["value"].serialize(merged))
 
     def _fold(self, stored: Any) -> None:
-        self.add(self.ser["value"].deserialize(stored))
+        if not self.ttl.expired(stored):  # an expired source is dropped, not folded (TTL-3)
+            self.add(self.ser["value"].deserialize(self.ttl.payload(stored)))
 
 
 class AggregatingState(_State):
     def _acc(self) -> Any:
-        stored = self.table.entries.get(self._key())
+        stored = self._read()
         return None if stored is None else self.ser["value"].deserialize(stored)
 
     def get(self) -> Any:
@@ -282,18 +312,20 @@ class AggregatingState(_State):
         if accumulator is None:
             self.clear()
         else:
-            self.table.entries[self._key()] = self.ser["value"].serialize(accumulator)
+            self._write(self.ser["value"].serialize(accumulator))
 
     def add(self, value: Any) -> None:
         fn = self.descriptor.aggregate_function
         acc = self._acc()
         acc = fn.add(value, fn.create_accumulator() if acc is None else acc)
-        self.table.entries[self._key()] = self.ser["value"].serialize(acc)
+        self._write(self.ser["value"].serialize(acc))
 
     def _fold(self, stored: Any) -> None:
+        if self.ttl.expired(stored):  # an expired source is dropped, not folded (TTL-3)
+            return
         fn = self.descriptor.aggregate_function
-        acc, other = self._acc(), self.ser["value"].deserialize(stored)
-        self.table.entries[self._key()] = self.ser["value"].serialize(other if acc is None else fn.merge(acc, other))
+        acc, other = self._acc(), self.ser["value"].deserialize(self.ttl.payload(stored))
+        self._write(self.ser["value"].serialize(other if acc is None else fn.merge(acc, other)))
 
 
 class ListState(_State):
@@ -301,10 +333,19 @@ class ListState(_State):
         values = list(values)
         if any(v is None for v in values):
             raise InvalidStateValueError("list state does not accept None elements (KS-LIST-3)")
-        return [self.ser["element"].serialize(v) for v in values]
+        return [self.ttl.stamp(self.ser["element"].serialize(v)) for v in values]
 
     def get(self) -> list[Any] | None:
-        stored = self.table.entries.get(self._key())
+        key = self._key()
+        stored = self.table.entries.get(key)
+        if stored and self.ttl.on:  # per element (TTL-4)
+            reads = [self.ttl.read(e) for e in stored]
+            keep = [k for _, k in reads if k is not None]
+            if keep:
+                self.table.entries[key] = keep
+            else:
+                del self.table.entries[key]
+            stored = [p for p, _ in reads if p is not None]
         return None if not stored else [self.ser["element"].deserialize(e) for e in stored]
 
     def add(self, value: Any) -> None:
@@ -331,8 +372,16 @@ class MapState(_State):
         return self.table.entries.get(self._key(), {})  # type: ignore[no-any-return]
 
     def get(self, user_key: Any) -> Any:
-        stored = self._map().get(self.ser["user_key"].serialize(user_key))
-        return None if stored is None else self.ser["user_value"].deserialize(stored)
+        user_key_bytes = self.ser["user_key"].serialize(user_key)
+        stored = self._map().get(user_key_bytes)
+        if stored is None:
+            return None
+        payload, keep = self.ttl.read(stored)  # per entry (TTL-4)
+        if keep is None:
+            self._remove_bytes(user_key_bytes)
+        else:
+            self._map()[user_key_bytes] = keep
+        return None if payload is None else self.ser["user_value"].deserialize(payload)
 
     def put(self, user_key: Any, value: Any) -> None:
         self.put_all({user_key: value})
@@ -341,22 +390,27 @@ class MapState(_State):
         if entries:
             target = self.table.entries.setdefault(self._key(), {})
             for k, v in entries.items():
-                target[self.ser["user_key"].serialize(k)] = self.ser["user_value"].serialize(v)
+                target[self.ser["user_key"].serialize(k)] = self.ttl.stamp(self.ser["user_value"].serialize(v))
 
     def remove(self, user_key: Any) -> None:
+        self._remove_bytes(self.ser["user_key"].serialize(user_key))
+
+    def _remove_bytes(self, user_key_bytes: bytes) -> None:
         key = self._key()
         entries = self.table.entries.get(key)
         if entries is not None:
-            entries.pop(self.ser["user_key"].serialize(user_key), None)
+            entries.pop(user_key_bytes, None)
             if not entries:
                 del self.table.entries[key]  # KS-MAP-4
 
     def contains(self, user_key: Any) -> bool:
-        return self.ser["user_key"].serialize(user_key) in self._map()
+        stored = self._map().get(self.ser["user_key"].serialize(user_key))
+        return stored is not None and self.ttl.visible(stored)
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         kser, vser = self.ser["user_key"], self.ser["user_value"]
-        return ((kser.deserialize(k), vser.deserialize(v)) for k, v in list(self._map().items()))
+        entries = [(k, v) for k, v in list(self._map().items()) if self.ttl.visible(v)]
+        return ((kser.deserialize(k), vser.deserialize(self.ttl.payload(v))) for k, v in entries)
 
     def keys(self) -> Iterator[Any]:
         return (k for k, _ in self.items())
@@ -365,7 +419,7 @@ class MapState(_State):
         return (v for _, v in self.items())
 
     def is_empty(self) -> bool:
-        return not self._map()
+        return not any(self.ttl.visible(v) for v in self._map().values())
 
     def iterator(self) -> MapIterator:
         return MapIterator(self)
@@ -471,11 +525,12 @@ class CanonicalStream:
                     StateKind(s["kind"]),
                     SerializerSnapshot.from_plain(s["namespace_serializer"]),
                     {r: SerializerSnapshot.from_plain(p) for r, p in s["serializers"].items()},
+                    ttl=s["ttl"],
                 )
                 for s in self.header["states"]
             ]
-            if any(s["ttl"] for s in self.header["states"]):
-                raise UnsupportedFeatureError(f"{self.name}: state with TTL, which this backend does not support")
+            if not all(type(t.ttl) is bool for t in self.tables):
+                raise TypeError("a state's ttl flag is not a boolean")
             self.key_serializer = SerializerSnapshot.from_plain(self.header["key_serializer"])
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise CheckpointFormatError(self.name, f"malformed header: {exc}") from None
@@ -554,8 +609,6 @@ class SpecOnlyKeyedBackend:
     # state registration (KB-STATE-1, KS-2, SER-7)
     def get_or_create_state(self, descriptor: StateDescriptor, namespace_serializer: Any = None) -> Any:
         self._check_open()
-        if descriptor.ttl is not None:
-            raise UnsupportedFeatureError(f"state {descriptor.name!r}: this backend does not support TTL")
         ns = namespace_serializer or VOID
         existing = self._states.get(descriptor.name)
         if existing is not None and existing.table.kind is descriptor.kind and existing.ns == ns:
@@ -565,12 +618,15 @@ class SpecOnlyKeyedBackend:
         if table is None:
             snapshots = {role: s.snapshot_configuration() for role, s in serializers.items()}
             table = Table(descriptor.name, descriptor.kind, ns.snapshot_configuration(), snapshots)
+            table.ttl = descriptor.ttl is not None
             self._tables[descriptor.name] = table
         else:
             if table.kind is not descriptor.kind:
                 raise StateMigrationError(
                     f"state {descriptor.name!r} is {table.kind.value}, not {descriptor.kind.value}"
                 )
+            if table.ttl is not (descriptor.ttl is not None):  # TTL-5: only the duration may change
+                raise StateMigrationError(f"state {descriptor.name!r}: TTL cannot be switched on or off on restore")
             if ns.resolve_compatibility(table.namespace).kind is not Compatibility.COMPATIBLE_AS_IS:
                 raise StateMigrationError(f"state {descriptor.name!r}: the namespace serializer changed")
             old: dict[str, TypeSerializer[Any]] = {}
@@ -732,7 +788,7 @@ class SpecOnlyStateBackend:
         native_savepoint_format=None,
         rescaling=True,
         operator_state=True,
-        ttl=False,
+        ttl=True,
         schema_evolution=True,
         timers=True,
     )
