@@ -1,4 +1,5 @@
-"""Mutation testing of the reference backends: how many mutants of their code the conformance suite kills.
+"""Mutation testing of the reference backends and of the example written from the spec alone: how many mutants
+of their code the conformance suite kills.
 
 Each mutant (see `operators.py`) replaces one module of the installed package through an import hook, and the
 conformance suite's contract and model tiers run against the backend in a fresh process, stopping at the first
@@ -7,6 +8,7 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
 
     python mutation/run.py --backend hashmap [--jobs 2] [--report PATH]
     python mutation/run.py --backend rocksdb
+    python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
 """
 
 from __future__ import annotations
@@ -50,12 +52,23 @@ TARGETS = {
         "reference/rocksdb/key_layout.py",
         "reference/rocksdb/files.py",
     ],
+    # a backend written outside the reference, from the spec alone: what the suite catches in code it never saw
+    "spec-only": [
+        "examples/spec-only-backend/spec_only_backend.py",
+        "examples/spec-only-backend/spec_only_operator_backend.py",
+        "examples/spec-only-backend/spec_only_timers.py",
+        "examples/spec-only-backend/spec_only_ttl.py",
+    ],
 }
+# How the suite names each backend, and where its modules are imported from when they are not in the package.
+BACKEND_ARGUMENT = {"hashmap": "hashmap", "rocksdb": "rocksdb", "spec-only": "spec_only_backend:factory"}
+IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"]}
 # Configurations each mutant is certified under; it is killed when any of them fails.
 # The heap backend is also certified wrapped in the changelog backend, the only caller of its CL-9 accessors.
 CONFIGS = {
     "hashmap": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "rocksdb": [[], ["--statecert-config", "state.backend.incremental=true"]],
+    "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
 }
 
 SITECUSTOMIZE = """
@@ -87,6 +100,8 @@ if _MODULE and _SOURCE:
 
 
 def module_name(path: str) -> str:
+    if path.startswith("examples/"):
+        return Path(path).stem  # an example's top-level module
     parts = Path(path).with_suffix("").parts
     return "statecert." + ".".join(parts)
 
@@ -94,7 +109,7 @@ def module_name(path: str) -> str:
 def suite_command(backend: str, config: list[str], report: Path, max_examples: int) -> list[str]:
     return [
         sys.executable, "-m", "pytest", "--pyargs", "statecert.conformance.suite",
-        "--statecert-backend", backend, *config,
+        "--statecert-backend", BACKEND_ARGUMENT[backend], *config,
         "--statecert-tier", "contract,model", "--statecert-max-examples", str(max_examples),
         "--statecert-shrink-seconds", "0", "--statecert-report", str(report),
         "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -103,7 +118,8 @@ def suite_command(backend: str, config: list[str], report: Path, max_examples: i
 
 def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float, max_examples: int) -> dict[str, Any]:
     """Certify under every configuration until one fails; returns the outcome and the first failing test."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir), os.environ.get("PYTHONPATH", "")])}
+    path = [str(workdir), *map(str, IMPORT_PATH.get(backend, [])), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     # what a mutant leaves in the temporary directory (it may skip cleaning up, or be killed at its timeout) goes
     # into this run's own, removed at its end
     env["TMPDIR"] = str(workdir)

@@ -138,6 +138,8 @@ def test_list_state_keeps_its_elements_in_order_through_a_restore(
                 model.clear()
         got = list(state.get())
         assert got == model, f"OS-7: {mode} list state after {ops}: expected {model}, got {got}"
+        again = list(getattr(backend, register)(SPLIT).get())
+        assert again == model, f"OS-7: {mode} list state registered again after {ops}: expected {model}, got {again}"
         with _restored(certification, tmp_path_factory, backend) as restored:
             got = list(getattr(restored, register)(SPLIT).get())
             assert got == model, f"OS-7: {mode} list state restored after {ops}: expected {model}, got {got}"
@@ -185,21 +187,65 @@ def test_broadcast_state_is_a_map_told_apart_by_key_bytes_through_a_restore(
 
 @pytest.mark.requirement("IF-6", "OS-3", "OS-7")
 @pytest.mark.capability("operator_state")
-def test_operator_state_written_by_the_reference_restores(state_backend: Any, storage: Any) -> None:
-    """The operator state stream is an interchange format (IF-6): every mode written by statecert's own operator
-    backend restores in the backend under test, broadcast keys that are equal in Python included."""
+@pytest.mark.parametrize("direction", ["reference-into-ours", "ours-into-reference"])
+def test_operator_state_moves_between_backends_by_the_stream_format(
+    state_backend: Any, storage: Any, direction: str
+) -> None:
+    """The operator state stream is an interchange format (IF-6): every mode written by one backend restores in
+    the other, broadcast keys that are equal in Python included."""
+    reference = DefaultOperatorStateBackend
     rules = [(key, f"v{i}") for i, key in enumerate(EQUAL_BUT_DISTINCT)]
-    with DefaultOperatorStateBackend(OperatorBackendParameters("job", "op")) as written:
+
+    def open_backend(which: str, restore: tuple[Any, ...] = ()) -> Any:
+        if which == "reference":
+            return reference(OperatorBackendParameters("job", "op", restore))
+        return operator_backend(state_backend, restore)
+
+    writer, reader = ("reference", "ours") if direction == "reference-into-ours" else ("ours", "reference")
+    with open_backend(writer) as written:
         written.get_list_state(SPLIT).add_all([3, -1, 2**63 - 1])
         written.get_union_list_state(UNION).update(["b", "", "a"])
         broadcast = written.get_broadcast_state(RULES)
         for key, value in rules:
             broadcast.put(key, value)
         handle = written.snapshot(1, 0, location_for(storage)).run()
-    with operator_backend(state_backend, (handle,)) as restored:
-        assert restored.get_list_state(SPLIT).get() == [3, -1, 2**63 - 1], "IF-6: split list state"
-        assert restored.get_union_list_state(UNION).get() == ["b", "", "a"], "IF-6: union list state"
+    with open_backend(reader, (handle,)) as restored:
+        assert restored.get_list_state(SPLIT).get() == [3, -1, 2**63 - 1], f"IF-6 ({direction}): split list state"
+        assert restored.get_union_list_state(UNION).get() == ["b", "", "a"], f"IF-6 ({direction}): union list state"
         got = list(restored.get_broadcast_state(RULES).items())
         assert sorted(map(repr, got)) == sorted(map(repr, rules)), (  # repr: 1 == True, but not as keys
-            f"IF-6: broadcast state written by statecert's operator backend: expected {rules}, got {got}"
+            f"IF-6 ({direction}): broadcast state: expected {rules}, got {got}"
         )
+
+
+@pytest.mark.requirement("SER-5", "SER-7")
+@pytest.mark.capability("operator_state", "schema_evolution")
+def test_operator_state_migrates_or_is_refused_on_restore(state_backend: Any, storage: Any) -> None:
+    """Operator state restored with a serializer that is compatible after migration reads every element and entry
+    (rewritten from the old bytes); an incompatible one fails the registration."""
+    from statecert.conformance.suite.test_serializer_compatibility import VersionedCount
+
+    def states(backend: Any, version: int) -> tuple[Any, Any, Any]:
+        count = VersionedCount(version)
+        return (
+            backend.get_list_state(ListStateDescriptor("ms", element_serializer=count)),
+            backend.get_union_list_state(ListStateDescriptor("mu", element_serializer=count)),
+            backend.get_broadcast_state(
+                MapStateDescriptor("mb", user_key_serializer=StringSerializer(), user_value_serializer=count)
+            ),
+        )
+
+    with operator_backend(state_backend) as backend:
+        split, union, broadcast = states(backend, 1)
+        split.add_all([1, -2, 30])
+        union.update([7])
+        broadcast.put("a", 5)
+        broadcast.put("b", -6)
+        handle = backend.snapshot(1, 0, location_for(storage)).run()
+    with operator_backend(state_backend, (handle,)) as restored:
+        split, union, broadcast = states(restored, 2)
+        got = (split.get(), union.get(), sorted(broadcast.items()))
+        expected = ([1, -2, 30], [7], [("a", 5), ("b", -6)])
+        assert got == expected, f"SER-5: operator state after migrating v1 -> v2 reads {got}, expected {expected}"
+    with operator_backend(state_backend, (handle,)) as restored, pytest.raises(StateMigrationError):
+        restored.get_list_state(ListStateDescriptor("ms", element_serializer=LongSerializer()))

@@ -138,22 +138,69 @@ def test_state_read_in_a_callback_is_the_timer_keys(
         assert not wrong, f"state read in on_event_time was another key's or namespace's: (timer, value) {wrong[:5]}"
 
 
-@pytest.mark.requirement("TM-4")
+def advance(service: Any, kind: str, time: int) -> None:
+    if kind == "event":
+        service.advance_watermark(time)
+    else:
+        service.advance_processing_time(time)
+
+
+@pytest.mark.requirement("TM-4", "TM-6")
 @pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
 @given(timers=TIMERS, deleted=st.sets(st.integers(0, 39)), first=st.integers(-60, 210))
 def test_deleted_and_fired_timers_never_fire(
-    certification: Any, tmp_path_factory: Any, timers: list[Timer], deleted: set[int], first: int
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], deleted: set[int], first: int
 ) -> None:
-    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+    """Deleted timers never fire, fired ones never fire again, and neither comes back from a snapshot taken after."""
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    with keyed_backend(backend_factory) as backend:
         service, recorder = service_of(backend)
-        register(backend, service, timers)
+        register(backend, service, timers, kind)
         gone = {timers[i] for i in deleted if i < len(timers)}
         for key, namespace, time in [*gone, ("zz", 9, 5)]:  # the last one never existed
             backend.set_current_key(key)
-            service.delete_event_time_timer(namespace, time)
-        service.advance_watermark(first)
-        service.advance_watermark(MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, set(timers) - gone, "delete_event_time_timer, then advance_watermark twice")
+            getattr(service, f"delete_{kind}_time_timer")(namespace, time)
+        advance(service, kind, first)
+        handle = snapshot_now(backend, location_for(storage))
+        advance(service, kind, MAX_TIMESTAMP)
+        call = f"delete_{kind}_time_timer, then advance to {first} and to Long.MAX_VALUE"
+        assert_fired_in_order(recorder, set(timers) - gone, call, kind)
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
+        service, recorder = service_of(restored)
+        advance(service, kind, MAX_TIMESTAMP)
+        left = {t for t in set(timers) - gone if t[2] > first}
+        assert_fired_in_order(recorder, left, f"{call}, snapshot after the first advance, restore", kind)
+
+
+@pytest.mark.requirement("TM-1")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+def test_timers_at_the_ends_of_javas_long_range_are_accepted_and_fire(state_backend: Any, kind: str) -> None:
+    with keyed_backend(state_backend) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, [("k", 0, MIN_TIMESTAMP), ("k", 0, MAX_TIMESTAMP)], kind)
+        advance(service, kind, MIN_TIMESTAMP)
+        assert_fired_in_order(recorder, {("k", 0, MIN_TIMESTAMP)}, f"{kind} timers at Long.MIN_VALUE", kind)
+        advance(service, kind, MAX_TIMESTAMP)
+        expected = {("k", 0, MIN_TIMESTAMP), ("k", 0, MAX_TIMESTAMP)}
+        assert_fired_in_order(recorder, expected, f"{kind} timers at Long.MIN_VALUE and MAX_VALUE", kind)
+
+
+@pytest.mark.requirement("KB-KEY-1", "TM-9")
+@pytest.mark.capability("timers")
+def test_asking_for_a_timer_service_keeps_the_current_key(state_backend: Any, storage: Any) -> None:
+    """A service that loads restored timers of other keys leaves the backend's current key as it was."""
+    with keyed_backend(state_backend) as backend:
+        service, _ = service_of(backend)
+        register(backend, service, [(f"k{i}", 0, 10 + i) for i in range(20)])
+        handle = snapshot_now(backend, location_for(storage))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        restored.set_current_key("current")
+        service_of(restored)
+        got = restored.get_current_key()
+        assert got == "current", f"KB-KEY-1: get_timer_service() changed the current key from 'current' to {got!r}"
 
 
 @pytest.mark.requirement("TM-5")
