@@ -13,6 +13,7 @@ from statecert.conformance.helpers import create_subtasks, keyed_backend, locati
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BaseSerializer, DoubleSerializer, LongSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -209,3 +210,41 @@ def test_key_serializer_that_needs_migration_fails_restore(state_backend: Any, s
         return
     restored.dispose()
     pytest.fail("SER-6: restore with a key serializer needing migration (v1 -> v2) did not raise StateMigrationError")
+
+
+PLAIN = {"list": [1, -2.5, None, True], "text": "é", "bytes": b"\x00\xff", "map": {"k": {"n": 2**63 - 1}}}
+DEFAULTED = [
+    ValueStateDescriptor("dv"),
+    ListStateDescriptor("dl"),
+    MapStateDescriptor("dm"),
+    ReducingStateDescriptor("dr", reduce_function=lambda a, b: [*a, *b]),
+]
+
+
+@pytest.mark.requirement("SER-9", "SP-1")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("direction", ["ours-into-reference", "reference-into-ours"])
+def test_descriptors_without_serializers_use_the_msgpack_default(
+    state_backend: Any, reference_backend: Any, storage: Any, direction: str
+) -> None:
+    """Every role a descriptor leaves out is the `msgpack` serializer of IF-1, so plain data written so moves
+    between backends through a canonical savepoint and reads back equal."""
+    writer, reader = (
+        (state_backend, reference_backend) if direction == "ours-into-reference" else (reference_backend, state_backend)
+    )
+    with keyed_backend(writer) as backend:
+        value, lst, mapping, reducing = (backend.get_or_create_state(d) for d in DEFAULTED)
+        backend.set_current_key("k")
+        value.update(PLAIN)
+        lst.add_all([PLAIN, "b"])
+        mapping.put("u", PLAIN)
+        reducing.add(["x"])
+        reducing.add(["y"])
+        options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        handle = backend.snapshot(1, 0, location_for(storage), options).run()
+    with keyed_backend(reader, restore=[handle]) as restored:
+        value, lst, mapping, reducing = (restored.get_or_create_state(d) for d in DEFAULTED)
+        restored.set_current_key("k")
+        got = (value.value(), lst.get(), mapping.get("u"), reducing.get())
+        expected = (PLAIN, [PLAIN, "b"], PLAIN, ["x", "y"])
+        assert got == expected, f"SER-9 ({direction}): state without serializers read back {got}, expected {expected}"

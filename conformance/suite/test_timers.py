@@ -22,13 +22,13 @@ from statecert.conformance.helpers import (
     snapshot_now,
 )
 from statecert.reference.checkpointing import take_snapshot
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.serializers import BooleanSerializer, LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import UnsupportedFeatureError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
-from statecert.spec.state import ValueStateDescriptor
+from statecert.spec.state import MapStateDescriptor, ValueStateDescriptor
 from statecert.spec.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, InternalTimer
 
 NAMESPACES = LongSerializer()
@@ -423,3 +423,60 @@ def test_timers_of_a_checkpoint_restore_after_more_checkpoints(state_backend: An
             service, recorder = service_of(restored)
             service.advance_watermark(MAX_TIMESTAMP)
             assert_fired_in_order(recorder, at[checkpoint_id], f"restore checkpoint {checkpoint_id} of 3")
+
+
+@pytest.mark.requirement("TM-6")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(timers=TIMERS, fired_at=st.integers(-60, 210))
+def test_for_each_timer_lists_every_timer_once_with_its_key_current(
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], fired_at: int
+) -> None:
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        service, _ = service_of(backend)
+        register(backend, service, timers, kind)
+        advance(service, kind, fired_at)
+        listed: list[Timer] = []
+        getattr(service, f"for_each_{kind}_time_timer")(
+            lambda namespace, time: listed.append((backend.get_current_key(), namespace, time))
+        )
+        left = {t for t in timers if t[2] > fired_at}
+        assert sorted(listed) == sorted(left), (
+            f"TM-6: for_each_{kind}_time_timer after advancing to {fired_at}: expected {sorted(left)} with each "
+            f"timer's key current, got {sorted(listed)}"
+        )
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == len(left), f"TM-6: num_{kind}_time_timers() is {count}, {len(left)} timers are left"
+
+
+@pytest.mark.requirement("IF-8", "TM-10")
+@pytest.mark.capability("timers", "canonical_savepoints")
+def test_canonical_savepoint_holds_timers_as_the_interchange_chapter_says(
+    state_backend: Any, reference_backend: Any, storage: Any
+) -> None:
+    """Read as plain map state by the reference backend, a canonical savepoint's timers are `_timer_state/<kind>_<
+    service>`: the user key the timestamp, the value true, one entry per key and namespace."""
+    event, processing = [("k1", 0, 5), ("k1", 0, 7), ("k2", 3, -4)], [("k3", 1, 9)]
+    with keyed_backend(state_backend) as backend:
+        service, _ = service_of(backend)
+        register(backend, service, event)
+        register(backend, service, processing, kind="processing")
+        handle = backend.snapshot(
+            1, 0, location_for(storage), CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        ).run()
+    with keyed_backend(reference_backend, restore=[handle]) as restored:
+        for kind, timers in (("event", event), ("processing", processing)):
+            name = f"_timer_state/{kind}_user-timers"
+            state = restored.get_or_create_state(
+                MapStateDescriptor(
+                    name, user_key_serializer=LongSerializer(), user_value_serializer=BooleanSerializer()
+                ),
+                NAMESPACES,
+            )
+            found = []
+            for key, namespace in list(restored.get_keys_and_namespaces(name)):
+                restored.set_current_key(key)
+                state.set_current_namespace(namespace)
+                found += [(key, namespace, time, value) for time, value in state.items()]
+            expected = sorted((k, n, t, True) for k, n, t in timers)
+            assert sorted(found) == expected, f"IF-8: the state {name!r} holds {sorted(found)}, expected {expected}"
