@@ -58,6 +58,8 @@ TARGETS = {
         "examples/spec-only-backend/spec_only_operator_backend.py",
         "examples/spec-only-backend/spec_only_timers.py",
         "examples/spec-only-backend/spec_only_ttl.py",
+        "examples/spec-only-backend/spec_only_serializers.py",
+        "examples/spec-only-backend/spec_only_snapshots.py",
     ],
 }
 # How the suite names each backend, and where its modules are imported from when they are not in the package.

@@ -24,7 +24,15 @@ def imported_modules(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["spec_only_backend.py", "spec_only_operator_backend.py", "spec_only_timers.py", "spec_only_ttl.py"]
+    "module",
+    [
+        "spec_only_backend.py",
+        "spec_only_operator_backend.py",
+        "spec_only_timers.py",
+        "spec_only_ttl.py",
+        "spec_only_serializers.py",
+        "spec_only_snapshots.py",
+    ],
 )
 def test_spec_only_example_imports_no_reference_code(module: str) -> None:
     modules = imported_modules(ROOT / "examples" / "spec-only-backend" / module)

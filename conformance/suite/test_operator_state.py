@@ -193,12 +193,11 @@ def test_operator_state_moves_between_backends_by_the_stream_format(
 ) -> None:
     """The operator state stream is an interchange format (IF-6): every mode written by one backend restores in
     the other, broadcast keys that are equal in Python included."""
-    reference = DefaultOperatorStateBackend
     rules = [(key, f"v{i}") for i, key in enumerate(EQUAL_BUT_DISTINCT)]
 
     def open_backend(which: str, restore: tuple[Any, ...] = ()) -> Any:
         if which == "reference":
-            return reference(OperatorBackendParameters("job", "op", restore))
+            return DefaultOperatorStateBackend(OperatorBackendParameters("job", "op", restore))
         return operator_backend(state_backend, restore)
 
     writer, reader = ("reference", "ours") if direction == "reference-into-ours" else ("ours", "reference")

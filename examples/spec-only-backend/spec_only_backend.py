@@ -5,24 +5,25 @@ State lives in plain dicts of serialized bytes, one dict per state: `(key group,
 bytes (value, reducing, aggregating), list of bytes (list) or dict of bytes (map). A snapshot copies the dicts in
 its synchronous part and writes the canonical key-group stream (IF-2..IF-4) in its asynchronous part. Operator
 state is in `spec_only_operator_backend` (chapter OS, IF-6), timers in `spec_only_timers` (chapter TM, IF-8). TTL
-(chapter TTL, IF-5) is in `spec_only_ttl`. Schema evolution (SER-3..SER-7) uses only the spec: restored state is
-read with the serializer that wrote it, which the spec's registry (`statecert.spec.serializer_registry`) restores
-from the snapshot in the checkpoint.
+(chapter TTL, IF-5) is in `spec_only_ttl`, the default serializers (IF-1) in `spec_only_serializers` and the
+snapshot task both snapshots use in `spec_only_snapshots`. Schema evolution (SER-3..SER-7) uses only the spec:
+restored state is read with the serializer that wrote it, which the spec's registry
+(`statecert.spec.serializer_registry`) restores from the snapshot in the checkpoint.
 """
 
 from __future__ import annotations
 
 import copy
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any
 
-import mmh3
 import msgpack
 from spec_only_operator_backend import SpecOnlyOperatorBackend
+from spec_only_serializers import DEFAULT, VOID
+from spec_only_snapshots import SnapshotTask, stream_name
 from spec_only_timers import TimerService
 from spec_only_ttl import STAMP, Ttl
 
@@ -36,13 +37,13 @@ from statecert.spec.errors import (
     StateMigrationError,
     UnsupportedSnapshotError,
 )
-from statecert.spec.handles import CANONICAL_FORMAT, FileStateHandle, KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import CANONICAL_FORMAT, KeyedStateHandle, KeyGroupsStateHandle
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, check_max_parallelism
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializer_registry import restore_serializer
-from statecert.spec.serializers import Compatibility, SchemaCompatibility, SerializerSnapshot, TypeSerializer
-from statecert.spec.state import VOID_NAMESPACE, StateDescriptor, StateKind
+from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
+from statecert.spec.state import StateDescriptor, StateKind
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
 from statecert.spec.timers import Triggerable
 
@@ -51,52 +52,6 @@ _PREFIX = struct.Struct(">4sHI")  # IF-2
 _LEN = struct.Struct(">I")
 
 
-# -- serializers the descriptors may leave out (IF-1) ---------------------------------------------------------------
-class _PlainSerializer:
-    """Shared: snapshot, compatibility (same id and version: as is), murmur3 key hash of the bytes (IF-1)."""
-
-    serializer_id = ""
-
-    def serialize(self, value: Any) -> bytes:
-        raise NotImplementedError
-
-    def deserialize(self, data: bytes) -> Any:
-        raise NotImplementedError
-
-    def key_hash(self, value: Any) -> int:
-        return int(mmh3.hash(self.serialize(value), 0, signed=True))
-
-    def snapshot_configuration(self) -> SerializerSnapshot:
-        return SerializerSnapshot(self.serializer_id, 1, {})
-
-    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
-        if (old.serializer_id, old.version) == (self.serializer_id, 1):
-            return SchemaCompatibility.as_is()
-        return SchemaCompatibility.incompatible(f"written by {old.serializer_id!r} v{old.version}")
-
-
-class MsgpackSerializer(_PlainSerializer):
-    serializer_id = "msgpack"
-
-    def serialize(self, value: Any) -> bytes:
-        return bytes(msgpack.packb(value, use_bin_type=True))
-
-    def deserialize(self, data: bytes) -> Any:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-
-
-class VoidNamespaceSerializer(_PlainSerializer):
-    serializer_id = "void-namespace"
-
-    def serialize(self, value: Any) -> bytes:
-        return b""
-
-    def deserialize(self, data: bytes) -> Any:
-        return VOID_NAMESPACE
-
-
-DEFAULT = MsgpackSerializer()
-VOID = VoidNamespaceSerializer()
 ROLES = {
     StateKind.VALUE: ("value",),
     StateKind.REDUCING: ("value",),
@@ -451,29 +406,6 @@ KINDS: dict[StateKind, type[_State]] = {
 
 
 # -- snapshots ---------------------------------------------------------------------------------------------------
-class SnapshotTask:
-    """The asynchronous part: writes the canonical stream; `cancel()` makes it stop and discard (KB-SNAP-6)."""
-
-    def __init__(self, write: Callable[[Callable[[], bool]], KeyedStateHandle | None]) -> None:
-        self._write, self._cancelled, self._done = write, threading.Event(), threading.Event()
-
-    def run(self) -> KeyedStateHandle | None:
-        try:
-            if self._cancelled.is_set():
-                raise SnapshotCancelledError("cancelled before it ran")
-            return self._write(self._cancelled.is_set)
-        finally:
-            self._done.set()
-
-    def cancel(self) -> bool:
-        self._cancelled.set()
-        return not self._done.is_set()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-
 def write_canonical(
     factory: CheckpointStreamFactory,
     key_serializer: SerializerSnapshot,
@@ -512,7 +444,7 @@ class CanonicalStream:
 
     def __init__(self, handle: KeyGroupsStateHandle) -> None:
         self.handle = handle
-        self.name = handle.delegate.path if isinstance(handle.delegate, FileStateHandle) else "<inline state>"
+        self.name = stream_name(handle.delegate)
         self.file: IO[bytes] = handle.delegate.open()
         magic, version, length = _PREFIX.unpack(self._read(_PREFIX.size))
         if (magic, version) != (b"SCKG", 1):
@@ -566,7 +498,7 @@ class SpecOnlyKeyedBackend:
         self._states: dict[str, _State] = {}
         self._current: tuple[int, bytes] | None = None
         self._current_key: Any = None
-        self._tasks: list[SnapshotTask] = []
+        self._tasks: list[SnapshotTask[KeyedStateHandle]] = []
         self._timer_services: dict[str, TimerService] = {}
         self._closed = False
         self._restore(params.restore_state)
@@ -694,7 +626,7 @@ class SpecOnlyKeyedBackend:
         timestamp_ms: int,
         stream_factory: CheckpointStreamFactory,
         options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
-    ) -> SnapshotTask:
+    ) -> SnapshotTask[KeyedStateHandle]:
         self._check_open()
         tables = [copy.deepcopy(t) for _, t in sorted(self._tables.items()) if t.entries]  # the synchronous part
         key_serializer, key_group_range = self._key_serializer.snapshot_configuration(), self.key_group_range
@@ -704,7 +636,7 @@ class SpecOnlyKeyedBackend:
                 return None
             return write_canonical(stream_factory, key_serializer, tables, key_group_range, cancelled)
 
-        task = SnapshotTask(write)
+        task: SnapshotTask[KeyedStateHandle] = SnapshotTask(write)
         self._tasks = [t for t in self._tasks if not t.done] + [task]
         return task
 
@@ -797,7 +729,7 @@ class SpecOnlyStateBackend:
         return SpecOnlyKeyedBackend(params)
 
     def create_operator_state_backend(self, params: OperatorBackendParameters) -> SpecOnlyOperatorBackend:
-        return SpecOnlyOperatorBackend(params, DEFAULT)
+        return SpecOnlyOperatorBackend(params)
 
 
 def factory(config: Mapping[str, object]) -> SpecOnlyStateBackend:

@@ -9,12 +9,13 @@ carried into the next snapshot unchanged until then (OS-6).
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
 import msgpack
+from spec_only_serializers import DEFAULT
+from spec_only_snapshots import SnapshotTask, stream_name
 
 from statecert.spec.errors import (
     BackendClosedError,
@@ -26,7 +27,6 @@ from statecert.spec.errors import (
 )
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
-    FileStateHandle,
     OperatorStateHandle,
     OperatorStateMode,
     OperatorStatePartitions,
@@ -182,29 +182,6 @@ class BroadcastState:
         self._state.elements.clear()
 
 
-class _Task:
-    """The asynchronous part of an operator snapshot (KB-SNAP-2, KB-SNAP-6)."""
-
-    def __init__(self, write: Callable[[Callable[[], bool]], OperatorStateHandle | None]) -> None:
-        self._write, self._cancelled, self._done = write, threading.Event(), threading.Event()
-
-    def run(self) -> OperatorStateHandle | None:
-        try:
-            if self._cancelled.is_set():
-                raise SnapshotCancelledError("cancelled before it ran")
-            return self._write(self._cancelled.is_set)
-        finally:
-            self._done.set()
-
-    def cancel(self) -> bool:
-        self._cancelled.set()
-        return not self._done.is_set()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-
 def write_stream(
     factory: CheckpointStreamFactory, states: dict[str, Restored], cancelled: Callable[[], bool]
 ) -> OperatorStateHandle:
@@ -229,7 +206,7 @@ def write_stream(
 
 def read_stream(handle: OperatorStateHandle) -> dict[str, Restored]:
     """The states of one handle: only the elements at its offsets (a rescale hands each subtask a share)."""
-    name = handle.delegate.path if isinstance(handle.delegate, FileStateHandle) else "<inline state>"
+    name = stream_name(handle.delegate)
     if handle.snapshot_format != CANONICAL_FORMAT:
         raise UnsupportedSnapshotError(f"{name}: operator state in format {handle.snapshot_format!r}")
     with handle.delegate.open() as file:
@@ -262,11 +239,10 @@ def read_stream(handle: OperatorStateHandle) -> dict[str, Restored]:
 class SpecOnlyOperatorBackend:
     """Operator state of one subtask (OS-1..OS-6): restored from any handles a redistribution gave it."""
 
-    def __init__(self, params: OperatorBackendParameters, default: TypeSerializer[Any]) -> None:
-        self._default = default
+    def __init__(self, params: OperatorBackendParameters) -> None:
         self._states: dict[str, _State] = {}
         self._restored: dict[str, Restored] = {}
-        self._tasks: list[_Task] = []
+        self._tasks: list[SnapshotTask[OperatorStateHandle]] = []
         self._closed = False
         for handle in params.restore_state:
             for name, (mode, snapshot, elements) in read_stream(handle).items():
@@ -299,17 +275,17 @@ class SpecOnlyOperatorBackend:
         return state
 
     def get_list_state(self, descriptor: ListStateDescriptor[Any]) -> ListState:
-        element = _Element([descriptor.element_serializer or self._default])
+        element = _Element([descriptor.element_serializer or DEFAULT])
         return ListState(self, self._register(descriptor.name, OperatorStateMode.SPLIT_DISTRIBUTE, element))
 
     def get_union_list_state(self, descriptor: ListStateDescriptor[Any]) -> ListState:
-        element = _Element([descriptor.element_serializer or self._default])
+        element = _Element([descriptor.element_serializer or DEFAULT])
         return ListState(self, self._register(descriptor.name, OperatorStateMode.UNION, element))
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor[Any, Any]) -> BroadcastState:
         serializers = [
-            descriptor.user_key_serializer or self._default,
-            descriptor.user_value_serializer or self._default,
+            descriptor.user_key_serializer or DEFAULT,
+            descriptor.user_value_serializer or DEFAULT,
         ]
         return BroadcastState(self, self._register(descriptor.name, OperatorStateMode.BROADCAST, _Element(serializers)))
 
@@ -323,7 +299,7 @@ class SpecOnlyOperatorBackend:
         timestamp_ms: int,
         stream_factory: CheckpointStreamFactory,
         options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
-    ) -> _Task:
+    ) -> SnapshotTask[OperatorStateHandle]:
         """Synchronous part: copy every state's element list; the stream is written by `run()`."""
         self.check_open()
         states = {n: (s.mode, s.element.snapshot(), list(s.elements)) for n, s in self._states.items()}
@@ -332,7 +308,7 @@ class SpecOnlyOperatorBackend:
         def write(cancelled: Callable[[], bool]) -> OperatorStateHandle | None:
             return write_stream(stream_factory, states, cancelled) if states else None
 
-        task = _Task(write)
+        task = SnapshotTask(write)
         self._tasks.append(task)
         return task
 

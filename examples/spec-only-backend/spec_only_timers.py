@@ -10,47 +10,17 @@ kind is also indexed by identity (key bytes, namespace bytes, timestamp) and ord
 from __future__ import annotations
 
 import heapq
-import struct
 from collections.abc import Callable
 from typing import Any
 
+from spec_only_serializers import BOOL, LONG
+
 from statecert.spec.errors import IllegalStateError
-from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot, TypeSerializer
+from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import MapStateDescriptor
 from statecert.spec.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, InternalTimer, Triggerable
 
-_LONG = struct.Struct(">q")
 Identity = tuple[bytes, bytes, int]
-
-
-class _FixedSerializer:
-    """A default serializer of IF-1 whose snapshot has no configuration: `long` or `bool`, version 1."""
-
-    def __init__(self, serializer_id: str, encode: Callable[[Any], bytes], decode: Callable[[bytes], Any]) -> None:
-        self.serializer_id, self._encode, self._decode = serializer_id, encode, decode
-
-    def serialize(self, value: Any) -> bytes:
-        return self._encode(value)
-
-    def deserialize(self, data: bytes) -> Any:
-        return self._decode(bytes(data))
-
-    def key_hash(self, value: Any) -> int:  # never a key here; Java's Long.hashCode for completeness (IF-1)
-        v = int(value) & 0xFFFFFFFFFFFFFFFF
-        h = (v ^ (v >> 32)) & 0xFFFFFFFF
-        return h - (1 << 32) if h >= 1 << 31 else h
-
-    def snapshot_configuration(self) -> SerializerSnapshot:
-        return SerializerSnapshot(self.serializer_id, 1, {})
-
-    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
-        if (old.serializer_id, old.version) == (self.serializer_id, 1):
-            return SchemaCompatibility.as_is()
-        return SchemaCompatibility.incompatible(f"timers written with {old.serializer_id!r} v{old.version}")
-
-
-TIMESTAMPS = _FixedSerializer("long", _LONG.pack, lambda b: _LONG.unpack(b)[0])
-PRESENT = _FixedSerializer("bool", lambda v: b"\x01" if v else b"\x00", lambda b: b == b"\x01")
 
 
 def checked_time(time: Any) -> int:
@@ -67,7 +37,7 @@ class _Timers:
 
     def __init__(self, backend: Any, state_name: str, namespaces: TypeSerializer[Any]) -> None:
         self.backend, self.namespaces = backend, namespaces
-        descriptor = MapStateDescriptor(state_name, user_key_serializer=TIMESTAMPS, user_value_serializer=PRESENT)
+        descriptor = MapStateDescriptor(state_name, user_key_serializer=LONG, user_value_serializer=BOOL)
         self.state = backend.get_or_create_state(descriptor, namespaces)
         self.index: dict[Identity, InternalTimer[Any, Any]] = {}
         self.heap: list[tuple[int, Identity]] = []

@@ -1,0 +1,94 @@
+"""The default serializers of the interchange chapter (IF-1) that the spec-only backend needs, written from the
+chapter alone: `msgpack` for every role a descriptor leaves out (SER-9), `void-namespace` for non-windowed state,
+and `long` and `bool` for timer state (IF-8). It imports nothing from `statecert.reference`."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import mmh3
+import msgpack
+
+from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot
+from statecert.spec.state import VOID_NAMESPACE
+
+_LONG = struct.Struct(">q")
+
+
+class _PlainSerializer:
+    """Shared: snapshot, compatibility (same id and version: as is), murmur3 key hash of the bytes (IF-1)."""
+
+    serializer_id = ""
+
+    def serialize(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def key_hash(self, value: Any) -> int:
+        return int(mmh3.hash(self.serialize(value), 0, signed=True))
+
+    def snapshot_configuration(self) -> SerializerSnapshot:
+        return SerializerSnapshot(self.serializer_id, 1, {})
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        if (old.serializer_id, old.version) == (self.serializer_id, 1):
+            return SchemaCompatibility.as_is()
+        return SchemaCompatibility.incompatible(f"written by {old.serializer_id!r} v{old.version}")
+
+
+class MsgpackSerializer(_PlainSerializer):
+    serializer_id = "msgpack"
+
+    def serialize(self, value: Any) -> bytes:
+        return bytes(msgpack.packb(value, use_bin_type=True))
+
+    def deserialize(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class VoidNamespaceSerializer(_PlainSerializer):
+    serializer_id = "void-namespace"
+
+    def serialize(self, value: Any) -> bytes:
+        return b""
+
+    def deserialize(self, data: bytes) -> Any:
+        return VOID_NAMESPACE
+
+
+class LongSerializer(_PlainSerializer):
+    """8-byte two's-complement big-endian; key hash Java's `Long.hashCode` (IF-1)."""
+
+    serializer_id = "long"
+
+    def serialize(self, value: Any) -> bytes:
+        return _LONG.pack(value)
+
+    def deserialize(self, data: bytes) -> Any:
+        return _LONG.unpack(bytes(data))[0]
+
+    def key_hash(self, value: Any) -> int:
+        v = int(value) & 0xFFFFFFFFFFFFFFFF
+        h = (v ^ (v >> 32)) & 0xFFFFFFFF
+        return h - (1 << 32) if h >= 1 << 31 else h
+
+
+class BoolSerializer(_PlainSerializer):
+    """One byte, `00` or `01` (IF-1)."""
+
+    serializer_id = "bool"
+
+    def serialize(self, value: Any) -> bytes:
+        return b"\x01" if value else b"\x00"
+
+    def deserialize(self, data: bytes) -> Any:
+        return bytes(data) == b"\x01"
+
+
+DEFAULT = MsgpackSerializer()
+VOID = VoidNamespaceSerializer()
+LONG = LongSerializer()
+BOOL = BoolSerializer()
