@@ -58,10 +58,12 @@ class OperatorListStateImpl:
         self._state.elements.extend(self._state.serializer.serialize(v) for v in values)
 
     def update(self, values: Iterable[Any]) -> None:
+        self._backend._check_open()
         self._state.elements.clear()
         self.add_all(values)
 
     def clear(self) -> None:
+        self._backend._check_open()
         self._state.elements.clear()
 
 
@@ -74,6 +76,7 @@ class BroadcastStateImpl:
         self._state = state
 
     def _index(self, key: Any) -> int | None:
+        self._backend._check_open()
         serializer = self._state.serializer
         assert isinstance(serializer, TupleSerializer)
         key_bytes = serializer.fields[0].serialize(key)
@@ -87,8 +90,8 @@ class BroadcastStateImpl:
         return None if i is None else self._state.serializer.deserialize(self._state.elements[i])[1]
 
     def put(self, key: Any, value: Any) -> None:
+        i = self._index(key)  # checks that the backend is open (OS-9)
         element = self._state.serializer.serialize((key, value))
-        i = self._index(key)
         if i is None:
             self._state.elements.append(element)
         else:
@@ -103,9 +106,11 @@ class BroadcastStateImpl:
         return self._index(key) is not None
 
     def items(self) -> list[tuple[Any, Any]]:
+        self._backend._check_open()
         return [tuple(self._state.serializer.deserialize(e)) for e in self._state.elements]
 
     def clear(self) -> None:
+        self._backend._check_open()
         self._state.elements.clear()
 
 

@@ -23,10 +23,12 @@ import msgpack
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
+from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.heap.ttl import TtlPolicy
+from statecert.reference.keyed_backend_base import descriptor_serializers
 from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl, ValueStateImpl
 from statecert.reference.loader import load_state_backend
 from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend, OperatorListStateImpl
@@ -37,7 +39,7 @@ from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
 from statecert.reference.timers.timer_queue import TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
-from statecert.spec.handles import FileStateHandle
+from statecert.spec.handles import FileStateHandle, OperatorStateMode
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility
@@ -754,6 +756,40 @@ class _UpdateAppendsBackend(DefaultOperatorStateBackend):
         return _UpdateAppends(self, super().get_union_list_state(descriptor)._state)
 
 
+# 54. Restored operator elements are not checked: a damaged one fails only when read, as the decoder's ValueError
+# (OS-8), and a broadcast entry that is not a pair is never noticed. The spec-only example did this at first.
+class _SkipsElementCheckBackend(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        super().__init__(OperatorBackendParameters(params.job_id, params.operator_id, ()))
+        for handle in params.restore_state:
+            for name, (mode, snapshot, elements) in read_operator_states(handle).items():
+                if name not in self._restored:
+                    self._restored[name] = (mode, snapshot, list(elements))
+                elif mode is not OperatorStateMode.BROADCAST:
+                    self._restored[name][2].extend(elements)
+
+
+# 55. A value serializer that resolves as compatible once reconfigured is used as given, not as reconfigured
+# (SER-3): restored bytes are read with the new serializer's encoding.
+class _ValueSerializerNotReconfigured(HeapKeyedStateBackend):
+    def _create_state(self, descriptor: Any, store: Any, ns_serializer: Any, serializers: Any) -> Any:
+        return super()._create_state(descriptor, store, ns_serializer, descriptor_serializers(descriptor))
+
+
+# 56. The same for operator state: the restored elements are read with the serializer as registered (SER-3).
+class _OperatorSerializerNotReconfigured(DefaultOperatorStateBackend):
+    def _register(self, name: str, mode: Any, serializer: Any) -> Any:
+        state = super()._register(name, mode, serializer)
+        state.serializer = serializer
+        return state
+
+
+# 57. A closed operator backend still registers state, snapshots and serves its states (OS-9).
+class _OperatorBackendOpenAfterClose(DefaultOperatorStateBackend):
+    def _check_open(self) -> None:
+        pass
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -855,6 +891,10 @@ timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
 timers_past_wait_for_later_time = _factory(_with_timer_service(_FiresOnlyWhenTimeMoves))
 broadcast_keys_by_equality = _factory(operator=_BroadcastByEqualityBackend)
 operator_update_appends = _factory(operator=_UpdateAppendsBackend)
+operator_restore_skips_element_check = _factory(operator=_SkipsElementCheckBackend)
+value_serializer_not_reconfigured = _factory(_ValueSerializerNotReconfigured)
+operator_serializer_not_reconfigured = _factory(operator=_OperatorSerializerNotReconfigured)
+operator_backend_open_after_close = _factory(operator=_OperatorBackendOpenAfterClose)
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
@@ -918,4 +958,8 @@ CAUGHT_BY = {
     "ttl_merge_refreshes": "TTL-4",
     "broadcast_keys_by_equality": "OS-3",
     "operator_update_appends": "OS-7",
+    "operator_restore_skips_element_check": "OS-8",
+    "value_serializer_not_reconfigured": "SER-3",
+    "operator_serializer_not_reconfigured": "SER-3",
+    "operator_backend_open_after_close": "OS-9",
 }

@@ -3,6 +3,8 @@ operations against a model, live and after a restore; the stream; None elements;
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,12 @@ from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.errors import InvalidStateValueError, StateMigrationError
+from statecert.spec.errors import (
+    BackendClosedError,
+    InvalidStateValueError,
+    SnapshotCancelledError,
+    StateMigrationError,
+)
 from statecert.spec.handles import OperatorStateHandle, OperatorStateMode
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
@@ -79,6 +86,65 @@ def test_mode_change_on_restore_fails(state_backend: Any, storage: Any) -> None:
         pytest.raises(StateMigrationError),
     ):
         restored.get_union_list_state(SPLIT)
+
+
+@pytest.mark.requirement("OS-9")
+@pytest.mark.capability("operator_state")
+def test_a_closed_operator_backend_refuses_everything_and_cancels_its_snapshots(
+    state_backend: Any, tmp_path: Path
+) -> None:
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with operator_backend(state_backend) as backend:
+        split = backend.get_list_state(SPLIT)
+        split.add_all([1, 2])
+        union = backend.get_union_list_state(UNION)
+        broadcast = backend.get_broadcast_state(RULES)
+        broadcast.put("r", "x")
+        task = backend.snapshot(1, 0, location_for(storage))
+    backend.close()  # idempotent, after the with block closed it
+    try:
+        outcome: Any = task.run()
+    except SnapshotCancelledError:
+        outcome = "cancelled"
+    assert outcome == "cancelled", (
+        f"OS-9: run() of a snapshot taken before close(): expected SnapshotCancelledError, got {outcome!r}"
+    )
+    leftovers = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert leftovers == [], f"OS-9: a snapshot cancelled by close() left {leftovers}"
+    calls = {
+        "get_list_state": lambda: backend.get_list_state(SPLIT),
+        "get_union_list_state": lambda: backend.get_union_list_state(UNION),
+        "get_broadcast_state": lambda: backend.get_broadcast_state(RULES),
+        "snapshot": lambda: backend.snapshot(2, 0, location_for(storage, 2)),
+        **{f"list.{name}": functools.partial(call, split) for name, call in LIST_CALLS.items()},
+        **{f"union.{name}": functools.partial(call, union) for name, call in LIST_CALLS.items()},
+        **{f"broadcast.{name}": functools.partial(call, broadcast) for name, call in BROADCAST_CALLS.items()},
+    }
+    for name, call in calls.items():
+        try:
+            got: Any = call()
+        except BackendClosedError:
+            continue
+        except Exception as exc:
+            got = exc
+        raise AssertionError(f"OS-9: {name} after close(): expected BackendClosedError, got {got!r}")
+
+
+LIST_CALLS: dict[str, Any] = {
+    "get": lambda s: s.get(),
+    "add": lambda s: s.add(3),
+    "add_all": lambda s: s.add_all([3]),
+    "update": lambda s: s.update([3]),
+    "clear": lambda s: s.clear(),
+}
+BROADCAST_CALLS: dict[str, Any] = {
+    "get": lambda s: s.get("r"),
+    "put": lambda s: s.put("q", "y"),
+    "remove": lambda s: s.remove("r"),
+    "contains": lambda s: s.contains("r"),
+    "items": lambda s: list(s.items()),
+    "clear": lambda s: s.clear(),
+}
 
 
 # -- operator state over generated operations, checked against a model, live and after a restore ------------------
@@ -248,3 +314,48 @@ def test_operator_state_migrates_or_is_refused_on_restore(state_backend: Any, st
         assert got == expected, f"SER-5: operator state after migrating v1 -> v2 reads {got}, expected {expected}"
     with operator_backend(state_backend, (handle,)) as restored, pytest.raises(StateMigrationError):
         restored.get_list_state(ListStateDescriptor("ms", element_serializer=LongSerializer()))
+
+
+@pytest.mark.requirement("SER-3", "OS-7")
+@pytest.mark.capability("operator_state", "schema_evolution")
+def test_operator_state_uses_the_reconfigured_serializer_through_two_restores(state_backend: Any, storage: Any) -> None:
+    """Restored with an enum serializer whose names were reordered and extended (compatible once reconfigured to the
+    old ordinals, SER-3), every mode reads its old elements and entries, writes new ones, and restores again with
+    the same new serializer: the backend must keep using the reconfigured serializer, in its snapshot too."""
+    from statecert.reference.serializers import EnumSerializer
+
+    def states(backend: Any, names: list[str]) -> tuple[Any, Any, Any]:
+        enum = EnumSerializer(names)
+        return (
+            backend.get_list_state(ListStateDescriptor("es", element_serializer=enum)),
+            backend.get_union_list_state(ListStateDescriptor("eu", element_serializer=enum)),
+            backend.get_broadcast_state(MapStateDescriptor("eb", user_key_serializer=enum, user_value_serializer=enum)),
+        )
+
+    def read(backend: Any, names: list[str]) -> tuple[Any, ...]:
+        split, union, broadcast = states(backend, names)
+        return split.get(), union.get(), sorted(broadcast.items())
+
+    with operator_backend(state_backend) as backend:
+        split, union, broadcast = states(backend, ["a", "b"])
+        split.add_all(["b", "a"])
+        union.add("b")
+        broadcast.put("b", "a")
+        handle = backend.snapshot(1, 0, location_for(storage, 1)).run()
+    reordered = ["z", "a", "b"]
+    with operator_backend(state_backend, (handle,)) as restored:
+        got = read(restored, reordered)
+        expected: tuple[Any, ...] = (["b", "a"], ["b"], [("b", "a")])
+        assert got == expected, f"SER-3: restored with {reordered}, operator state reads {got}, expected {expected}"
+        split, union, broadcast = states(restored, reordered)
+        split.add("z")
+        union.add("a")
+        broadcast.put("z", "b")
+        handle = restored.snapshot(2, 0, location_for(storage, 2)).run()
+    with operator_backend(state_backend, (handle,)) as again:
+        got = read(again, reordered)
+        expected = (["b", "a", "z"], ["b", "a"], [("b", "a"), ("z", "b")])
+        assert got == expected, (
+            f"SER-3: written after a reconfiguration and restored with {reordered} again, operator state reads "
+            f"{got}, expected {expected}"
+        )

@@ -212,6 +212,88 @@ def test_key_serializer_that_needs_migration_fails_restore(state_backend: Any, s
     pytest.fail("SER-6: restore with a key serializer needing migration (v1 -> v2) did not raise StateMigrationError")
 
 
+class LastName:
+    """An aggregate whose accumulator is the last name added: the accumulator role under an enum serializer."""
+
+    def create_accumulator(self) -> str:
+        return "a"
+
+    def add(self, value: str, acc: str) -> str:
+        return value
+
+    def get_result(self, acc: str) -> str:
+        return acc
+
+    def merge(self, a: str, b: str) -> str:
+        return b
+
+
+# role -> (descriptor for an enum serializer, write one name, read the state back as plain data)
+ENUM_ROLES: dict[str, tuple[Any, Any, Any]] = {
+    "value": (lambda e: ValueStateDescriptor("e", serializer=e), lambda s, v: s.update(v), lambda s: s.value()),
+    "reducing-value": (
+        lambda e: ReducingStateDescriptor("e", reduce_function=lambda a, b: b, serializer=e),
+        lambda s, v: s.add(v),
+        lambda s: s.get(),
+    ),
+    "aggregating-accumulator": (
+        lambda e: AggregatingStateDescriptor("e", aggregate_function=LastName(), accumulator_serializer=e),
+        lambda s, v: s.add(v),
+        lambda s: s.get(),
+    ),
+    "list-element": (
+        lambda e: ListStateDescriptor("e", element_serializer=e),
+        lambda s, v: s.add(v),
+        lambda s: s.get(),
+    ),
+    "map-user-key": (
+        lambda e: MapStateDescriptor("e", user_key_serializer=e, user_value_serializer=L),
+        lambda s, v: s.put(v, ord(v)),
+        lambda s: sorted(s.items()),
+    ),
+    "map-user-value": (
+        lambda e: MapStateDescriptor("e", user_key_serializer=S, user_value_serializer=e),
+        lambda s, v: s.put(f"at-{v}", v),
+        lambda s: sorted(s.items()),
+    ),
+}
+
+
+@pytest.mark.requirement("SER-3")
+@pytest.mark.capability("schema_evolution")
+@pytest.mark.parametrize("role", sorted(ENUM_ROLES))
+def test_a_reconfigured_serializer_in_any_role_is_used_through_two_restores(
+    state_backend: Any, storage: Any, role: str
+) -> None:
+    """Names written as ordinals of ["a", "b"], restored under ["z", "a", "b"]: compatible once reconfigured to the
+    old ordinals (SER-3). The backend reads the old name, writes a new one, and its next snapshot restores under
+    the same new serializer; a backend that used the new serializer as given would read "b" as "a"."""
+    from statecert.reference.serializers import EnumSerializer
+
+    describe, write, read = ENUM_ROLES[role]
+    old, new = EnumSerializer(["a", "b"]), EnumSerializer(["z", "a", "b"])
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        write(backend.get_or_create_state(describe(old)), "b")
+        expected = read(backend.get_or_create_state(describe(old)))
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(describe(new))
+        got = read(state)
+        assert got == expected, f"SER-3 ({role}): restored under {new.values}, read {got!r}, expected {expected!r}"
+        write(state, "z")
+        expected = read(state)
+        handle = snapshot_now(restored, location_for(storage, 2))
+    with keyed_backend(state_backend, restore=[handle]) as again:
+        again.set_current_key("k")
+        got = read(again.get_or_create_state(describe(new)))
+        assert got == expected, (
+            f"SER-3 ({role}): written after the reconfiguration and restored under {new.values} again, read "
+            f"{got!r}, expected {expected!r}"
+        )
+
+
 PLAIN = {"list": [1, -2.5, None, True], "text": "é", "bytes": b"\x00\xff", "map": {"k": {"n": 2**63 - 1}}}
 DEFAULTED = [
     ValueStateDescriptor("dv"),

@@ -75,12 +75,19 @@ class _Element:
         if not migrate:
             return elements
         out = []
-        for element in elements:
-            parts = [element] if len(self.serializers) == 1 else _pair(name, element)
+        for element in elements:  # a damaged element raises ValueError here; the backend names its stream
+            parts = [element] if len(self.serializers) == 1 else _pair(element)
             for i, reader, writer in migrate:
                 parts[i] = writer.serialize(reader.deserialize(parts[i]))
             out.append(parts[0] if len(parts) == 1 else bytes(msgpack.packb(parts, use_bin_type=True)))
         return out
+
+    def check(self, elements: list[bytes]) -> None:
+        """Every element decodes with these serializers (OS-8); ValueError otherwise."""
+        for element in elements:
+            parts = [element] if len(self.serializers) == 1 else _pair(element)
+            for serializer, part in zip(self.serializers, parts, strict=True):
+                serializer.deserialize(part)
 
 
 def _fields(name: str, snapshot: SerializerSnapshot) -> list[SerializerSnapshot]:
@@ -92,10 +99,11 @@ def _fields(name: str, snapshot: SerializerSnapshot) -> list[SerializerSnapshot]
         raise StateMigrationError(f"operator state {name!r}: malformed tuple serializer snapshot: {exc}") from None
 
 
-def _pair(name: str, element: bytes) -> list[bytes]:
-    pair = msgpack.unpackb(element, raw=False)
+def _pair(element: bytes) -> list[bytes]:
+    """A broadcast entry's `[user key bytes, user value bytes]` (IF-6); ValueError for anything else."""
+    pair = msgpack.unpackb(element, raw=False)  # msgpack's errors are ValueErrors too
     if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, bytes) for p in pair)):
-        raise CheckpointFormatError(name, "a broadcast entry is not [key bytes, value bytes]")
+        raise ValueError("a broadcast entry is not [key bytes, value bytes]")
     return pair
 
 
@@ -135,6 +143,7 @@ class ListState:
         self._state.elements[:] = [self._serializer.serialize(v) for v in values]
 
     def clear(self) -> None:
+        self._backend.check_open()
         self._state.elements.clear()
 
 
@@ -147,7 +156,7 @@ class BroadcastState:
 
     def _entries(self) -> dict[bytes, bytes]:
         self._backend.check_open()
-        return dict((k, v) for k, v in (_pair("broadcast state", e) for e in self._state.elements))
+        return dict((k, v) for k, v in (_pair(e) for e in self._state.elements))
 
     def _store(self, entries: dict[bytes, bytes]) -> None:
         self._state.elements[:] = [bytes(msgpack.packb([k, v], use_bin_type=True)) for k, v in entries.items()]
@@ -179,6 +188,7 @@ class BroadcastState:
             yield self._key.deserialize(k), self._value.deserialize(v)
 
     def clear(self) -> None:
+        self._backend.check_open()
         self._state.elements.clear()
 
 
@@ -242,14 +252,16 @@ class SpecOnlyOperatorBackend:
     def __init__(self, params: OperatorBackendParameters) -> None:
         self._states: dict[str, _State] = {}
         self._restored: dict[str, Restored] = {}
+        self._sources: dict[str, list[str]] = {}  # the streams each restored state came from, for errors
         self._tasks: list[SnapshotTask[OperatorStateHandle]] = []
         self._closed = False
         for handle in params.restore_state:
             for name, (mode, snapshot, elements) in read_stream(handle).items():
+                self._sources.setdefault(name, []).append(stream_name(handle.delegate))
                 if name not in self._restored:
                     self._restored[name] = (mode, snapshot, list(elements))
                 elif self._restored[name][0] is not mode:
-                    raise CheckpointFormatError(name, "one operator state restored in two modes")
+                    raise CheckpointFormatError(stream_name(handle.delegate), f"{name!r} restored in two modes")
                 elif mode is not OperatorStateMode.BROADCAST:  # every copy of broadcast state is whole (OS-3)
                     self._restored[name][2].extend(elements)
 
@@ -269,7 +281,13 @@ class SpecOnlyOperatorBackend:
             old_mode, snapshot, elements = self._restored[name]
             if old_mode is not mode:
                 raise StateMigrationError(f"operator state {name!r} was written as {old_mode.value} state")
-            state.elements = element.migrate(name, snapshot, elements)
+            try:
+                state.elements = element.migrate(name, snapshot, elements)
+                element.check(state.elements)
+            except (ValueError, struct.error) as exc:  # OS-8: damaged elements fail naming their stream
+                streams = ", ".join(self._sources[name])
+                problem = f"operator state {name!r}: an element cannot be read: {exc}"
+                raise CheckpointFormatError(streams, problem) from None
             del self._restored[name]
         self._states[name] = state
         return state

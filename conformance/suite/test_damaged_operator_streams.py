@@ -1,0 +1,197 @@
+"""Damaged operator state streams (OS-8, FMT-8): every way an IF-6 stream or its handle can be wrong fails the
+restore with `CheckpointFormatError` naming the stream, never restores fewer or other elements."""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import msgpack
+import pytest
+
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.handles import FileStateHandle, OperatorStateHandle, OperatorStateMode, OperatorStatePartitions
+from statecert.spec.operator_backend import OperatorBackendParameters
+from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
+
+OFFSETS = ListStateDescriptor("offsets", element_serializer=LongSerializer())
+NAMES = ListStateDescriptor("names", element_serializer=StringSerializer())
+RULES = MapStateDescriptor("rules", user_key_serializer=MsgpackSerializer(), user_value_serializer=StringSerializer())
+MSGPACK = MsgpackSerializer()
+
+
+@dataclass
+class Stream:
+    """An IF-6 stream built from the chapter's text, so that each test can damage one part of it."""
+
+    magic: bytes = b"SCOP"
+    version: int = 1
+    header: dict[str, Any] = field(default_factory=dict)
+    elements: dict[str, list[bytes]] = field(default_factory=dict)
+    raw_header: bytes | None = None
+    modes: dict[str, OperatorStateMode] = field(default_factory=dict)
+
+    def add(self, name: str, mode: str, serializer: dict[str, Any], elements: list[bytes]) -> None:
+        self.header[name] = {"mode": mode, "serializer": serializer}
+        self.elements[name] = elements
+        self.modes[name] = OperatorStateMode(mode)  # what the handle says, even where the header is damaged
+
+    def encode(self) -> tuple[bytes, dict[str, OperatorStatePartitions]]:
+        head = self.raw_header if self.raw_header is not None else msgpack.packb(self.header, use_bin_type=True)
+        out = bytearray(struct.pack(">4sHI", self.magic, self.version, len(head)) + head)
+        partitions = {}
+        for name in sorted(self.elements):
+            offsets = []
+            for element in self.elements[name]:
+                offsets.append(len(out))
+                out += struct.pack(">I", len(element)) + element
+            partitions[name] = OperatorStatePartitions(self.modes[name], tuple(offsets))
+        return bytes(out), partitions
+
+
+def _plain(serializer: Any) -> dict[str, Any]:
+    return dict(serializer.snapshot_configuration().to_plain())
+
+
+def _intact() -> Stream:
+    stream = Stream()
+    stream.add("offsets", "split", _plain(LongSerializer()), [LongSerializer().serialize(v) for v in (3, -1, 7)])
+    stream.add("names", "union", _plain(StringSerializer()), [b"a", b"bc"])
+    tuple_snapshot = {
+        "id": "tuple",
+        "version": 1,
+        "config": {"fields": [_plain(MSGPACK), _plain(StringSerializer())]},
+    }
+    entries = [msgpack.packb([MSGPACK.serialize(k), v.encode()], use_bin_type=True) for k, v in ((1, "x"), ("k", "y"))]
+    stream.add("rules", "broadcast", tuple_snapshot, entries)
+    return stream
+
+
+Damage = Callable[[Stream, bytes, dict[str, OperatorStatePartitions]], tuple[bytes, dict[str, OperatorStatePartitions]]]
+
+
+def _rebuilt(change: Callable[[Stream], None]) -> Damage:
+    def damage(stream: Stream, _data: bytes, _partitions: dict[str, OperatorStatePartitions]) -> Any:
+        change(stream)
+        return stream.encode()
+
+    return damage
+
+
+def _cut_last_element(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
+    return data[:-1], partitions  # the last element of the last state ("rules") loses its last byte
+
+
+def _offset_past_the_end(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
+    split = partitions["offsets"]
+    return data, {**partitions, "offsets": OperatorStatePartitions(split.mode, (*split.offsets, len(data) + 40))}
+
+
+def _state_not_in_the_header(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
+    return data, {**partitions, "ghost": partitions["offsets"]}
+
+
+def _handle_says_union(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
+    split = partitions["offsets"]
+    return data, {**partitions, "offsets": OperatorStatePartitions(OperatorStateMode.UNION, split.offsets)}
+
+
+def _header_not_msgpack(stream: Stream) -> None:
+    stream.raw_header = b"\xc1" * 12  # 0xc1 is never used in msgpack
+
+
+def _header_not_a_map(stream: Stream) -> None:
+    stream.raw_header = msgpack.packb(["offsets", "split"])
+
+
+def _foreign_magic(stream: Stream) -> None:
+    stream.magic = b"SCKG"
+
+
+def _unknown_version(stream: Stream) -> None:
+    stream.version = 2
+
+
+def _long_of_three_bytes(stream: Stream) -> None:
+    stream.elements["offsets"][1] = b"\x00\x00\x01"
+
+
+def _broadcast_entry_not_a_pair(stream: Stream) -> None:
+    stream.elements["rules"][0] = msgpack.packb([MSGPACK.serialize(1)], use_bin_type=True)
+
+
+def _broadcast_entry_not_msgpack(stream: Stream) -> None:
+    stream.elements["rules"][1] = b"\xc1"
+
+
+def _unknown_mode(stream: Stream) -> None:
+    stream.header["names"]["mode"] = "scatter"
+
+
+DAMAGES: dict[str, Damage] = {
+    "last-element-cut": _cut_last_element,
+    "offset-past-the-end": _offset_past_the_end,
+    "state-not-in-the-header": _state_not_in_the_header,
+    "handle-mode-differs-from-the-header": _handle_says_union,
+    "header-not-msgpack": _rebuilt(_header_not_msgpack),
+    "header-not-a-map": _rebuilt(_header_not_a_map),
+    "foreign-magic": _rebuilt(_foreign_magic),
+    "unknown-stream-version": _rebuilt(_unknown_version),
+    "unknown-mode-in-the-header": _rebuilt(_unknown_mode),
+    "long-element-of-three-bytes": _rebuilt(_long_of_three_bytes),
+    "broadcast-entry-not-a-pair": _rebuilt(_broadcast_entry_not_a_pair),
+    "broadcast-entry-not-msgpack": _rebuilt(_broadcast_entry_not_msgpack),
+}
+
+
+def _restore_and_read_everything(state_backend: Any, handle: OperatorStateHandle) -> tuple[Any, ...]:
+    params = OperatorBackendParameters("job", "op", (handle,))
+    with state_backend.create_operator_state_backend(params) as restored:
+        return (
+            list(restored.get_list_state(OFFSETS).get()),
+            list(restored.get_union_list_state(NAMES).get()),
+            sorted(map(repr, restored.get_broadcast_state(RULES).items())),
+        )
+
+
+@pytest.mark.requirement("OS-8", "IF-6")
+@pytest.mark.capability("operator_state")
+def test_an_intact_stream_written_from_the_chapter_restores(state_backend: Any, tmp_path: Path) -> None:
+    """The control of the damage tests below: the undamaged stream they start from restores in full."""
+    data, partitions = _intact().encode()
+    path = tmp_path / "operator-stream"
+    path.write_bytes(data)
+    handle = OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
+    got = _restore_and_read_everything(state_backend, handle)
+    expected = ([3, -1, 7], ["a", "bc"], sorted(map(repr, [(1, "x"), ("k", "y")])))
+    assert got == expected, f"IF-6: the stream written from the chapter restored as {got}, expected {expected}"
+
+
+@pytest.mark.requirement("OS-8", "FMT-8")
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize("damage", list(DAMAGES.values()), ids=list(DAMAGES))
+def test_a_damaged_operator_stream_is_refused_naming_the_stream(
+    state_backend: Any, tmp_path: Path, damage: Damage
+) -> None:
+    """A stream whose size and checksum were recorded after the damage (so only reading it can tell): creating the
+    operator backend, registering the states or reading them raises CheckpointFormatError naming the file."""
+    intact = _intact()
+    data, partitions = damage(intact, *intact.encode())
+    path = tmp_path / "damaged-operator-stream"
+    path.write_bytes(data)
+    handle = OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
+    name = next(k for k, v in DAMAGES.items() if v is damage)
+    try:
+        got = _restore_and_read_everything(state_backend, handle)
+    except CheckpointFormatError as exc:
+        assert re.search(re.escape(path.name), str(exc)), f"OS-8: {name}: the error does not name the file: {exc}"
+        return
+    except Exception as exc:
+        raise AssertionError(f"OS-8: {name}: expected CheckpointFormatError, got {exc!r}") from exc
+    raise AssertionError(f"OS-8: {name}: restored {got} without CheckpointFormatError")
