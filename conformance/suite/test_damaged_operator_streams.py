@@ -22,6 +22,7 @@ from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
 
 OFFSETS = ListStateDescriptor("offsets", element_serializer=LongSerializer())
 NAMES = ListStateDescriptor("names", element_serializer=StringSerializer())
+TAIL = ListStateDescriptor("tail", element_serializer=StringSerializer())  # the stream's last state (IF-6 order)
 RULES = MapStateDescriptor("rules", user_key_serializer=MsgpackSerializer(), user_value_serializer=StringSerializer())
 MSGPACK = MsgpackSerializer()
 
@@ -59,7 +60,9 @@ def _plain(serializer: Any) -> dict[str, Any]:
     return dict(serializer.snapshot_configuration().to_plain())
 
 
-def _intact() -> Stream:
+def _intact(tail: tuple[str, ...] = ("", "xyz")) -> Stream:
+    """Every mode, a broadcast entry, and a last state whose last element is text: cut short by a byte it is still
+    text, so only checking each element's length against the stream can notice."""
     stream = Stream()
     stream.add("offsets", "split", _plain(LongSerializer()), [LongSerializer().serialize(v) for v in (3, -1, 7)])
     stream.add("names", "union", _plain(StringSerializer()), [b"a", b"bc"])
@@ -70,6 +73,7 @@ def _intact() -> Stream:
     }
     entries = [msgpack.packb([MSGPACK.serialize(k), v.encode()], use_bin_type=True) for k, v in ((1, "x"), ("k", "y"))]
     stream.add("rules", "broadcast", tuple_snapshot, entries)
+    stream.add("tail", "split", _plain(StringSerializer()), [t.encode() for t in tail])
     return stream
 
 
@@ -85,7 +89,12 @@ def _rebuilt(change: Callable[[Stream], None]) -> Damage:
 
 
 def _cut_last_element(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
-    return data[:-1], partitions  # the last element of the last state ("rules") loses its last byte
+    return data[:-1], partitions  # "xyz", the last element of the last state, loses its last byte
+
+
+def _offset_into_the_header(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
+    split = partitions["offsets"]
+    return data, {**partitions, "offsets": OperatorStatePartitions(split.mode, (0, *split.offsets[1:]))}
 
 
 def _offset_past_the_end(stream: Stream, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> Any:
@@ -137,6 +146,7 @@ def _unknown_mode(stream: Stream) -> None:
 DAMAGES: dict[str, Damage] = {
     "last-element-cut": _cut_last_element,
     "offset-past-the-end": _offset_past_the_end,
+    "offset-into-the-header": _offset_into_the_header,
     "state-not-in-the-header": _state_not_in_the_header,
     "handle-mode-differs-from-the-header": _handle_says_union,
     "header-not-msgpack": _rebuilt(_header_not_msgpack),
@@ -157,36 +167,38 @@ def _restore_and_read_everything(state_backend: Any, handle: OperatorStateHandle
             list(restored.get_list_state(OFFSETS).get()),
             list(restored.get_union_list_state(NAMES).get()),
             sorted(map(repr, restored.get_broadcast_state(RULES).items())),
+            list(restored.get_list_state(TAIL).get()),
         )
 
 
 @pytest.mark.requirement("OS-8", "IF-6")
 @pytest.mark.capability("operator_state")
-def test_an_intact_stream_written_from_the_chapter_restores(state_backend: Any, tmp_path: Path) -> None:
-    """The control of the damage tests below: the undamaged stream they start from restores in full."""
-    data, partitions = _intact().encode()
+@pytest.mark.parametrize("tail", [("", "xyz"), ("xyz", "")], ids=["text-last", "empty-element-last"])
+def test_an_intact_stream_written_from_the_chapter_restores(
+    state_backend: Any, tmp_path: Path, tail: tuple[str, ...]
+) -> None:
+    """The control of the damage tests below: the undamaged stream they start from restores in full, also when
+    its last element is empty and ends the stream with its length field."""
+    data, partitions = _intact(tail).encode()
     path = tmp_path / "operator-stream"
     path.write_bytes(data)
     handle = OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
     got = _restore_and_read_everything(state_backend, handle)
-    expected = ([3, -1, 7], ["a", "bc"], sorted(map(repr, [(1, "x"), ("k", "y")])))
+    expected = ([3, -1, 7], ["a", "bc"], sorted(map(repr, [(1, "x"), ("k", "y")])), list(tail))
     assert got == expected, f"IF-6: the stream written from the chapter restored as {got}, expected {expected}"
 
 
 @pytest.mark.requirement("OS-8", "FMT-8")
 @pytest.mark.capability("operator_state")
-@pytest.mark.parametrize("damage", list(DAMAGES.values()), ids=list(DAMAGES))
-def test_a_damaged_operator_stream_is_refused_naming_the_stream(
-    state_backend: Any, tmp_path: Path, damage: Damage
-) -> None:
+@pytest.mark.parametrize("name", list(DAMAGES))
+def test_a_damaged_operator_stream_is_refused_naming_the_stream(state_backend: Any, tmp_path: Path, name: str) -> None:
     """A stream whose size and checksum were recorded after the damage (so only reading it can tell): creating the
     operator backend, registering the states or reading them raises CheckpointFormatError naming the file."""
     intact = _intact()
-    data, partitions = damage(intact, *intact.encode())
+    data, partitions = DAMAGES[name](intact, *intact.encode())
     path = tmp_path / "damaged-operator-stream"
     path.write_bytes(data)
     handle = OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
-    name = next(k for k, v in DAMAGES.items() if v is damage)
     try:
         got = _restore_and_read_everything(state_backend, handle)
     except CheckpointFormatError as exc:

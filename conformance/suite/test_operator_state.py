@@ -101,8 +101,7 @@ def test_a_closed_operator_backend_refuses_everything_and_cancels_its_snapshots(
         broadcast = backend.get_broadcast_state(RULES)
         broadcast.put("r", "x")
         task = backend.snapshot(1, 0, location_for(storage))
-    backend.close()  # idempotent, after the with block closed it
-    try:
+    try:  # leaving the with block closed the backend
         outcome: Any = task.run()
     except SnapshotCancelledError:
         outcome = "cancelled"
@@ -120,6 +119,10 @@ def test_a_closed_operator_backend_refuses_everything_and_cancels_its_snapshots(
         **{f"union.{name}": functools.partial(call, union) for name, call in LIST_CALLS.items()},
         **{f"broadcast.{name}": functools.partial(call, broadcast) for name, call in BROADCAST_CALLS.items()},
     }
+    backend.close()  # idempotent
+    disposed = operator_backend(state_backend)
+    disposed.dispose()
+    calls["get_list_state of a backend disposed without close()"] = lambda: disposed.get_list_state(SPLIT)
     for name, call in calls.items():
         try:
             got: Any = call()
@@ -127,7 +130,7 @@ def test_a_closed_operator_backend_refuses_everything_and_cancels_its_snapshots(
             continue
         except Exception as exc:
             got = exc
-        raise AssertionError(f"OS-9: {name} after close(): expected BackendClosedError, got {got!r}")
+        raise AssertionError(f"OS-9: {name} on a closed backend: expected BackendClosedError, got {got!r}")
 
 
 LIST_CALLS: dict[str, Any] = {
