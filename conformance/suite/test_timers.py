@@ -480,3 +480,24 @@ def test_canonical_savepoint_holds_timers_as_the_interchange_chapter_says(
                 found += [(key, namespace, time, value) for time, value in state.items()]
             expected = sorted((k, n, t, True) for k, n, t in timers)
             assert sorted(found) == expected, f"IF-8: the state {name!r} holds {sorted(found)}, expected {expected}"
+
+
+@pytest.mark.requirement("KB-LIFE-2", "TM-9")
+@pytest.mark.capability("timers")
+def test_a_closed_backend_refuses_a_timer_service(state_backend: Any) -> None:
+    from statecert.spec.errors import BackendClosedError
+
+    for end in ("close", "dispose"):
+        for name in ("user-timers", "asked-for-after-the-end"):
+            backend = keyed_backend(state_backend)
+            service_of(backend, "user-timers")
+            getattr(backend, end)()
+            try:
+                got: Any = service_of(backend, name)[0]
+            except BackendClosedError:
+                continue
+            except Exception as exc:
+                got = exc
+            raise AssertionError(
+                f"KB-LIFE-2: get_timer_service({name!r}) after {end}(): expected BackendClosedError, got {got!r}"
+            )
