@@ -4,6 +4,7 @@ operations against a model, live and after a restore; the stream; None elements;
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ def test_a_closed_operator_backend_refuses_everything_and_cancels_its_snapshots(
     )
     leftovers = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert leftovers == [], f"OS-9: a snapshot cancelled by close() left {leftovers}"
-    calls = {
+    calls: dict[str, Callable[[], Any]] = {
         "get_list_state": lambda: backend.get_list_state(SPLIT),
         "get_union_list_state": lambda: backend.get_union_list_state(UNION),
         "get_broadcast_state": lambda: backend.get_broadcast_state(RULES),
