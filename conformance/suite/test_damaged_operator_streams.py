@@ -139,6 +139,14 @@ def _broadcast_entry_not_msgpack(stream: Stream) -> None:
     stream.elements["rules"][1] = b"\xc1"
 
 
+def _tuple_snapshot_of_version_2(stream: Stream) -> None:
+    stream.header["rules"]["serializer"]["version"] = 2
+
+
+def _broadcast_state_not_under_the_tuple_serializer(stream: Stream) -> None:
+    stream.header["rules"]["serializer"] = _plain(StringSerializer())
+
+
 def _unknown_mode(stream: Stream) -> None:
     stream.header["names"]["mode"] = "scatter"
 
@@ -157,6 +165,8 @@ DAMAGES: dict[str, Damage] = {
     "long-element-of-three-bytes": _rebuilt(_long_of_three_bytes),
     "broadcast-entry-not-a-pair": _rebuilt(_broadcast_entry_not_a_pair),
     "broadcast-entry-not-msgpack": _rebuilt(_broadcast_entry_not_msgpack),
+    "broadcast-tuple-snapshot-of-version-2": _rebuilt(_tuple_snapshot_of_version_2),
+    "broadcast-state-not-under-the-tuple-serializer": _rebuilt(_broadcast_state_not_under_the_tuple_serializer),
 }
 
 

@@ -240,9 +240,14 @@ def read_stream(handle: OperatorStateHandle) -> dict[str, Restored]:
             mode = OperatorStateMode(meta["mode"])
             if mode is not part.mode:
                 raise ValueError(f"{state!r} is {mode.value} in the stream, {part.mode.value} in the handle")
-            out[state] = (mode, SerializerSnapshot.from_plain(meta["serializer"]), elements)
+            snapshot = SerializerSnapshot.from_plain(meta["serializer"])
+            if mode is OperatorStateMode.BROADCAST and (
+                (snapshot.serializer_id, snapshot.version) != (_TUPLE, 1) or len(_fields(state, snapshot)) != 2
+            ):
+                raise ValueError(f"broadcast state {state!r} is not under the tuple serializer of version 1")
+            out[state] = (mode, snapshot, elements)
         return out
-    except (KeyError, TypeError, ValueError, struct.error, msgpack.UnpackException) as exc:
+    except (KeyError, TypeError, ValueError, struct.error, msgpack.UnpackException, StateMigrationError) as exc:
         raise CheckpointFormatError(name, f"malformed operator state stream: {exc}") from None
 
 

@@ -70,6 +70,23 @@ def _header(f: IO[bytes], name: str) -> dict[str, tuple[OperatorStateMode, Seria
         raise CheckpointFormatError(name, f"malformed operator state header: {exc!r}") from None
 
 
+def _check_entry_serializer(name: str, state: str, serializer: SerializerSnapshot) -> None:
+    """IF-6: a broadcast state's entries are under the `tuple` serializer snapshot of version 1 with two fields."""
+    fields = serializer.config.get("fields")
+    if (
+        serializer.serializer_id != "tuple"
+        or serializer.version != 1
+        or not isinstance(fields, list)
+        or len(fields) != 2
+        or not all(isinstance(f, dict) for f in fields)
+    ):
+        raise CheckpointFormatError(
+            name,
+            f"broadcast state {state!r} is not under the tuple serializer snapshot of version 1 with two fields "
+            f"(found {serializer.serializer_id!r} version {serializer.version})",
+        )
+
+
 def read_operator_states(
     handle: OperatorStateHandle,
 ) -> dict[str, tuple[OperatorStateMode, SerializerSnapshot, list[bytes]]]:
@@ -88,6 +105,8 @@ def read_operator_states(
                 raise CheckpointFormatError(
                     name, f"operator state {state!r}: the handle says {partitions.mode.value}, the stream {mode.value}"
                 )
+            if mode is OperatorStateMode.BROADCAST:
+                _check_entry_serializer(name, state, serializer)
             elements = []
             for offset in partitions.offsets:
                 f.seek(offset)
