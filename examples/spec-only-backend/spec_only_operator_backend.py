@@ -76,17 +76,20 @@ class _Element:
             return elements
         out = []
         for element in elements:  # a damaged element raises ValueError here; the backend names its stream
-            parts = [element] if len(self.serializers) == 1 else _pair(element)
+            parts = self._parts(element)
             for i, reader, writer in migrate:
                 parts[i] = writer.serialize(reader.deserialize(parts[i]))
             out.append(parts[0] if len(parts) == 1 else bytes(msgpack.packb(parts, use_bin_type=True)))
         return out
 
+    def _parts(self, element: bytes) -> list[bytes]:
+        """A list element as it is, a broadcast entry split into its key and value bytes."""
+        return [element] if len(self.serializers) == 1 else _pair(element)
+
     def check(self, elements: list[bytes]) -> None:
         """Every element decodes with these serializers (OS-8); ValueError otherwise."""
         for element in elements:
-            parts = [element] if len(self.serializers) == 1 else _pair(element)
-            for serializer, part in zip(self.serializers, parts, strict=True):
+            for serializer, part in zip(self.serializers, self._parts(element), strict=True):
                 serializer.deserialize(part)
 
 

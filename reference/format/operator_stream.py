@@ -11,6 +11,7 @@ import msgpack
 
 from statecert.reference.format.canonical import describe
 from statecert.reference.format.handle_codec import field
+from statecert.reference.serializers import TupleSerializer
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import OperatorStateHandle, OperatorStateMode, OperatorStatePartitions
 from statecert.spec.serializers import SerializerSnapshot
@@ -74,7 +75,7 @@ def _check_entry_serializer(name: str, state: str, serializer: SerializerSnapsho
     """IF-6: a broadcast state's entries are under the `tuple` serializer snapshot of version 1 with two fields."""
     fields = serializer.config.get("fields")
     if (
-        serializer.serializer_id != "tuple"
+        serializer.serializer_id != TupleSerializer.serializer_id
         or serializer.version != 1
         or not isinstance(fields, list)
         or len(fields) != 2
