@@ -75,6 +75,8 @@ def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name:
         "contract",
         "--max-examples",
         "5",
+        "--shrink-seconds",
+        "0",  # the rejection is what is checked, not the smallest example (shrinking took most of CI's time)
         "--report",
         str(tmp_path / "r.json"),
     )
@@ -118,6 +120,8 @@ def test_backend_outside_the_project_by_module_attr(tmp_path: Path) -> None:
         "contract",
         "--max-examples",
         "5",
+        "--shrink-seconds",
+        "0",
         "--report",
         "out/report.json",
         cwd=tmp_path,
@@ -274,7 +278,12 @@ def test_reference_storages_certify_without_a_backend(tmp_path: Path, storage: s
 @pytest.mark.parametrize("name", sorted(STORAGE_CAUGHT_BY))
 def test_broken_storage_is_rejected_naming_the_requirement(tmp_path: Path, name: str) -> None:
     code, report, output = certify(
-        "--storage-under-test", f"tests.broken_storages:{name}", "--report", str(tmp_path / "r.json")
+        "--storage-under-test",
+        f"tests.broken_storages:{name}",
+        "--shrink-seconds",
+        "0",
+        "--report",
+        str(tmp_path / "r.json"),
     )
     assert code == 1, output
     assert STORAGE_CAUGHT_BY[name] in failed_requirements(report), (name, sorted(failed_requirements(report)))
@@ -296,6 +305,8 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
             "5",
             "--seed",
             "1234",
+            "--shrink-seconds",
+            "0",
             "--report",
             f"{run}.json",
             cwd=tmp_path,
