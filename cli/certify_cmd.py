@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(pytest_args=[])
     p.epilog = (
         "Arguments after -- go to pytest, e.g. statecert certify hashmap -- -k ttl, or -- --exitfirst to stop at "
-        "the first failure"
+        "the first failure; a run that leaves selected tests out is reported INCOMPLETE and not certified (exit 1)"
     )
 
 
@@ -148,8 +148,9 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     ):
         console.print(f"[red]certification did not run[/red] (pytest exit {int(code)}); re-run with --verbose")
         return 2
-    print_summary(json.loads(Path(report).read_text()), report, console)
-    return 0 if code == pytest.ExitCode.OK else 1
+    data = json.loads(Path(report).read_text())
+    print_summary(data, report, console)
+    return 0 if code == pytest.ExitCode.OK and data["verdict"] == "certified" else 1
 
 
 def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
@@ -162,16 +163,13 @@ def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
         name, factory, version = storage["requested"], storage["factory"], storage["version"]
         console.print(f"checkpoint storage [bold]{name}[/bold] ({factory}, version {version})")
     table = Table(title="requirements")
-    for column in ("chapter", "passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable"):
+    incomplete = data.get("incomplete")
+    outcomes = ["passed", "failed", "expected-failure", *(["not-run"] if incomplete else [])]
+    outcomes += ["unsupported", "skipped", "not-applicable"]
+    for column in ("chapter", *outcomes):
         table.add_column(column)
     for chapter, counts in data["chapters"].items():
-        table.add_row(
-            chapter,
-            *(
-                str(counts.get(c, 0))
-                for c in ("passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable")
-            ),
-        )
+        table.add_row(chapter, *(str(counts.get(c, 0)) for c in outcomes))
     console.print(table)
     for rid, info in data["requirements"].items():
         if info["outcome"] == "failed":
@@ -185,6 +183,12 @@ def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
         console.print(f"    {cause['message']}", markup=False, highlight=False, soft_wrap=True)
     for entry in data["stale_expected_failures"]:
         console.print(f"[red]STALE expected failure[/red] (matches no test): {entry}")
+    if incomplete:
+        console.print(
+            f"[red]INCOMPLETE[/red]: {len(incomplete['tests_not_run'])} of the {incomplete['selected']} selected tests "
+            f"did not run ({incomplete['cause']}); a part of the suite certifies nothing",
+            highlight=False,
+        )
     colour = "green" if data["verdict"] == "certified" else "red"
     console.print(
         f"[{colour}]{data['verdict'].upper()}[/{colour}]; report {report}, certificate "

@@ -60,6 +60,11 @@ class CertificationSession:
         self.matched_expected: set[str] = set()
         self.results: list[TestResult] = []
         self.order: dict[str, int] = {}
+        self.selected: dict[str, tuple[str, ...]] = {}
+        """Every test the run's options select (tiers, subject), with its requirements: each must report an
+        outcome, or the run is incomplete."""
+        self.excluded: dict[str, tuple[str, str]] = {}
+        """Requirement -> (outcome, reason) for a requirement whose suite tests the run's options left out."""
         self.stale: list[str] = []
         self.hypothesis_home = ""
         self.started = time.time()
@@ -247,6 +252,30 @@ def capabilities_of(item: pytest.Item) -> tuple[tuple[str, ...], tuple[str, ...]
     return tuple(dict.fromkeys(used)), tuple(dict.fromkeys(unsupported))
 
 
+def _requirements_of(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("requirement")
+    return tuple(marker.args) if marker else ()
+
+
+def _exclusion(session: CertificationSession, item: pytest.Item) -> tuple[str, str] | None:
+    """Why the run's options leave a suite test out, as the (outcome, reason) its requirements then get; None if
+    the test belongs to the run."""
+    tier_marker = item.get_closest_marker("tier")
+    tier = tier_marker.args[0] if tier_marker else "contract"
+    if tier not in session.settings.tiers:
+        tiers = ",".join(session.settings.tiers)
+        return "skipped", f"checked in the {tier} tier, which this run did not select (--tier {tiers})"
+    subject = item.get_closest_marker("subject")
+    subject_name = subject.args[0] if subject else "backend"
+    if subject_name in ("backend", "changelog") and not session.settings.backend:
+        return "not-applicable", "checked when certifying a state backend; this run certified a checkpoint storage"
+    if subject_name == "changelog" and not session.changelog:
+        # chapter CL checks the changelog wrapper: only with --changelog
+        return "not-applicable", "checked when certifying through the changelog backend (--changelog)"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -k, -m and --deselect, so that what they leave out is known
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     session = _session(config)
     if session is None:
@@ -256,17 +285,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not _in_suite(item):
             keep.append(item)
             continue
-        tier_marker = item.get_closest_marker("tier")
-        if (tier_marker.args[0] if tier_marker else "contract") not in session.settings.tiers:
+        excluded = _exclusion(session, item)
+        if excluded is not None:
+            for rid in _requirements_of(item):
+                if session.excluded.get(rid, ("",))[0] != "skipped":  # a tier left out outranks a subject
+                    session.excluded[rid] = excluded
             continue
-        subject = item.get_closest_marker("subject")
-        subject_name = subject.args[0] if subject else "backend"
-        if subject_name in ("backend", "changelog") and not session.settings.backend:
-            continue
-        if subject_name == "changelog" and not session.changelog:
-            continue  # chapter CL checks the changelog wrapper: only with --changelog
         keep.append(item)
         session.order[test_id(item.path.stem, item.name)] = len(session.order)
+        session.selected[test_id(item.path.stem, item.name)] = _requirements_of(item)
         used, unsupported = capabilities_of(item)
         try:
             lacking = caps.missing(session.capabilities, used) + caps.missing(session.capabilities, unsupported, False)
@@ -304,8 +331,7 @@ def pytest_runtest_makereport(
         or (report.when == "setup" and not report.passed)
         or (report.when == "teardown" and report.failed)
     ):
-        marker = item.get_closest_marker("requirement")
-        requirements = tuple(marker.args) if marker else ()
+        requirements = _requirements_of(item)
         used, unsupported = capabilities_of(item)
         if hasattr(report, "wasxfail"):
             outcome = "failed" if report.passed else "expected-failure"  # strict xfail that passed is a failure
@@ -335,6 +361,21 @@ def pytest_runtest_makereport(
     return report
 
 
+def _why_not_run(session: pytest.Session) -> str:
+    """What kept selected tests from running, as far as pytest tells: its selection options, or a stop."""
+    option = session.config.option
+    causes = []
+    if getattr(option, "keyword", ""):
+        causes.append(f"deselected by -k {option.keyword!r}")
+    if getattr(option, "markexpr", ""):
+        causes.append(f"deselected by -m {option.markexpr!r}")
+    if getattr(option, "deselect", None):
+        causes.append("deselected by --deselect")
+    if session.shouldfail or session.shouldstop:
+        causes.append(f"the run stopped early ({session.shouldfail or session.shouldstop})")
+    return "; ".join(causes) or "pytest did not run them (interrupted, or selected away by a plugin)"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cert = _session(session.config)
     if cert is None:
@@ -346,7 +387,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for rid in result.requirements:
             if rid not in requirements:
                 unknown.setdefault(rid, []).append(result.test_id)
-    report = Report(cert.header(), requirements, cert.results, cert.stale, unknown)
+    ran = {result.test_id for result in cert.results}
+    not_run = {tid: rids for tid, rids in cert.selected.items() if tid not in ran}
+    incomplete = None
+    if not_run:
+        incomplete = {
+            "tests_not_run": sorted(not_run, key=lambda tid: cert.order.get(tid, 0)),
+            "selected": len(cert.selected),
+            "cause": _why_not_run(session),
+        }
+    report = Report(cert.header(), requirements, cert.results, cert.stale, unknown, not_run, cert.excluded, incomplete)
     path = (
         Path(cert.settings.report)
         if cert.settings.report

@@ -10,8 +10,13 @@ from typing import Any
 
 from statecert.spec.requirements import Requirement
 
-# How test outcomes fold into one requirement outcome, strongest first.
-ORDER = ("failed", "expected-failure", "passed", "unsupported", "skipped")
+# How test outcomes fold into one requirement outcome, strongest first. "not-run": a test the run's options
+# selected did not run (pytest's -k, -m or --deselect, or a stop), so the requirement was not fully checked.
+ORDER = ("failed", "expected-failure", "not-run", "passed", "unsupported", "skipped")
+
+NOT_AN_OBLIGATION = (
+    "not a backend obligation (arithmetic, reference implementation or CLI): checked by statecert's own test suite"
+)
 
 
 # The suite's modules from the most basic contract to the most composite: a failure in an earlier module usually
@@ -80,29 +85,41 @@ class Report:
     results: list[TestResult] = field(default_factory=list)
     stale_expected_failures: list[str] = field(default_factory=list)
     unknown_requirements: dict[str, list[str]] = field(default_factory=dict)
+    not_run: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Selected tests that reported no outcome, with their requirements."""
+    excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Requirement -> (outcome, reason) when the run's options (tiers, subject) left all its tests out."""
+    incomplete: dict[str, Any] | None = None
+    """When selected tests did not run: their ids, how many were selected, and why (pytest's options)."""
 
     def requirement_outcomes(self) -> dict[str, dict[str, Any]]:
         by_requirement: dict[str, list[TestResult]] = defaultdict(list)
         for result in self.results:
             for rid in result.requirements:
                 by_requirement[rid].append(result)
+        missing: dict[str, list[str]] = defaultdict(list)
+        for tid, rids in self.not_run.items():
+            for rid in rids:
+                missing[rid].append(tid)
         out = {}
         for rid, requirement in self.requirements.items():
             results = by_requirement.get(rid, [])
-            outcomes = {r.outcome_for(rid) for r in results}
+            outcomes = {r.outcome_for(rid) for r in results} | ({"not-run"} if missing[rid] else set())
             outcome = next((o for o in ORDER if o in outcomes), "not-applicable")
             deciding = [r for r in results if r.outcome_for(rid) == outcome]
             reasons = [r.message for r in deciding if r.message]
-            if outcome == "not-applicable":
-                reasons = [
-                    "not a backend obligation (arithmetic, reference implementation or CLI): checked by "
-                    "statecert's own test suite"
-                ]
+            if outcome == "not-run":
+                reasons = [f"{len(missing[rid])} of its {len(results) + len(missing[rid])} selected tests did not run"]
+            elif not results and rid in self.excluded:
+                outcome, reason = self.excluded[rid]
+                reasons = [reason]
+            elif outcome == "not-applicable":
+                reasons = [NOT_AN_OBLIGATION]
             out[rid] = {
                 "chapter": requirement.chapter,
                 "text": requirement.text,
                 "outcome": outcome,
-                "tests": sorted(r.test_id for r in results),
+                "tests": sorted([*(r.test_id for r in results), *missing[rid]]),
                 "failing_tests": [{"id": r.test_id, "message": r.message} for r in deciding if outcome == "failed"],
                 "reason": reasons[0] if reasons else "",
             }
@@ -118,11 +135,13 @@ class Report:
             for capability in result.capabilities:
                 capabilities[capability][result.outcome] += 1
         summary = Counter(info["outcome"] for info in requirements.values())
+        tests = Counter(r.outcome for r in self.results) + Counter({"not-run": len(self.not_run)})
         failed = (
             summary["failed"] > 0
             or bool(self.stale_expected_failures)
             or bool(self.unknown_requirements)
             or not any(r.outcome == "passed" for r in self.results)  # nothing checked is nothing certified
+            or self.incomplete is not None  # a part of the suite certifies nothing
         )
         cause = root_cause(self.results)
         return {
@@ -131,7 +150,11 @@ class Report:
             "likely_root_cause": None
             if cause is None
             else {"test": cause.test_id, "requirements": list(cause.violated), "message": cause.message},
-            "summary": {"requirements": dict(summary), "tests": dict(Counter(r.outcome for r in self.results))},
+            "incomplete": self.incomplete,
+            "summary": {
+                "requirements": dict(summary),
+                "tests": dict(tests),
+            },
             "requirements": requirements,
             "chapters": {c: dict(v) for c, v in sorted(chapters.items())},
             "capabilities": {
@@ -190,6 +213,15 @@ def certificate(data: dict[str, Any]) -> str:
     for chapter, counts in data["chapters"].items():
         lines.append(f"| {chapter} | " + " | ".join(str(counts.get(o, 0)) for o in (*ORDER, "not-applicable")) + " |")
     failed = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "failed"}
+    if data.get("incomplete"):
+        incomplete = data["incomplete"]
+        lines += [
+            "",
+            "## Incomplete run",
+            "",
+            f"{len(incomplete['tests_not_run'])} of the {incomplete['selected']} tests this run's options select did "
+            f"not run ({incomplete['cause']}): a part of the suite certifies nothing.",
+        ]
     if data.get("likely_root_cause"):
         cause = data["likely_root_cause"]
         lines += ["", "## Likely root cause", "", f"`{cause['test']}`: {cause['message']}"]

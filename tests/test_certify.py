@@ -19,7 +19,7 @@ from tests.broken_storages import CAUGHT_BY as STORAGE_CAUGHT_BY
 from tests.restricted_backends import KEYED_WITHOUT
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTCOMES = {"passed", "failed", "expected-failure", "unsupported", "skipped", "not-applicable"}
+OUTCOMES = {"passed", "failed", "expected-failure", "not-run", "unsupported", "skipped", "not-applicable"}
 
 
 def certify(
@@ -60,6 +60,7 @@ def test_reference_backends_certify(tmp_path: Path, backend: str, extra: list[st
     code, report, output = certify(backend, "--max-examples", "10", *extra, "--report", str(tmp_path / "r.json"))
     assert code == 0, output
     assert report["verdict"] == "certified"
+    assert report["incomplete"] is None, report["incomplete"]
     assert set(report["requirements"]) == set(load_requirements()), "the report must list every requirement"
     assert {info["outcome"] for info in report["requirements"].values()} <= OUTCOMES
     title = (tmp_path / "r.md").read_text().splitlines()[0]
@@ -199,6 +200,55 @@ def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) 
     assert code == 1, output
     assert "SB-3" in failed_requirements(report)
     assert report["requirements"]["TTL-1"]["outcome"] == "unsupported"
+
+
+def test_a_run_that_leaves_selected_tests_out_is_incomplete_and_not_certified(tmp_path: Path) -> None:
+    """`-- -k ttl` runs the TTL tests only. This once printed CERTIFIED, with 201 requirements "not a backend
+    obligation". The report must say which selected tests did not run and why, give their requirements `not-run`,
+    and not certify; requirements that the run's options leave out name the option."""
+    code, report, output = certify(
+        "hashmap", "--tier", "contract", "--max-examples", "3", "--report", str(tmp_path / "r.json"), "--", "-k", "ttl"
+    )
+    assert code == 1, output
+    assert report["verdict"] == "not certified", report["verdict"]
+    incomplete = report["incomplete"]
+    assert incomplete is not None and "-k 'ttl'" in incomplete["cause"], incomplete
+    ran = {t["id"] for t in report["tests"]}
+    not_run = set(incomplete["tests_not_run"])
+    assert ran and not_run and ran.isdisjoint(not_run), "the tests that ran and those that did not must be told apart"
+    assert len(ran) + len(not_run) == incomplete["selected"], (len(ran), len(not_run), incomplete["selected"])
+    requirements = report["requirements"]
+    assert requirements["TTL-1"]["outcome"] == "passed", requirements["TTL-1"]
+    for rid, info in requirements.items():
+        if not_run & set(info["tests"]):
+            assert info["outcome"] == "not-run", f"{rid}: expected not-run, got {info['outcome']}: {info['reason']}"
+    assert requirements["KB-SNAP-3"]["outcome"] == "not-run", requirements["KB-SNAP-3"]
+    changelog = requirements["CL-2"]
+    assert changelog["outcome"] == "not-applicable" and "--changelog" in changelog["reason"], changelog
+    tiers = [info for info in requirements.values() if "scenarios tier" in info["reason"]]
+    assert tiers and all(info["outcome"] == "skipped" for info in tiers), tiers
+    assert "INCOMPLETE" in output and "NOT CERTIFIED" in output, output
+    assert "## Incomplete run" in (tmp_path / "r.md").read_text()
+
+
+def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
+    code, report, output = certify(
+        "tests.broken_backends:stale_restore",
+        "--tier",
+        "contract",
+        "--max-examples",
+        "3",
+        "--shrink-seconds",
+        "0",
+        "--report",
+        str(tmp_path / "r.json"),
+        "--",
+        "--exitfirst",
+    )
+    assert code == 1, output
+    failed = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert len(failed) == 1, [t["id"] for t in failed]
+    assert report["incomplete"] is not None and "stopped early" in report["incomplete"]["cause"], report["incomplete"]
 
 
 @pytest.mark.requirement("ERR-2", "LD-4", "LD-5")
