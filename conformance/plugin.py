@@ -171,6 +171,9 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = resolve(cli, Path(config.invocation_params.dir))
         if settings.backend is None and settings.storage_under_test is None:
             return
+        if config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
+            # each pytest-xdist worker would see a share of the results and the report none of them
+            raise SettingsError("-n: certification runs in one process; pytest-xdist's -n is not supported")
         session = CertificationSession(settings)
     except (SettingsError, caps.UnknownCapabilityError, StateCertError) as exc:
         raise pytest.UsageError(str(exc)) from None

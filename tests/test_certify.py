@@ -265,6 +265,7 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         (["hashmap", "--storage", "bogus"], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
         (["hashmap", "--storage", "nosuchproto://x"], "--storage: no file system for nosuchproto://"),
         (["hashmap", "--max-examples", "many"], "argument --max-examples: invalid int value: 'many'"),
+        (["hashmap", "--", "-n", "2"], "-n: certification runs in one process; pytest-xdist's -n is not supported"),
     ],
 )
 def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem: str) -> None:
@@ -279,6 +280,32 @@ def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem:
     assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
     assert lines[0].startswith("statecert: error: ") and problem in lines[0], lines[0]
     assert list(tmp_path.iterdir()) == [], "a rejected command must leave nothing behind"
+
+
+def test_the_plugin_refuses_xdist_instead_of_reporting_a_share_of_the_results(tmp_path: Path) -> None:
+    """Under pytest-xdist each worker saw a share of the results and the report none: NOT CERTIFIED with every
+    requirement "not a backend obligation". The plugin refuses `-n` as a usage error instead."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        "--pyargs",
+        "statecert.conformance.suite",
+    ]
+    done = subprocess.run(
+        [*argv, "--statecert-backend", "hashmap", "--statecert-report", str(tmp_path / "r.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "pytest-xdist's -n is not supported" in done.stderr, done.stderr
+    assert not (tmp_path / "r.json").exists(), "a refused run must not write a report"
 
 
 def test_backend_declaring_every_optional_capability_false_is_certified(tmp_path: Path) -> None:
