@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from statecert.conformance.report import BASIS
 from statecert.spec.requirements import load_requirements
 from tests.broken_backends import CAUGHT_BY
 from tests.broken_storages import CAUGHT_BY as STORAGE_CAUGHT_BY
@@ -365,6 +366,16 @@ def test_broken_storage_is_rejected_naming_the_requirement(tmp_path: Path, name:
     assert code == 1, output
     assert STORAGE_CAUGHT_BY[name] in failed_requirements(report), (name, sorted(failed_requirements(report)))
     assert f"VIOLATED {STORAGE_CAUGHT_BY[name]}" in output
+
+
+def test_every_suite_module_has_a_rank_for_the_likely_root_cause() -> None:
+    """The likely root cause is the first failing test in BASIS order; a module missing from BASIS ranked after all
+    others, so a timers bug that also failed the model tier was blamed on the model tier (test_timers, test_changelog
+    and test_damaged_operator_streams were missing)."""
+    suite = sorted(path.stem for path in (ROOT / "conformance" / "suite").glob("test_*.py"))
+    assert sorted(BASIS) == suite, (
+        f"expected BASIS to rank every suite module, missing {sorted(set(suite) - set(BASIS))}"
+    )
 
 
 def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
