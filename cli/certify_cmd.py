@@ -4,6 +4,8 @@ verdict, the violated requirements and where the report is. Exit status 0 only w
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -138,22 +140,39 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     for item in cli["backend_config"]:
         argv += ["--statecert-config", item]
     argv += list(args.pytest_args)
-    with settings_dir:
+    errors = io.StringIO()  # pytest's own stderr, held back so that a usage error can be said in one line
+    with settings_dir, contextlib.redirect_stderr(errors):
         if args.verbose:
             code = pytest.main(argv)
         else:
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
                 code = pytest.main([*argv, "-p", "no:terminal"], plugins=[_ProgressPlugin(progress)])
-    if (
-        code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED)
-        or not Path(report).is_file()
-    ):
+    if code == pytest.ExitCode.USAGE_ERROR:
+        Console(stderr=True).print(
+            f"statecert: error: {_usage_problem(errors.getvalue())}", markup=False, highlight=False, soft_wrap=True
+        )
+        return 2
+    sys.stderr.write(errors.getvalue())
+    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED) or not Path(report).is_file():
         console.print(f"[red]certification did not run[/red] (pytest exit {int(code)}); re-run with --verbose")
         return 2
     data = json.loads(Path(report).read_text())
     print_summary(data, report, console)
     return 0 if code == pytest.ExitCode.OK and data["verdict"] == "certified" else 1
+
+
+def _usage_problem(stderr: str) -> str:
+    """The problem in pytest's report of a usage error (`ERROR: ...`, or argparse's `...: error: ...` between its
+    usage and ini lines), as one line naming the pytest arguments it concerns."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    for line in lines:
+        if ": error: " in line:
+            return "pytest arguments after --: " + line.split(": error: ", 1)[1]
+    for line in lines:
+        if line.startswith("ERROR: "):
+            return line.removeprefix("ERROR: ")
+    return "pytest refused the arguments after --"
 
 
 def print_summary(data: dict[str, Any], report: str, console: Console) -> None:

@@ -267,6 +267,8 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         (["hashmap", "--storage", "nosuchproto://x"], "--storage: no file system for nosuchproto://"),
         (["hashmap", "--max-examples", "many"], "argument --max-examples: invalid int value: 'many'"),
         (["hashmap", "--", "-n", "2"], "-n: certification runs in one process; pytest-xdist's -n is not supported"),
+        (["hashmap", "--", "--bogus"], "pytest arguments after --: unrecognized arguments: --bogus"),
+        (["hashmap", "--", "--maxfail=x"], "pytest arguments after --: argument --maxfail: invalid int value: 'x'"),
     ],
 )
 def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem: str) -> None:
