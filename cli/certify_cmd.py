@@ -8,7 +8,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import sys
 import tempfile
 import uuid
@@ -103,8 +102,6 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         "storage_under_test": args.storage_under_test,
     }
     try:  # fail fast, in one line, on settings or a backend that cannot be loaded
-        if any(re.fullmatch(r"-n.*|--numprocesses(=.*)?", arg) for arg in args.pytest_args):
-            raise SettingsError("-n: certification runs in one process; pytest-xdist's -n is not supported")
         settings = resolve(cli, Path.cwd())
         if settings.backend is None and settings.storage_under_test is None:
             raise SettingsError(

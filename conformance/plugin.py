@@ -395,7 +395,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     incomplete = None
     if not_run:
         incomplete = {
-            "tests_not_run": sorted(not_run, key=lambda tid: cert.order.get(tid, 0)),
+            "tests_not_run": list(not_run),  # in collection order, as `selected` is
             "selected": len(cert.selected),
             "cause": _why_not_run(session),
         }
