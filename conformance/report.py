@@ -72,6 +72,14 @@ class TestResult:
         return self.outcome
 
 
+def _reason(result: TestResult, requirement: str) -> str:
+    """Why a test gives a requirement its outcome: its message, or for a failure attributed to other requirements
+    that the test stopped before it checked this one."""
+    if result.outcome == "failed" and requirement not in result.violated:
+        return f"not checked: {result.test_id} failed earlier on {', '.join(result.violated)}: {result.message}"
+    return result.message
+
+
 def root_cause(results: list[TestResult]) -> TestResult | None:
     """The most basic failing test (BASIS order, then collection order), or None when nothing failed."""
     failed = [r for r in results if r.outcome == "failed"]
@@ -110,7 +118,7 @@ class Report:
             outcomes = {r.outcome_for(rid) for r in results} | ({"not-run"} if missing[rid] else set())
             outcome = next((o for o in ORDER if o in outcomes), "not-applicable")
             deciding = [r for r in results if r.outcome_for(rid) == outcome]
-            reasons = [r.message for r in deciding if r.message]
+            reasons = [_reason(r, rid) for r in deciding if r.message]
             if outcome == "not-run":
                 reasons = [f"{len(missing[rid])} of its {len(results) + len(missing[rid])} selected tests did not run"]
             elif not results and rid in self.excluded:

@@ -263,6 +263,12 @@ class InternalAppendingState(State, Protocol):
     """Direct access to the stored value of reducing state or the accumulator of aggregating state (Flink's
     `InternalAppendingState`); the changelog backend logs and replays aggregating state through it (CL-9)."""
 
-    def get_internal(self) -> Any: ...
+    def get_internal(self) -> Any:
+        """The stored value (reducing) or accumulator (aggregating) for the current key and namespace, None when
+        nothing is stored: the changelog logs a merge whose target reads None as a clear (CL-9, KS-MERGE-2)."""
+        ...
 
-    def update_internal(self, value: Any) -> None: ...
+    def update_internal(self, value: Any) -> None:
+        """Replace the stored value or accumulator with `value`, which is never None when the changelog replays
+        (CL-9). What None does is left open: the suite never passes it (the reference backends clear)."""
+        ...

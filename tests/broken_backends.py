@@ -28,7 +28,13 @@ from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.heap.ttl import TtlPolicy
 from statecert.reference.keyed_backend_base import descriptor_serializers
-from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl, ValueStateImpl
+from statecert.reference.keyed_states import (
+    AggregatingStateImpl,
+    ListStateImpl,
+    MapStateImpl,
+    ReducingStateImpl,
+    ValueStateImpl,
+)
 from statecert.reference.loader import load_state_backend
 from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend, OperatorListStateImpl
 from statecert.reference.rescale import restricted
@@ -790,6 +796,23 @@ class _OperatorBackendOpenAfterClose(DefaultOperatorStateBackend):
         pass
 
 
+# 58. Aggregating state's get_internal reads a fresh accumulator where nothing is stored: wrapped in the changelog
+# backend, a merge of empty namespaces is logged as a value, and the target restores as get_result([]) (CL-9).
+class _EmptyAccumulatorInternal(AggregatingStateImpl):
+    def get_internal(self) -> Any:
+        accumulator = super().get_internal()
+        return self._fn.create_accumulator() if accumulator is None else accumulator
+
+
+# 59. Aggregating state without get_internal/update_internal (the spec's InternalAppendingState): wrapped in the
+# changelog backend, which logs accumulators through them, it cannot register aggregating state at all (CL-9).
+class _NoInternalAccessors(AggregatingStateImpl):
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("get_internal", "update_internal"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -898,6 +921,14 @@ operator_backend_open_after_close = _factory(operator=_OperatorBackendOpenAfterC
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
+changelog_empty_accumulator_logged = lambda config: ChangelogStateBackend(  # noqa: E731
+    _factory(_with_state(AggregatingStateImpl, _EmptyAccumulatorInternal))(config),
+    ChangelogSettings(materialize_interval_ms=0),
+)
+changelog_without_internal_accessors = lambda config: ChangelogStateBackend(  # noqa: E731
+    _factory(_with_state(AggregatingStateImpl, _NoInternalAccessors))(config),
+    ChangelogSettings(materialize_interval_ms=0),
+)
 ttl_folds_expired = _factory(_with_state(ReducingStateImpl, _FoldsExpired))
 key_serializer_not_reconfigured = _factory(_KeySerializerNotReconfigured)
 key_serializer_migration_accepted = _factory(_KeySerializerMigrationAccepted)
@@ -952,6 +983,8 @@ CAUGHT_BY = {
     "changelog_truncates_early": "CL-5",
     "changelog_replays_out_of_order": "CL-4",
     "changelog_ignores_log": "CL-4",
+    "changelog_empty_accumulator_logged": "CL-9",
+    "changelog_without_internal_accessors": "CL-9",
     "ttl_folds_expired": "TTL-3",
     "key_serializer_not_reconfigured": "SER-6",
     "key_serializer_migration_accepted": "SER-6",

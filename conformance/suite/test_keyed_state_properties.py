@@ -1,6 +1,7 @@
 """Keyed state semantics over generated inputs (chapter KS): maps small and large, equal-but-distinct keys,
 non-commutative functions, merges with any number of sources, nested defaults, and keys whose bytes are prefixes
-of each other. Each property is checked on the live backend and again after a snapshot and restore."""
+of each other. Each property of stored state is checked on the live backend and again after a snapshot and restore
+(a returned default is not stored)."""
 
 from __future__ import annotations
 
@@ -115,36 +116,51 @@ def test_map_views_list_every_entry_once_small_and_large(
 EQUAL_BUT_DISTINCT = [1, True, 1.0, 0, False, 0.0, "1", b"1"]
 
 
-@pytest.mark.requirement("KS-3")
-def test_equal_but_distinct_keys_are_different_keys(state_backend: Any) -> None:
+@pytest.mark.requirement("KS-3", "KB-RESTORE-1")
+def test_equal_but_distinct_keys_are_different_keys(certification: Any, tmp_path_factory: Any) -> None:
     value = ValueStateDescriptor("v", serializer=StringSerializer())
+    state_backend = certification.new_backend(tmp_path_factory.mktemp("local"))
     with keyed_backend(state_backend, key_serializer=MsgpackSerializer()) as backend:
         state = backend.get_or_create_state(value)
         for key in EQUAL_BUT_DISTINCT:
             backend.set_current_key(key)
             state.update(repr(key))
-        for key in reversed(EQUAL_BUT_DISTINCT):
-            backend.set_current_key(key)
-            assert state.value() == repr(key), (
-                f"KS-3: set_current_key({key!r}).value(): expected {key!r}'s value, got {state.value()!r}"
-            )
-        assert backend.num_state_entries("v") == len(EQUAL_BUT_DISTINCT)
+        copy = restored_copy(certification, tmp_path_factory, backend, key_serializer=MsgpackSerializer())
+        with copy as restored:
+            for when, keyed in (("", backend), ("after restore, ", restored)):
+                state = keyed.get_or_create_state(value)
+                for key in reversed(EQUAL_BUT_DISTINCT):
+                    keyed.set_current_key(key)
+                    assert state.value() == repr(key), (
+                        f"KS-3: {when}set_current_key({key!r}).value(): expected {key!r}'s value, got {state.value()!r}"
+                    )
+                assert keyed.num_state_entries("v") == len(EQUAL_BUT_DISTINCT), (
+                    f"KS-3: {when}{len(EQUAL_BUT_DISTINCT)} distinct keys hold {keyed.num_state_entries('v')} entries"
+                )
 
 
-@pytest.mark.requirement("KS-3", "KS-MAP-1")
-def test_equal_but_distinct_user_keys_are_different_entries(state_backend: Any) -> None:
+@pytest.mark.requirement("KS-3", "KS-MAP-1", "KB-RESTORE-1")
+def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, tmp_path_factory: Any) -> None:
     descriptor = MapStateDescriptor("m", user_key_serializer=MsgpackSerializer(), user_value_serializer=NS)
-    with keyed_backend(state_backend) as backend:
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         backend.set_current_key("k")
         state = backend.get_or_create_state(descriptor)
         for user_key in EQUAL_BUT_DISTINCT:
             state.put(user_key, repr(user_key))
-        for user_key in EQUAL_BUT_DISTINCT:
-            assert state.get(user_key) == repr(user_key), f"KS-3: get({user_key!r}) gave {state.get(user_key)!r}"
-        assert len(list(state.items())) == len(EQUAL_BUT_DISTINCT)
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            restored.set_current_key("k")
+            for when, read in (("", state), ("after restore, ", restored.get_or_create_state(descriptor))):
+                for user_key in EQUAL_BUT_DISTINCT:
+                    assert read.get(user_key) == repr(user_key), (
+                        f"KS-3: {when}get({user_key!r}) gave {read.get(user_key)!r}"
+                    )
+                entries = sorted(repr(v) for v in read.values())
+                assert len(entries) == len(EQUAL_BUT_DISTINCT), (
+                    f"KS-3: {when}{len(EQUAL_BUT_DISTINCT)} distinct user keys list {len(entries)} entries: {entries}"
+                )
 
 
-@pytest.mark.requirement("KS-RED-1")
+@pytest.mark.requirement("KS-RED-1", "KB-RESTORE-1")
 @given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
 def test_reducing_applies_the_function_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
@@ -155,9 +171,17 @@ def test_reducing_applies_the_function_in_order(certification: Any, tmp_path_fac
         assert state.get() == "".join(values), (
             f"KS-RED-1: adding {values} with reduce(a, b) = a + b: expected {''.join(values)!r}, got {state.get()!r}"
         )
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            restored.set_current_key("k")
+            state = restored.get_or_create_state(CONCAT)
+            state.add("!")
+            assert state.get() == "".join(values) + "!", (
+                f"KS-RED-1: adding {values}, restoring, then adding '!': expected {''.join(values) + '!'!r}, got "
+                f"{state.get()!r}"
+            )
 
 
-@pytest.mark.requirement("KS-AGG-1")
+@pytest.mark.requirement("KS-AGG-1", "KB-RESTORE-1")
 @given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
 def test_aggregating_adds_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
@@ -166,9 +190,17 @@ def test_aggregating_adds_in_order(certification: Any, tmp_path_factory: Any, va
         for v in values:
             state.add(v)
         assert state.get() == "".join(values), f"KS-AGG-1: adding {values}: got {state.get()!r}"
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            restored.set_current_key("k")
+            state = restored.get_or_create_state(SEQUENCE)
+            state.add("!")
+            assert state.get() == "".join(values) + "!", (
+                f"KS-AGG-1: adding {values}, restoring, then adding '!': expected {''.join(values) + '!'!r}, got "
+                f"{state.get()!r}"
+            )
 
 
-@pytest.mark.requirement("KS-MERGE-1", "KS-MERGE-2", "KS-MERGE-3")
+@pytest.mark.requirement("KS-MERGE-1", "KS-MERGE-2", "KS-MERGE-3", "KB-RESTORE-1")
 @pytest.mark.parametrize("kind", ["list", "reducing", "aggregating"])
 @given(
     target=st.lists(st.integers(1, 9), max_size=3),
@@ -210,6 +242,19 @@ def test_merge_with_any_number_of_sources(
         assert backend.num_state_entries(descriptor.name) == (1 if everything else 0), (
             f"KS-MERGE-2: {backend.num_state_entries(descriptor.name)} entries after merging into one namespace"
         )
+        with restored_copy(certification, tmp_path_factory, backend) as copy:
+            copy.set_current_key("k")
+            state = copy.get_or_create_state(descriptor, NS)
+            got_back = {}
+            for ns in ["t", *names]:
+                state.set_current_namespace(ns)
+                value = state.get()
+                got_back[ns] = sorted(value) if kind == "list" and value else value
+            want = {"t": expected, **dict.fromkeys(names)}
+            assert got_back == want, (
+                f"KB-RESTORE-1: merge of {target} with sources {sources}, snapshotted and restored: expected "
+                f"{want}, got {got_back}"
+            )
 
 
 @pytest.mark.requirement("KS-VALUE-2")
@@ -263,7 +308,7 @@ def test_entry_counts_survive_restore(
 PREFIX_KEYS = ["", "a", "ab", "abc", "b", "a\x00", "ab\x00c"]
 
 
-@pytest.mark.requirement("KS-4", "KS-3")
+@pytest.mark.requirement("KS-4", "KS-3", "KB-RESTORE-1")
 @pytest.mark.parametrize("kind", ["value", "list", "map"])
 @given(cleared=st.sampled_from(PREFIX_KEYS))
 def test_clearing_one_key_keeps_keys_that_share_its_prefix(
@@ -297,10 +342,16 @@ def test_clearing_one_key_keeps_keys_that_share_its_prefix(
         state.set_current_namespace("n1")  # "n2" differs in its last byte only, "n10" extends it
         state.clear()
         expected[(cleared, "n1")] = [] if kind == "map" else None
-        for (key, ns), value in expected.items():
-            backend.set_current_key(key)
-            state.set_current_namespace(ns)
-            assert read(state) == value, (
-                f"KS-4: after clear() of key {cleared!r} in namespace 'n1', key {key!r} in {ns!r} reads "
-                f"{read(state)!r}, expected {value!r}"
-            )
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            restored_state = restored.get_or_create_state(descriptor, NS)
+            for when, keyed, read_from in (
+                ("", backend, state),
+                (", snapshotted and restored,", restored, restored_state),
+            ):
+                for (key, ns), value in expected.items():
+                    keyed.set_current_key(key)
+                    read_from.set_current_namespace(ns)
+                    assert read(read_from) == value, (
+                        f"KS-4: after clear() of key {cleared!r} in namespace 'n1'{when} key {key!r} in {ns!r} reads "
+                        f"{read(read_from)!r}, expected {value!r}"
+                    )
