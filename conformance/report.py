@@ -74,9 +74,9 @@ class TestResult:
 
 def _reason(result: TestResult, requirement: str) -> str:
     """Why a test gives a requirement its outcome: its message, or for a failure attributed to other requirements
-    that the test stopped before it checked this one."""
+    the note that the test stopped before it finished checking this one."""
     if result.outcome == "failed" and requirement not in result.violated:
-        return f"not checked: {result.test_id} failed earlier on {', '.join(result.violated)}: {result.message}"
+        return f"not fully checked: {result.test_id} failed on {', '.join(result.violated)}: {result.message}"
     return result.message
 
 

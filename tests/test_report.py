@@ -17,7 +17,7 @@ def test_a_failure_attributed_elsewhere_leaves_the_other_requirement_unchecked_a
     outcomes = Report({}, REQUIREMENTS, [failed]).requirement_outcomes()
     assert outcomes["X-1"]["outcome"] == "failed" and outcomes["X-1"]["reason"] == "X-1: expected 1, got 2"
     assert outcomes["X-2"]["outcome"] == "skipped", outcomes["X-2"]
-    assert outcomes["X-2"]["reason"] == "not checked: test_m::test_t failed earlier on X-1: X-1: expected 1, got 2"
+    assert outcomes["X-2"]["reason"] == "not fully checked: test_m::test_t failed on X-1: X-1: expected 1, got 2"
     assert outcomes["X-2"]["failing_tests"] == []
 
 

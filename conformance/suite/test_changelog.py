@@ -27,9 +27,12 @@ from statecert.spec.state import (
     VOID_NAMESPACE,
     AggregatingStateDescriptor,
     ListStateDescriptor,
+    ManualClock,
     MapStateDescriptor,
     ReducingStateDescriptor,
     SystemClock,
+    TtlConfig,
+    TtlUpdateType,
     ValueStateDescriptor,
 )
 from statecert.spec.storage import CheckpointedStateScope
@@ -218,6 +221,53 @@ def test_a_merge_replays_from_the_log_as_merged(
     assert got == expected, (
         f"{', '.join(ids)}: {kind} state {target} merged with sources {sources}: live after the merge {expected}, "
         f"restored from the log {got}"
+    )
+
+
+@pytest.mark.requirement("CL-4", "TTL-4")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("update", list(TtlUpdateType), ids=lambda u: u.value)
+@pytest.mark.parametrize("sources_hold", ["values", "nothing"])
+@pytest.mark.parametrize("kind", ["list", "reducing"])
+def test_a_merge_keeps_its_ttl_through_the_log(
+    state_backend: Any, storage: Any, kind: str, sources_hold: str, update: TtlUpdateType
+) -> None:
+    """A merge replayed from the log leaves each TTL timestamp as the live merge did: a list merge moves each element
+    with its timestamp (TTL-4), and a merge whose sources were empty leaves the target as it was. State written at
+    0 ms with a 100 ms TTL, merged at 90 ms, checkpointed, then read at 110 ms live and restored."""
+    ttl = TtlConfig(100, update)
+    descriptor = (
+        ListStateDescriptor("tl", element_serializer=StringSerializer(), ttl=ttl)
+        if kind == "list"
+        else ReducingStateDescriptor("tr", reduce_function=lambda a, b: a + b, serializer=StringSerializer(), ttl=ttl)
+    )
+    clock = ManualClock()
+    with keyed_backend(state_backend, clock=clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_partitioned_state("target", descriptor, StringSerializer())
+        state.add("a")
+        backend.snapshot(1, 0, location_for(storage, 1)).run()
+        backend.notify_checkpoint_complete(1)
+        if sources_hold == "values":
+            state.set_current_namespace("source")
+            state.add("b")
+        clock.advance(90)
+        state.merge_namespaces("target", ["source"])
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        clock.advance(20)
+        state.set_current_namespace("target")
+        live = state.get()
+    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
+        backend.set_current_key("k")
+        got = backend.get_partitioned_state("target", descriptor, StringSerializer()).get()
+    if kind == "list":
+        assert live is None, (
+            f"TTL-4: list elements written at 0 ms and merged at 90 ms read {live!r} at 110 ms of a 100 ms TTL "
+            f"({update.value}; a merge is not a write)"
+        )
+    assert got == live, (
+        f"CL-4: {kind} state merged at 90 ms from a source holding {sources_hold} ({update.value}): at 110 ms it "
+        f"reads {live!r} live and {got!r} restored from the log"
     )
 
 

@@ -88,9 +88,13 @@ class LoggingListState(LoggingState):
         self._log(Op.REPLACE, [self._serializers["element"].serialize(v) for v in values])
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Logged as the merge itself, which replay repeats on the wrapped state: logging the merged list instead
+        would write every element anew at the merge's time, refreshing the TTL of each (TTL-4), and reading it
+        would refresh them live under ON_READ_AND_WRITE."""
         sources = list(sources)
         self.delegate.merge_namespaces(target, sources)
-        _log_merge(self, target, sources, lambda: self.delegate.get(), self._serializers["element"], list_state=True)
+        serialize = self.namespace_serializer.serialize
+        self._log(Op.MERGE, [serialize(source) for source in sources], namespace=target)
 
 
 class LoggingMapState(LoggingState):
@@ -176,9 +180,7 @@ class LoggingReducingState(LoggingState):
         self._log(Op.SET, self._serializers["value"].serialize(self._stored()))
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        sources = list(sources)
-        self.delegate.merge_namespaces(target, sources)
-        _log_merge(self, target, sources, self._stored, self._serializers["value"])
+        _merge_and_log(self, target, list(sources), self._stored, self._serializers["value"])
 
 
 class LoggingAggregatingState(LoggingState):
@@ -211,35 +213,40 @@ class LoggingAggregatingState(LoggingState):
             self._log(Op.SET, self._serializers["value"].serialize(value))
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
-        sources = list(sources)
-        self.delegate.merge_namespaces(target, sources)
-        _log_merge(self, target, sources, self.delegate.get_internal, self._serializers["value"])
+        _merge_and_log(self, target, list(sources), self.delegate.get_internal, self._serializers["value"])
 
 
-def _log_merge(
+def _merge_and_log(
     state: LoggingState,
     target: Any,
     sources: list[Any],
     read: Any,
     serializer: TypeSerializer[Any],
-    list_state: bool = False,
 ) -> None:
-    """A merge is logged as its result: the target's new content, and each source cleared (KS-MERGE-2)."""
+    """Merge reducing or aggregating state and log the result (replay has no function to merge with): each source
+    cleared (KS-MERGE-2), and the target's new content, unless every source was empty. Then the wrapped state left
+    the target as it was, its TTL timestamp included, and logging its value would write it anew at replay."""
+    moved = [source for source in sources if source != target and _read_in(state, source, read) is not None]
+    state.delegate.merge_namespaces(target, sources)
     for source in sources:
         if source != target:
             state._log(Op.CLEAR, None, namespace=source)
-    current = state._namespace
-    state.delegate.set_current_namespace(target)
-    try:
-        result = read()
-    finally:
-        state.delegate.set_current_namespace(current)
+    if not moved:
+        return
+    result = _read_in(state, target, read)
     if result is None:
         state._log(Op.CLEAR, None, namespace=target)
-    elif list_state:
-        state._log(Op.REPLACE, [serializer.serialize(v) for v in result], namespace=target)
     else:
         state._log(Op.SET, serializer.serialize(result), namespace=target)
+
+
+def _read_in(state: LoggingState, namespace: Any, read: Any) -> Any:
+    """`read()` of the wrapped state in `namespace`, leaving its current namespace as it was."""
+    state.delegate.set_current_namespace(namespace)
+    try:
+        return read()
+    finally:
+        state.delegate.set_current_namespace(state._namespace)
 
 
 LOGGING_STATES: dict[StateKind, type[LoggingState]] = {

@@ -2,7 +2,8 @@
 `magic | version | msgpack [key serializer, states, changes]`; `states` describes every state its changes name
 (name, kind, serializer snapshots, TTL), so each segment reads on its own; a change is
 `[sequence, key group, state index, op, key, namespace, timestamp, payload]` with the key, namespace and payload
-serialized by the state's own serializers, as the wrapped backend stores them."""
+serialized by the state's own serializers, as the wrapped backend stores them. Version 2 added the list merge
+(`m`); version 1 segments, which lack it, still read."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.state import TtlConfig, TtlStateVisibility, TtlUpdateType
 
 MAGIC = b"SCCL"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAX_SEQUENCE = 2**63 - 1
 
 
@@ -35,6 +37,7 @@ class Op(str, enum.Enum):
     PUT = "p"  # map: [user key, value]
     REMOVE = "d"  # map: user key
     TOUCH = "t"  # a read that refreshes TTL (ON_READ_AND_WRITE); payload: a map user key or None
+    MERGE = "m"  # list: the change's namespace is the target; payload: the source namespaces (version 2)
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def _payload(op: Op, value: Any) -> Any:
     """Check a change's payload shape for its op (bytes, None, lists of bytes, [bytes, bytes|None])."""
     if op in (Op.SET, Op.ADD, Op.REMOVE):
         ok = isinstance(value, bytes) or (op is Op.SET and value is None)
-    elif op in (Op.ADD_ALL, Op.REPLACE):
+    elif op in (Op.ADD_ALL, Op.REPLACE, Op.MERGE):
         ok = isinstance(value, list) and all(isinstance(v, bytes) for v in value)
     elif op is Op.PUT:
         ok = isinstance(value, list) and len(value) == 2 and isinstance(value[0], bytes)
@@ -124,7 +127,7 @@ def decode_segment(data: bytes, name: str, max_parallelism: int) -> Segment:
     if data[:4] != MAGIC or len(data) < 8:
         raise CheckpointFormatError(name, "not a changelog segment (bad magic)")
     (version,) = struct.unpack(">i", data[4:8])
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise CheckpointFormatError(name, f"unknown changelog segment version {version}")
     try:
         body = msgpack.unpackb(data[8:], raw=False, strict_map_key=True, max_array_len=10_000_000)
@@ -152,6 +155,8 @@ def decode_segment(data: bytes, name: str, max_parallelism: int) -> Segment:
             if not isinstance(key, bytes) or not isinstance(namespace, bytes):
                 raise ValueError("a change's key and namespace must be bytes")
             op = Op(op)
+            if op is Op.MERGE and version < 2:
+                raise ValueError(f"a MERGE change in a version {version} segment")
             changes.append(
                 Change(sequence, key_group, names[index], op, key, namespace, timestamp, _payload(op, payload))
             )

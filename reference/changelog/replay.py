@@ -132,6 +132,8 @@ def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
         state.add_all(payload)
     elif op is Op.REPLACE and kind is StateKind.LIST:
         state.update(payload)
+    elif op is Op.MERGE and kind is StateKind.LIST:
+        state.merge_namespaces(change.namespace, payload)  # the wrapped state moves each element with its TTL
     elif op is Op.PUT and kind is StateKind.MAP:
         state.put(payload[0], payload[1])
     elif op is Op.REMOVE and kind is StateKind.MAP:
