@@ -271,6 +271,78 @@ def test_a_merge_keeps_its_ttl_through_the_log(
     )
 
 
+TTL_KINDS: dict[str, tuple[Any, Any, Any]] = {  # kind -> (descriptor for a TTL, write, read)
+    "value": (
+        lambda ttl: ValueStateDescriptor("rv", ttl, serializer=StringSerializer()),
+        lambda s: s.update("a"),
+        lambda s: s.value(),
+    ),
+    "list": (
+        lambda ttl: ListStateDescriptor("rl", ttl, element_serializer=StringSerializer()),
+        lambda s: s.add("a"),
+        lambda s: s.get(),
+    ),
+    "map": (
+        lambda ttl: MapStateDescriptor(
+            "rm", ttl, user_key_serializer=StringSerializer(), user_value_serializer=StringSerializer()
+        ),
+        lambda s: s.put("u", "a"),
+        lambda s: s.get("u"),
+    ),
+    "reducing": (
+        lambda ttl: ReducingStateDescriptor(
+            "rr", ttl, reduce_function=lambda a, b: a + b, serializer=StringSerializer()
+        ),
+        lambda s: s.add("a"),
+        lambda s: s.get(),
+    ),
+    "aggregating": (
+        lambda ttl: AggregatingStateDescriptor(
+            "ra", ttl, aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer()
+        ),
+        lambda s: s.add("a"),
+        lambda s: s.get(),
+    ),
+}
+
+
+@pytest.mark.requirement("CL-4", "TTL-2")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("update", list(TtlUpdateType), ids=lambda u: u.value)
+@pytest.mark.parametrize("kind", sorted(TTL_KINDS))
+def test_a_read_replays_with_the_ttl_refresh_it_made(
+    state_backend: Any, storage: Any, kind: str, update: TtlUpdateType
+) -> None:
+    """Written at 0 ms with a 100 ms TTL, read at 80 ms, checkpointed, read at 150 ms live and restored: with
+    ON_READ_AND_WRITE the read at 80 ms refreshed the entry, so both still hold it; with ON_CREATE_AND_WRITE it
+    expired at 100 ms in both."""
+    make, write, read = TTL_KINDS[kind]
+    descriptor = make(TtlConfig(100, update))
+    clock = ManualClock()
+    with keyed_backend(state_backend, clock=clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        backend.snapshot(1, 0, location_for(storage, 1)).run()
+        backend.notify_checkpoint_complete(1)
+        write(state)
+        clock.advance(80)
+        read(state)
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        clock.advance(70)
+        live = read(state)
+    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
+        backend.set_current_key("k")
+        got = read(backend.get_or_create_state(descriptor))
+    refreshed = update is TtlUpdateType.ON_READ_AND_WRITE
+    assert (live is not None) == refreshed, (
+        f"TTL-2: {kind} state written at 0 ms and read at 80 ms ({update.value}, 100 ms TTL) reads {live!r} at 150 ms"
+    )
+    assert got == live, (
+        f"CL-4: {kind} state written at 0 ms and read at 80 ms ({update.value}, 100 ms TTL): at 150 ms it reads "
+        f"{live!r} live and {got!r} restored from the log"
+    )
+
+
 def _plain(state_backend: Any, storage: Any, steps: list[Step], kind: SnapshotType) -> tuple[Any, dict[str, Any]]:
     """A checkpoint or savepoint of the wrapped backend alone (changelog off)."""
     with keyed_backend(state_backend.delegate) as backend:

@@ -49,8 +49,15 @@ def _never(*args: Any) -> Any:
     raise AssertionError("a replayed state never calls its functions (CL-4)")
 
 
+def _accumulator(accumulator: Any) -> Any:
+    return accumulator
+
+
 class _NoAggregate:
-    create_accumulator = add = get_result = merge = staticmethod(_never)
+    """Replay adds, merges and creates nothing; a replayed read (TOUCH) reads the accumulator as it is."""
+
+    create_accumulator = add = merge = staticmethod(_never)
+    get_result = staticmethod(_accumulator)
 
 
 def _descriptor(logged: LoggedState, serializers: dict[str, Any]) -> StateDescriptor:
@@ -143,8 +150,8 @@ def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
             state.get(payload) if payload is not None else state.items()
         elif kind is StateKind.VALUE:
             state.value()
-        elif kind is StateKind.LIST:
-            state.get()
+        elif kind in (StateKind.LIST, StateKind.REDUCING, StateKind.AGGREGATING):
+            state.get()  # refreshes the TTL as the logged read did (TTL-2)
     else:
         raise CheckpointFormatError("changelog", f"a {op.name} change does not apply to {kind.value} state")
 
