@@ -287,9 +287,11 @@ class MapStateImpl(KvState):
         return None if payload is None else self._vser.deserialize(payload)
 
     def contains(self, user_key: Any) -> bool:
+        """A read of the entry: refreshes it with ON_READ_AND_WRITE (TTL-2, as Flink's `TtlMapState.contains`)."""
         key, key_group = self._entry_key()
-        stored = self.store.map_get(key_group, key, self._kser.serialize(user_key))
-        return stored is not None and self._ttl.visible(stored)
+        ukey = self._kser.serialize(user_key)
+        stored = self.store.map_get(key_group, key, ukey)
+        return stored is not None and self._read(key_group, key, ukey, stored) is not None
 
     def put(self, user_key: Any, value: Any) -> None:
         self.put_all({user_key: value})
@@ -313,26 +315,45 @@ class MapStateImpl(KvState):
                 result.append((ukey, payload))
         return result
 
-    def items(self) -> list[tuple[Any, Any]]:
-        return [(self._kser.deserialize(k), self._vser.deserialize(v)) for k, v in self._live_items()]
+    def _refreshed_as_returned(self) -> Iterator[tuple[bytes, bytes]]:
+        """With ON_READ_AND_WRITE, the entries of the current key as of this call, each read (refreshed, or cleaned
+        up when expired) only when the iteration reaches it (TTL-2); one removed meanwhile is skipped."""
+        key, key_group = self._entry_key()
+        user_keys = [ukey for ukey, _ in self.store.map_items(key_group, key)]
 
-    def keys(self) -> list[Any]:
-        return [k for k, _ in self.items()]
+        def entries() -> Iterator[tuple[bytes, bytes]]:
+            for ukey in user_keys:
+                stored = self.store.map_get(key_group, key, ukey)
+                payload = None if stored is None else self._read(key_group, key, ukey, stored)
+                if payload is not None:
+                    yield ukey, payload
 
-    def values(self) -> list[Any]:
-        return [v for _, v in self.items()]
+        return entries()
+
+    def items(self) -> Iterable[tuple[Any, Any]]:
+        raw = self._refreshed_as_returned() if self._ttl.update_on_read else self._live_items()
+        return ((self._kser.deserialize(k), self._vser.deserialize(v)) for k, v in raw)
+
+    def keys(self) -> Iterable[Any]:
+        return (k for k, _ in self.items())
+
+    def values(self) -> Iterable[Any]:
+        return (v for _, v in self.items())
 
     def is_empty(self) -> bool:
-        return not self._live_items()
+        """Refreshes nothing (TTL-2): only whether a visible entry is stored."""
+        key, key_group = self._entry_key()
+        return not any(self._ttl.visible(stored) for _, stored in self.store.map_items(key_group, key))
 
     def iterator(self) -> MapIterator:
         return MapIterator(self, self.items())
 
 
 class MapIterator(Iterator[tuple[Any, Any]]):
-    """Iterates a map state's entries as of its creation; `remove()` deletes the last one returned (KS-MAP-5)."""
+    """Iterates a map state's entries as of its creation (with ON_READ_AND_WRITE each read as it is returned, TTL-2);
+    `remove()` deletes the last one returned (KS-MAP-5)."""
 
-    def __init__(self, state: MapStateImpl, items: list[tuple[Any, Any]]) -> None:
+    def __init__(self, state: MapStateImpl, items: Iterable[tuple[Any, Any]]) -> None:
         self._state = state
         self._items = iter(items)
         self._last: tuple[Any, Any] | None = None

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from statecert.conformance.helpers import keyed_backend, location_for
 from statecert.conformance.suite.test_keyed_state_properties import Sequence_
+from statecert.conformance.suite.test_ttl import MAP_READS
 from statecert.reference.changelog.records import MAGIC
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -340,6 +341,42 @@ def test_a_read_replays_with_the_ttl_refresh_it_made(
     assert got == live, (
         f"CL-4: {kind} state written at 0 ms and read at 80 ms ({update.value}, 100 ms TTL): at 150 ms it reads "
         f"{live!r} live and {got!r} restored from the log"
+    )
+
+
+@pytest.mark.requirement("CL-4", "TTL-2")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("read", sorted(MAP_READS))
+def test_a_map_read_replays_with_the_ttl_refresh_it_made(state_backend: Any, storage: Any, read: str) -> None:
+    """Map entries u1 and u2 written at 0 ms with a 100 ms TTL (ON_READ_AND_WRITE), read at 60 ms (one entry, every
+    entry, an iteration stopped after one, `is_empty`), checkpointed: at 120 ms the restored map holds the entries
+    the live one does."""
+    descriptor = MapStateDescriptor(
+        "rmap",
+        TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE),
+        user_key_serializer=StringSerializer(),
+        user_value_serializer=LongSerializer(),
+    )
+    clock = ManualClock()
+    with keyed_backend(state_backend, clock=clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        backend.snapshot(1, 0, location_for(storage, 1)).run()
+        backend.notify_checkpoint_complete(1)
+        state.put("u1", 1)
+        state.put("u2", 2)
+        clock.advance(60)
+        MAP_READS[read](state)
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        clock.advance(60)
+        live = {u for u in ("u1", "u2") if state.get(u) is not None}
+    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
+        backend.set_current_key("k")
+        restored_state = backend.get_or_create_state(descriptor)
+        got = {u for u in ("u1", "u2") if restored_state.get(u) is not None}
+    assert got == live, (
+        f"CL-4: map entries written at 0 ms, {read} at 60 ms (on-read-and-write, 100 ms TTL): at 120 ms "
+        f"{sorted(live)} are alive live and {sorted(got)} restored from the log"
     )
 
 

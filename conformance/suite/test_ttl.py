@@ -118,6 +118,48 @@ def test_reads_refresh_only_with_on_read_and_write(
         )
 
 
+def _first(iterable: Any) -> list[Any]:
+    """Only the first entry of an iteration (stopped early)."""
+    return [next(iter(iterable))]
+
+
+# Map reads at 60 ms of entries u1 and u2 written at 0 ms -> what a read returns, and which user keys it read.
+MAP_READS: dict[str, Callable[[Any], tuple[Any, set[str]]]] = {
+    "get": lambda m: (m.get("u1"), {"u1"}),
+    "contains": lambda m: (m.contains("u1"), {"u1"}),
+    "items": lambda m: (got := list(m.items()), {k for k, _ in got}),
+    "keys": lambda m: (got := list(m.keys()), set(got)),
+    "values": lambda m: (got := list(m.values()), {f"u{v}" for v in got}),
+    "iterator": lambda m: (got := list(m.iterator()), {k for k, _ in got}),
+    "first-of-items": lambda m: (got := _first(m.items()), {k for k, _ in got}),
+    "first-of-iterator": lambda m: (got := _first(m.iterator()), {k for k, _ in got}),
+    "is_empty": lambda m: (m.is_empty(), set()),
+}
+
+
+@pytest.mark.requirement("TTL-2")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("read", sorted(MAP_READS))
+@pytest.mark.parametrize("update_type", list(TtlUpdateType), ids=lambda u: u.value)
+def test_a_map_read_refreshes_the_entries_it_returns(
+    state_backend: Any, clock: ManualClock, update_type: TtlUpdateType, read: str
+) -> None:
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor("map", TtlConfig(100, update_type)))
+        state.put("u1", 1)
+        state.put("u2", 2)
+        clock.advance(60)
+        _, returned = MAP_READS[read](state)
+        clock.advance(60)
+        refreshed = returned if update_type is TtlUpdateType.ON_READ_AND_WRITE else set()
+        alive = {u for u in ("u1", "u2") if state.get(u) is not None}
+        assert alive == refreshed, (
+            f"TTL-2: map entries u1, u2 written at 0 ms, {read} at 60 ms ({update_type.value}, 100 ms TTL), which "
+            f"returned {sorted(returned)}: expected {sorted(refreshed)} alive at 120 ms, got {sorted(alive)}"
+        )
+
+
 @pytest.mark.requirement("TTL-4")
 @pytest.mark.capability("ttl")
 def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:

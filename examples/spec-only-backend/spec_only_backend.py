@@ -327,15 +327,7 @@ class MapState(_State):
         return self.table.entries.get(self._key(), {})  # type: ignore[no-any-return]
 
     def get(self, user_key: Any) -> Any:
-        user_key_bytes = self.ser["user_key"].serialize(user_key)
-        stored = self._map().get(user_key_bytes)
-        if stored is None:
-            return None
-        payload, keep = self.ttl.read(stored)  # per entry (TTL-4)
-        if keep is None:
-            self._remove_bytes(user_key_bytes)
-        else:
-            self._map()[user_key_bytes] = keep
+        payload = self._read_entry(self._key(), self.ser["user_key"].serialize(user_key))
         return None if payload is None else self.ser["user_value"].deserialize(payload)
 
     def put(self, user_key: Any, value: Any) -> None:
@@ -348,24 +340,44 @@ class MapState(_State):
                 target[self.ser["user_key"].serialize(k)] = self.ttl.stamp(self.ser["user_value"].serialize(v))
 
     def remove(self, user_key: Any) -> None:
-        self._remove_bytes(self.ser["user_key"].serialize(user_key))
+        self._remove_bytes(self._key(), self.ser["user_key"].serialize(user_key))
 
-    def _remove_bytes(self, user_key_bytes: bytes) -> None:
-        key = self._key()
+    def _remove_bytes(self, key: Key, user_key_bytes: bytes) -> None:
         entries = self.table.entries.get(key)
         if entries is not None:
             entries.pop(user_key_bytes, None)
             if not entries:
                 del self.table.entries[key]  # KS-MAP-4
 
+    def _read_entry(self, key: Key, user_key_bytes: bytes) -> bytes | None:
+        """Read one entry of `key` now, as TTL-2 has every map read do: refreshed, or cleaned up when expired."""
+        entries = self.table.entries.get(key, {})
+        stored = entries.get(user_key_bytes)
+        if stored is None:
+            return None
+        payload, keep = self.ttl.read(stored)  # per entry (TTL-4)
+        if keep is None:
+            self._remove_bytes(key, user_key_bytes)
+        else:
+            entries[user_key_bytes] = keep
+        return payload
+
     def contains(self, user_key: Any) -> bool:
-        stored = self._map().get(self.ser["user_key"].serialize(user_key))
-        return stored is not None and self.ttl.visible(stored)
+        return self._read_entry(self._key(), self.ser["user_key"].serialize(user_key)) is not None
 
     def items(self) -> Iterator[tuple[Any, Any]]:
+        """The entries of the current key and namespace as of this call, each read when the iteration reaches it
+        (TTL-2: refreshed as returned); one removed meanwhile is skipped."""
         kser, vser = self.ser["user_key"], self.ser["user_value"]
-        entries = [(k, v) for k, v in list(self._map().items()) if self.ttl.visible(v)]
-        return ((kser.deserialize(k), vser.deserialize(self.ttl.payload(v))) for k, v in entries)
+        key, user_keys = self._key(), list(self._map())
+
+        def entries() -> Iterator[tuple[Any, Any]]:
+            for user_key_bytes in user_keys:
+                payload = self._read_entry(key, user_key_bytes)
+                if payload is not None:
+                    yield kser.deserialize(user_key_bytes), vser.deserialize(payload)
+
+        return entries()
 
     def keys(self) -> Iterator[Any]:
         return (k for k, _ in self.items())

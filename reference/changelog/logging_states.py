@@ -124,37 +124,47 @@ class LoggingMapState(LoggingState):
         self._log(Op.REMOVE, self._serializers["user_key"].serialize(user_key))
 
     def items(self) -> Any:
-        self._touch()
-        return self.delegate.items()
+        entries = self.delegate.items()
+        if not self._touches:
+            return entries
+        namespace, serialize = self._namespace, self._serializers["user_key"].serialize
+
+        def touched() -> Iterator[tuple[Any, Any]]:
+            for entry in entries:  # the wrapped state refreshed this entry as it returned it (TTL-2)
+                self._log(Op.TOUCH, serialize(entry[0]), namespace=namespace)
+                yield entry
+
+        return touched()
 
     def keys(self) -> Any:
-        self._touch()
-        return self.delegate.keys()
+        return (k for k, _ in self.items())
 
     def values(self) -> Any:
-        self._touch()
-        return self.delegate.values()
+        return (v for _, v in self.items())
 
     def is_empty(self) -> bool:
-        self._touch()
-        return bool(self.delegate.is_empty())
+        return bool(self.delegate.is_empty())  # refreshes nothing (TTL-2): nothing to log
 
     def iterator(self) -> LoggingMapIterator:
-        self._touch()
         return LoggingMapIterator(self, self.delegate.iterator())
 
 
 class LoggingMapIterator(Iterator[tuple[Any, Any]]):
-    """`remove()` removes the last returned entry through the wrapped iterator and logs it."""
+    """Logs each entry it returns as a TTL-refreshing read (with ON_READ_AND_WRITE, TTL-2); `remove()` removes the
+    last returned entry through the wrapped iterator and logs it."""
 
     def __init__(self, state: LoggingMapState, delegate: Any) -> None:
         self._state = state
         self._delegate = delegate
+        self._namespace = state._namespace
         self._last: Any = None
 
     def __next__(self) -> tuple[Any, Any]:
         entry = next(self._delegate)
         self._last = entry
+        if self._state._touches:
+            user_key = self._state._serializers["user_key"].serialize(entry[0])
+            self._state._log(Op.TOUCH, user_key, namespace=self._namespace)
         return entry  # type: ignore[no-any-return]
 
     def remove(self) -> None:

@@ -146,8 +146,8 @@ def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
     elif op is Op.REMOVE and kind is StateKind.MAP:
         state.remove(payload)
     elif op is Op.TOUCH:
-        if kind is StateKind.MAP:
-            state.get(payload) if payload is not None else state.items()
+        if kind is StateKind.MAP:  # one entry (get, contains, an entry iterated); None: every entry
+            state.get(payload) if payload is not None else list(state.items())
         elif kind is StateKind.VALUE:
             state.value()
         elif kind in (StateKind.LIST, StateKind.REDUCING, StateKind.AGGREGATING):
