@@ -217,6 +217,9 @@ class MapStateIterator(Iterator[tuple[K_co, V_co]], Protocol[K_co, V_co]):
 
 
 class MapState(State, Protocol[K, V]):
+    """User-key -> value entries (KS-MAP-*). With TTL `ON_READ_AND_WRITE`, `get` and `contains` refresh their entry,
+    an iteration each entry as it returns it, `is_empty` nothing (TTL-2)."""
+
     def get(self, key: K) -> V | None: ...
 
     def put(self, key: K, value: V) -> None: ...
@@ -227,7 +230,9 @@ class MapState(State, Protocol[K, V]):
 
     def contains(self, key: K) -> bool: ...
 
-    def items(self) -> Iterable[tuple[K, V]]: ...
+    def items(self) -> Iterable[tuple[K, V]]:
+        """Every entry once (KS-MAP-2), an iterable that need not be a list."""
+        ...
 
     def keys(self) -> Iterable[K]: ...
 
