@@ -39,6 +39,7 @@ BASIS = (
     "test_changelog",
     "test_capabilities",
     "test_model",
+    "test_ttl_model",
     "test_scenarios",
 )
 
