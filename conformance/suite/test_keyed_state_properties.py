@@ -127,15 +127,15 @@ def test_equal_but_distinct_keys_are_different_keys(certification: Any, tmp_path
             state.update(repr(key))
         copy = restored_copy(certification, tmp_path_factory, backend, key_serializer=MsgpackSerializer())
         with copy as restored:
-            for when, keyed in (("", backend), ("after restore, ", restored)):
+            for when, keyed in (("KS-3: ", backend), ("KB-RESTORE-1: after restore, ", restored)):
                 state = keyed.get_or_create_state(value)
                 for key in reversed(EQUAL_BUT_DISTINCT):
                     keyed.set_current_key(key)
                     assert state.value() == repr(key), (
-                        f"KS-3: {when}set_current_key({key!r}).value(): expected {key!r}'s value, got {state.value()!r}"
+                        f"{when}set_current_key({key!r}).value(): expected {key!r}'s value, got {state.value()!r}"
                     )
                 assert keyed.num_state_entries("v") == len(EQUAL_BUT_DISTINCT), (
-                    f"KS-3: {when}{len(EQUAL_BUT_DISTINCT)} distinct keys hold {keyed.num_state_entries('v')} entries"
+                    f"{when}{len(EQUAL_BUT_DISTINCT)} distinct keys hold {keyed.num_state_entries('v')} entries"
                 )
 
 
@@ -149,14 +149,13 @@ def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, 
             state.put(user_key, repr(user_key))
         with restored_copy(certification, tmp_path_factory, backend) as restored:
             restored.set_current_key("k")
-            for when, read in (("", state), ("after restore, ", restored.get_or_create_state(descriptor))):
+            restored_state = restored.get_or_create_state(descriptor)
+            for when, read in (("KS-3: ", state), ("KB-RESTORE-1: after restore, ", restored_state)):
                 for user_key in EQUAL_BUT_DISTINCT:
-                    assert read.get(user_key) == repr(user_key), (
-                        f"KS-3: {when}get({user_key!r}) gave {read.get(user_key)!r}"
-                    )
+                    assert read.get(user_key) == repr(user_key), f"{when}get({user_key!r}) gave {read.get(user_key)!r}"
                 entries = sorted(repr(v) for v in read.values())
                 assert len(entries) == len(EQUAL_BUT_DISTINCT), (
-                    f"KS-3: {when}{len(EQUAL_BUT_DISTINCT)} distinct user keys list {len(entries)} entries: {entries}"
+                    f"{when}{len(EQUAL_BUT_DISTINCT)} distinct user keys list {len(entries)} entries: {entries}"
                 )
 
 
