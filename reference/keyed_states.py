@@ -346,16 +346,21 @@ class MapStateImpl(KvState):
         return not any(self._ttl.visible(stored) for _, stored in self.store.map_items(key_group, key))
 
     def iterator(self) -> MapIterator:
-        return MapIterator(self, self.items())
+        key, key_group = self._entry_key()
+        return MapIterator(self, self.items(), lambda user_key: self._remove_from(key_group, key, user_key))
+
+    def _remove_from(self, key_group: int, key: EntryKey, user_key: Any) -> None:
+        self.store.map_remove(key_group, key, self._kser.serialize(user_key))
 
 
 class MapIterator(Iterator[tuple[Any, Any]]):
     """Iterates a map state's entries as of its creation (with ON_READ_AND_WRITE each read as it is returned, TTL-2);
     `remove()` deletes the last one returned (KS-MAP-5)."""
 
-    def __init__(self, state: MapStateImpl, items: Iterable[tuple[Any, Any]]) -> None:
+    def __init__(self, state: MapStateImpl, items: Iterable[tuple[Any, Any]], remove: Callable[[Any], None]) -> None:
         self._state = state
         self._items = iter(items)
+        self._remove = remove  # from the key and namespace iterated (KS-MAP-2), whatever is current now
         self._last: tuple[Any, Any] | None = None
 
     def __next__(self) -> tuple[Any, Any]:
@@ -365,5 +370,5 @@ class MapIterator(Iterator[tuple[Any, Any]]):
     def remove(self) -> None:
         if self._last is None:
             raise IllegalStateError("remove() called before next() or twice for the same entry")
-        self._state.remove(self._last[0])
+        self._remove(self._last[0])
         self._last = None

@@ -380,6 +380,50 @@ def test_a_map_read_replays_with_the_ttl_refresh_it_made(state_backend: Any, sto
     )
 
 
+@pytest.mark.requirement("CL-4", "KS-MAP-2", "TTL-2")
+@pytest.mark.capability("ttl")
+def test_an_iteration_logs_under_the_key_it_iterates(state_backend: Any, storage: Any) -> None:
+    """Map entries of k1 and k2 written at 0 ms (100 ms TTL, ON_READ_AND_WRITE); at 60 ms an iterator over k1 returns
+    an entry and removes the next while k2 is current. At 120 ms the restored map holds what the live one does: k1's
+    refreshed entry, and nothing of k2, whose entries expired."""
+    descriptor = MapStateDescriptor(
+        "imap",
+        TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE),
+        user_key_serializer=StringSerializer(),
+        user_value_serializer=LongSerializer(),
+    )
+    clock = ManualClock()
+    keys = ("k1", "k2")
+    with keyed_backend(state_backend, clock=clock) as backend:
+        state = backend.get_or_create_state(descriptor)
+        backend.snapshot(1, 0, location_for(storage, 1)).run()
+        backend.notify_checkpoint_complete(1)
+        for key in keys:
+            backend.set_current_key(key)
+            state.put_all({"a": 1, "b": 2})
+        clock.advance(60)
+        backend.set_current_key("k1")
+        iterator = state.iterator()
+        backend.set_current_key("k2")
+        next(iterator)
+        next(iterator)
+        iterator.remove()
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        clock.advance(60)
+        live = {}
+        for key in keys:
+            backend.set_current_key(key)
+            live[key] = sorted(state.items())
+    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
+        restored_state = backend.get_or_create_state(descriptor)
+        got = {}
+        for key in keys:
+            backend.set_current_key(key)
+            got[key] = sorted(restored_state.items())
+    assert live["k2"] == [] and len(live["k1"]) == 1, f"KS-MAP-2: at 120 ms the live map holds {live}"
+    assert got == live, f"CL-4: at 120 ms the live map holds {live} and the one restored from the log {got}"
+
+
 def _plain(state_backend: Any, storage: Any, steps: list[Step], kind: SnapshotType) -> tuple[Any, dict[str, Any]]:
     """A checkpoint or savepoint of the wrapped backend alone (changelog off)."""
     with keyed_backend(state_backend.delegate) as backend:

@@ -214,6 +214,36 @@ def test_map_iterator_remove_once_per_element(backend: Any) -> None:
     assert sorted(state.keys()) == ["a", "c"]
 
 
+@pytest.mark.requirement("KS-MAP-2", "KS-MAP-5")
+def test_an_iteration_stays_on_the_key_and_namespace_it_was_created_for(backend: Any) -> None:
+    state = backend.get_or_create_state(MAP, NS)
+    where = [("k1", "n1"), ("k2", "n1"), ("k1", "n2")]
+    for i, (key, ns) in enumerate(where):
+        backend.set_current_key(key)
+        state.set_current_namespace(ns)
+        state.put_all({"a": i, "b": i})
+    backend.set_current_key("k1")
+    state.set_current_namespace("n1")
+    items, iterator = state.items(), state.iterator()
+    backend.set_current_key("k2")  # the other key and namespace become current before either is consumed
+    state.set_current_namespace("n2")
+    got = sorted(items)
+    assert got == [("a", 0), ("b", 0)], f"KS-MAP-2: items() of k1/n1, consumed while k2/n2 is current, gave {got}"
+    first = next(iterator)
+    assert first in (("a", 0), ("b", 0)), f"KS-MAP-2: iterator() of k1/n1 returned {first} while k2/n2 is current"
+    iterator.remove()
+    remaining = {}
+    for key, ns in where:
+        backend.set_current_key(key)
+        state.set_current_namespace(ns)
+        remaining[(key, ns)] = sorted(state.keys())
+    expected = {("k1", "n1"): sorted({"a", "b"} - {first[0]}), ("k2", "n1"): ["a", "b"], ("k1", "n2"): ["a", "b"]}
+    assert remaining == expected, (
+        f"KS-MAP-5: remove() of k1/n1's iterator after returning {first}, called while k2/n2 is current: "
+        f"expected {expected}, got {remaining}"
+    )
+
+
 @pytest.mark.requirement("KS-RED-1", "KS-RED-2")
 def test_reducing_state(backend: Any) -> None:
     backend.set_current_key("k")

@@ -393,8 +393,10 @@ class MapState(_State):
 
 
 class MapIterator(Iterator[tuple[Any, Any]]):
+    """Over the key and namespace current at its creation, `remove()` included (KS-MAP-2)."""
+
     def __init__(self, state: MapState) -> None:
-        self.state, self.items = state, state.items()
+        self.state, self.key, self.items = state, state._key(), state.items()
         self.last: tuple[Any, Any] | None = None
 
     def __next__(self) -> tuple[Any, Any]:
@@ -404,7 +406,7 @@ class MapIterator(Iterator[tuple[Any, Any]]):
     def remove(self) -> None:
         if self.last is None:
             raise IllegalStateError("remove() before next() or twice for one entry (KS-MAP-5)")
-        self.state.remove(self.last[0])
+        self.state._remove_bytes(self.key, self.state.ser["user_key"].serialize(self.last[0]))
         self.last = None
 
 

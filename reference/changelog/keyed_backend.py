@@ -159,15 +159,22 @@ class ChangelogKeyedStateBackend:
         state.set_current_namespace(namespace)
         return state
 
-    def log_change(self, state: str, op: Op, namespace: bytes, payload: Any) -> None:
-        """Append one change of the current key (CL-3); the time is recorded for TTL'd states only (replay needs
-        it there, CL-4), 0 elsewhere."""
-        key = self._delegate.get_current_key()
+    def current_key_and_group(self) -> tuple[bytes, int]:
+        """The current key, serialized, and its key group: what a change made now is logged under."""
+        return self._delegate.key_serializer.serialize(self._delegate.get_current_key()), self.current_key_group
+
+    def log_change(
+        self, state: str, op: Op, namespace: bytes, payload: Any, at: tuple[bytes, int] | None = None
+    ) -> None:
+        """Append one change (CL-3) of the current key, or of the key and key group `at` (a map iteration's reads
+        belong to the key it iterates, KS-MAP-2); the time is recorded for TTL'd states only (replay needs it
+        there, CL-4), 0 elsewhere."""
+        key, key_group = at if at is not None else self.current_key_and_group()
         self._writer.append(
-            self._delegate.current_key_group,
+            key_group,
             state,
             op,
-            self._delegate.key_serializer.serialize(key),
+            key,
             namespace,
             self._clock.now_ms() if state in self._ttl_states else 0,
             payload,

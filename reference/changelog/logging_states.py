@@ -15,7 +15,11 @@ from statecert.spec.state import VOID_NAMESPACE, InternalAppendingState, StateKi
 
 
 class ChangeLogger(Protocol):
-    def log_change(self, state: str, op: Op, namespace: bytes, payload: Any) -> None: ...
+    def current_key_and_group(self) -> tuple[bytes, int]: ...
+
+    def log_change(
+        self, state: str, op: Op, namespace: bytes, payload: Any, at: tuple[bytes, int] | None = None
+    ) -> None: ...
 
 
 class LoggingState:
@@ -38,9 +42,9 @@ class LoggingState:
         self._namespace: Any = VOID_NAMESPACE
         self._touches = ttl is not None and ttl.update_type is TtlUpdateType.ON_READ_AND_WRITE
 
-    def _log(self, op: Op, payload: Any, namespace: Any = None) -> None:
+    def _log(self, op: Op, payload: Any, namespace: Any = None, at: tuple[bytes, int] | None = None) -> None:
         ns = self._namespace if namespace is None else namespace
-        self._logger.log_change(self.name, op, self.namespace_serializer.serialize(ns), payload)
+        self._logger.log_change(self.name, op, self.namespace_serializer.serialize(ns), payload, at)
 
     def _touch(self, payload: Any = None) -> None:
         if self._touches:
@@ -128,10 +132,11 @@ class LoggingMapState(LoggingState):
         if not self._touches:
             return entries
         namespace, serialize = self._namespace, self._serializers["user_key"].serialize
+        at = self._logger.current_key_and_group()  # the key iterated, whatever is current when an entry comes
 
         def touched() -> Iterator[tuple[Any, Any]]:
             for entry in entries:  # the wrapped state refreshed this entry as it returned it (TTL-2)
-                self._log(Op.TOUCH, serialize(entry[0]), namespace=namespace)
+                self._log(Op.TOUCH, serialize(entry[0]), namespace=namespace, at=at)
                 yield entry
 
         return touched()
@@ -157,6 +162,7 @@ class LoggingMapIterator(Iterator[tuple[Any, Any]]):
         self._state = state
         self._delegate = delegate
         self._namespace = state._namespace
+        self._at = state._logger.current_key_and_group()
         self._last: Any = None
 
     def __next__(self) -> tuple[Any, Any]:
@@ -164,13 +170,14 @@ class LoggingMapIterator(Iterator[tuple[Any, Any]]):
         self._last = entry
         if self._state._touches:
             user_key = self._state._serializers["user_key"].serialize(entry[0])
-            self._state._log(Op.TOUCH, user_key, namespace=self._namespace)
+            self._state._log(Op.TOUCH, user_key, namespace=self._namespace, at=self._at)
         return entry  # type: ignore[no-any-return]
 
     def remove(self) -> None:
         self._delegate.remove()
         if self._last is not None:
-            self._state._log(Op.REMOVE, self._state._serializers["user_key"].serialize(self._last[0]))
+            user_key = self._state._serializers["user_key"].serialize(self._last[0])
+            self._state._log(Op.REMOVE, user_key, namespace=self._namespace, at=self._at)
 
 
 class LoggingReducingState(LoggingState):
