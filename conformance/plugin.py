@@ -295,8 +295,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     session.excluded[rid] = excluded
             continue
         keep.append(item)
-        session.order[test_id(item.path.stem, item.name)] = len(session.order)
-        session.selected[test_id(item.path.stem, item.name)] = _requirements_of(item)
+        tid = test_id(item.path.stem, item.name)
+        session.order[tid] = len(session.order)
+        session.selected[tid] = _requirements_of(item)
         used, unsupported = capabilities_of(item)
         try:
             lacking = caps.missing(session.capabilities, used) + caps.missing(session.capabilities, unsupported, False)

@@ -853,12 +853,21 @@ class _IgnoresLog(ChangelogKeyedStateBackend):
     change_reader = staticmethod(lambda handles, params: ({}, []))
 
 
-def _changelog_factory(keyed: type[ChangelogKeyedStateBackend]) -> Any:
+def _changelog_factory(
+    keyed: type[ChangelogKeyedStateBackend] = ChangelogKeyedStateBackend, wrapped: Any = None
+) -> Any:
+    """The changelog backend, materializing at every checkpoint, with `keyed` as its keyed backend, wrapping the
+    heap backend or the backend the factory `wrapped` makes."""
+
     class Broken(ChangelogStateBackend):
         def create_keyed_state_backend(self, params: Any) -> Any:
             return keyed(self.delegate, params, self.settings)
 
-    return lambda config: Broken(HashMapStateBackend(), ChangelogSettings(materialize_interval_ms=0))
+    def factory(config: Any) -> Any:
+        delegate = HashMapStateBackend() if wrapped is None else wrapped(config)
+        return Broken(delegate, ChangelogSettings(materialize_interval_ms=0))
+
+    return factory
 
 
 def _rocksdb_factory(keyed: type[RocksDBKeyedStateBackend]) -> Any:
@@ -921,13 +930,11 @@ operator_backend_open_after_close = _factory(operator=_OperatorBackendOpenAfterC
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
-changelog_empty_accumulator_logged = lambda config: ChangelogStateBackend(  # noqa: E731
-    _factory(_with_state(AggregatingStateImpl, _EmptyAccumulatorInternal))(config),
-    ChangelogSettings(materialize_interval_ms=0),
+changelog_empty_accumulator_logged = _changelog_factory(
+    wrapped=_factory(_with_state(AggregatingStateImpl, _EmptyAccumulatorInternal))
 )
-changelog_without_internal_accessors = lambda config: ChangelogStateBackend(  # noqa: E731
-    _factory(_with_state(AggregatingStateImpl, _NoInternalAccessors))(config),
-    ChangelogSettings(materialize_interval_ms=0),
+changelog_without_internal_accessors = _changelog_factory(
+    wrapped=_factory(_with_state(AggregatingStateImpl, _NoInternalAccessors))
 )
 ttl_folds_expired = _factory(_with_state(ReducingStateImpl, _FoldsExpired))
 key_serializer_not_reconfigured = _factory(_KeySerializerNotReconfigured)

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import keyed_backend, location_for
+from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
 from statecert.conformance.suite.test_keyed_state_properties import Sequence_
-from statecert.conformance.suite.test_ttl import MAP_READS
+from statecert.conformance.suite.test_ttl import ALL_KINDS, MAP_READS, ttl_state
+from statecert.conformance.suite.test_ttl import descriptor as ttl_descriptor
 from statecert.reference.changelog.records import MAGIC
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -99,6 +100,13 @@ def contents(backend: Any) -> dict[str, Any]:
 def restored(state_backend: Any, handle: Any, **kwargs: Any) -> dict[str, Any]:
     with keyed_backend(state_backend, restore=[handle] if handle is not None else [], **kwargs) as backend:
         return contents(backend)
+
+
+def materialize(backend: Any, storage: Any) -> None:
+    """Checkpoint 1, completed: a materialization, after which changes reach the next checkpoint as log segments
+    that its restore replays (CL-2, CL-4)."""
+    snapshot_now(backend, location_for(storage, 1), 1)
+    backend.notify_checkpoint_complete(1)
 
 
 def checkpoints(state_backend: Any, storage: Any, runs: list[list[Step]], complete: set[int]) -> Iterator[Any]:
@@ -194,8 +202,7 @@ def test_a_merge_replays_from_the_log_as_merged(
         backend.set_current_key("k")
         state = backend.get_partitioned_state("t", descriptor, StringSerializer())
         state.add("m")  # materialized at checkpoint 1, then cleared in the log
-        backend.snapshot(1, 0, location_for(storage, 1)).run()
-        backend.notify_checkpoint_complete(1)
+        materialize(backend, storage)
         state.clear()
         for namespace, values in zip(namespaces, [target, *sources], strict=True):
             state.set_current_namespace(namespace)
@@ -206,7 +213,7 @@ def test_a_merge_replays_from_the_log_as_merged(
         for namespace in namespaces:
             state.set_current_namespace(namespace)
             expected[namespace] = state.get()
-        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
     with keyed_backend(state_backend, restore=[handle]) as backend:
         backend.set_current_key("k")
         state = backend.get_partitioned_state("t", descriptor, StringSerializer())
@@ -236,25 +243,19 @@ def test_a_merge_keeps_its_ttl_through_the_log(
     """A merge replayed from the log leaves each TTL timestamp as the live merge did: a list merge moves each element
     with its timestamp (TTL-4), and a merge whose sources were empty leaves the target as it was. State written at
     0 ms with a 100 ms TTL, merged at 90 ms, checkpointed, then read at 110 ms live and restored."""
-    ttl = TtlConfig(100, update)
-    descriptor = (
-        ListStateDescriptor("tl", element_serializer=StringSerializer(), ttl=ttl)
-        if kind == "list"
-        else ReducingStateDescriptor("tr", reduce_function=lambda a, b: a + b, serializer=StringSerializer(), ttl=ttl)
-    )
+    descriptor, write, _ = ttl_state(kind, TtlConfig(100, update))
     clock = ManualClock()
     with keyed_backend(state_backend, clock=clock) as backend:
         backend.set_current_key("k")
         state = backend.get_partitioned_state("target", descriptor, StringSerializer())
-        state.add("a")
-        backend.snapshot(1, 0, location_for(storage, 1)).run()
-        backend.notify_checkpoint_complete(1)
+        write(state)
+        materialize(backend, storage)
         if sources_hold == "values":
             state.set_current_namespace("source")
-            state.add("b")
+            write(state)
         clock.advance(90)
         state.merge_namespaces("target", ["source"])
-        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
         clock.advance(20)
         state.set_current_namespace("target")
         live = state.get()
@@ -272,63 +273,26 @@ def test_a_merge_keeps_its_ttl_through_the_log(
     )
 
 
-TTL_KINDS: dict[str, tuple[Any, Any, Any]] = {  # kind -> (descriptor for a TTL, write, read)
-    "value": (
-        lambda ttl: ValueStateDescriptor("rv", ttl, serializer=StringSerializer()),
-        lambda s: s.update("a"),
-        lambda s: s.value(),
-    ),
-    "list": (
-        lambda ttl: ListStateDescriptor("rl", ttl, element_serializer=StringSerializer()),
-        lambda s: s.add("a"),
-        lambda s: s.get(),
-    ),
-    "map": (
-        lambda ttl: MapStateDescriptor(
-            "rm", ttl, user_key_serializer=StringSerializer(), user_value_serializer=StringSerializer()
-        ),
-        lambda s: s.put("u", "a"),
-        lambda s: s.get("u"),
-    ),
-    "reducing": (
-        lambda ttl: ReducingStateDescriptor(
-            "rr", ttl, reduce_function=lambda a, b: a + b, serializer=StringSerializer()
-        ),
-        lambda s: s.add("a"),
-        lambda s: s.get(),
-    ),
-    "aggregating": (
-        lambda ttl: AggregatingStateDescriptor(
-            "ra", ttl, aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer()
-        ),
-        lambda s: s.add("a"),
-        lambda s: s.get(),
-    ),
-}
-
-
 @pytest.mark.requirement("CL-4", "TTL-2")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize("update", list(TtlUpdateType), ids=lambda u: u.value)
-@pytest.mark.parametrize("kind", sorted(TTL_KINDS))
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_a_read_replays_with_the_ttl_refresh_it_made(
     state_backend: Any, storage: Any, kind: str, update: TtlUpdateType
 ) -> None:
     """Written at 0 ms with a 100 ms TTL, read at 80 ms, checkpointed, read at 150 ms live and restored: with
     ON_READ_AND_WRITE the read at 80 ms refreshed the entry, so both still hold it; with ON_CREATE_AND_WRITE it
     expired at 100 ms in both."""
-    make, write, read = TTL_KINDS[kind]
-    descriptor = make(TtlConfig(100, update))
+    descriptor, write, read = ttl_state(kind, TtlConfig(100, update))
     clock = ManualClock()
     with keyed_backend(state_backend, clock=clock) as backend:
         backend.set_current_key("k")
         state = backend.get_or_create_state(descriptor)
-        backend.snapshot(1, 0, location_for(storage, 1)).run()
-        backend.notify_checkpoint_complete(1)
+        materialize(backend, storage)
         write(state)
         clock.advance(80)
         read(state)
-        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
         clock.advance(70)
         live = read(state)
     with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
@@ -351,23 +315,17 @@ def test_a_map_read_replays_with_the_ttl_refresh_it_made(state_backend: Any, sto
     """Map entries u1 and u2 written at 0 ms with a 100 ms TTL (ON_READ_AND_WRITE), read at 60 ms (one entry, every
     entry, an iteration stopped after one, `is_empty`), checkpointed: at 120 ms the restored map holds the entries
     the live one does."""
-    descriptor = MapStateDescriptor(
-        "rmap",
-        TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE),
-        user_key_serializer=StringSerializer(),
-        user_value_serializer=LongSerializer(),
-    )
+    descriptor = ttl_descriptor("map", TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE))
     clock = ManualClock()
     with keyed_backend(state_backend, clock=clock) as backend:
         backend.set_current_key("k")
         state = backend.get_or_create_state(descriptor)
-        backend.snapshot(1, 0, location_for(storage, 1)).run()
-        backend.notify_checkpoint_complete(1)
+        materialize(backend, storage)
         state.put("u1", 1)
         state.put("u2", 2)
         clock.advance(60)
         MAP_READS[read](state)
-        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
         clock.advance(60)
         live = {u for u in ("u1", "u2") if state.get(u) is not None}
     with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
@@ -386,18 +344,12 @@ def test_an_iteration_logs_under_the_key_it_iterates(state_backend: Any, storage
     """Map entries of k1 and k2 written at 0 ms (100 ms TTL, ON_READ_AND_WRITE); at 60 ms an iterator over k1 returns
     an entry and removes the next while k2 is current. At 120 ms the restored map holds what the live one does: k1's
     refreshed entry, and nothing of k2, whose entries expired."""
-    descriptor = MapStateDescriptor(
-        "imap",
-        TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE),
-        user_key_serializer=StringSerializer(),
-        user_value_serializer=LongSerializer(),
-    )
+    descriptor = ttl_descriptor("map", TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE))
     clock = ManualClock()
     keys = ("k1", "k2")
     with keyed_backend(state_backend, clock=clock) as backend:
         state = backend.get_or_create_state(descriptor)
-        backend.snapshot(1, 0, location_for(storage, 1)).run()
-        backend.notify_checkpoint_complete(1)
+        materialize(backend, storage)
         for key in keys:
             backend.set_current_key(key)
             state.put_all({"a": 1, "b": 2})
@@ -408,7 +360,7 @@ def test_an_iteration_logs_under_the_key_it_iterates(state_backend: Any, storage
         next(iterator)
         next(iterator)
         iterator.remove()
-        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
         clock.advance(60)
         live = {}
         for key in keys:
@@ -519,8 +471,7 @@ def test_failed_materializations_are_tolerated_up_to_the_limit(state_backend: An
     )
     with keyed_backend(state_backend) as backend:
         apply(backend, ("append", 0, 1))
-        backend.snapshot(1, 0, location_for(storage, 1)).run()
-        backend.notify_checkpoint_complete(1)
+        materialize(backend, storage)
         handles = {}
         for checkpoint_id in (2, 3, 4):
             apply(backend, ("append", 0, checkpoint_id))

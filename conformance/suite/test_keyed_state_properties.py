@@ -159,44 +159,39 @@ def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, 
                 )
 
 
-@pytest.mark.requirement("KS-RED-1", "KB-RESTORE-1")
-@given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
-def test_reducing_applies_the_function_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
+def check_folds_in_order(
+    certification: Any, tmp_path_factory: Any, descriptor: Any, values: list[str], requirement: str
+) -> None:
+    """Adding `values` to reducing or aggregating state that concatenates gives them in order, live, and adding "!"
+    after a snapshot and restore appends to the restored value."""
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         backend.set_current_key("k")
-        state = backend.get_or_create_state(CONCAT)
+        state = backend.get_or_create_state(descriptor)
         for v in values:
             state.add(v)
         assert state.get() == "".join(values), (
-            f"KS-RED-1: adding {values} with reduce(a, b) = a + b: expected {''.join(values)!r}, got {state.get()!r}"
+            f"{requirement}: adding {values} to {descriptor.name!r}: expected {''.join(values)!r}, got {state.get()!r}"
         )
         with restored_copy(certification, tmp_path_factory, backend) as restored:
             restored.set_current_key("k")
-            state = restored.get_or_create_state(CONCAT)
+            state = restored.get_or_create_state(descriptor)
             state.add("!")
             assert state.get() == "".join(values) + "!", (
-                f"KS-RED-1: adding {values}, restoring, then adding '!': expected {''.join(values) + '!'!r}, got "
-                f"{state.get()!r}"
+                f"{requirement}: adding {values} to {descriptor.name!r}, restoring, then adding '!': expected "
+                f"{''.join(values) + '!'!r}, got {state.get()!r}"
             )
+
+
+@pytest.mark.requirement("KS-RED-1", "KB-RESTORE-1")
+@given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
+def test_reducing_applies_the_function_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
+    check_folds_in_order(certification, tmp_path_factory, CONCAT, values, "KS-RED-1")
 
 
 @pytest.mark.requirement("KS-AGG-1", "KB-RESTORE-1")
 @given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=3), min_size=1, max_size=12))
 def test_aggregating_adds_in_order(certification: Any, tmp_path_factory: Any, values: list[str]) -> None:
-    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
-        backend.set_current_key("k")
-        state = backend.get_or_create_state(SEQUENCE)
-        for v in values:
-            state.add(v)
-        assert state.get() == "".join(values), f"KS-AGG-1: adding {values}: got {state.get()!r}"
-        with restored_copy(certification, tmp_path_factory, backend) as restored:
-            restored.set_current_key("k")
-            state = restored.get_or_create_state(SEQUENCE)
-            state.add("!")
-            assert state.get() == "".join(values) + "!", (
-                f"KS-AGG-1: adding {values}, restoring, then adding '!': expected {''.join(values) + '!'!r}, got "
-                f"{state.get()!r}"
-            )
+    check_folds_in_order(certification, tmp_path_factory, SEQUENCE, values, "KS-AGG-1")
 
 
 @pytest.mark.requirement("KS-MERGE-1", "KS-MERGE-2", "KS-MERGE-3", "KB-RESTORE-1")

@@ -217,6 +217,16 @@ def folding(kind: str, ttl: TtlConfig) -> Any:
     )
 
 
+ALL_KINDS = sorted([*KINDS, "aggregating", "reducing"])
+
+
+def ttl_state(kind: str, ttl: TtlConfig) -> tuple[Any, Callable[[Any], None], Callable[[Any], Any]]:
+    """State of any kind with `ttl`, a write of one value to it, and a read of it (None when absent or expired)."""
+    if kind in WRITE:
+        return descriptor(kind, ttl), lambda state: WRITE[kind](state, 1), READ[kind]
+    return folding(kind, ttl), lambda state: state.add("a"), lambda state: state.get()
+
+
 @pytest.mark.requirement("TTL-1", "TTL-2", "TTL-3")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize("kind", ["aggregating", "reducing"])

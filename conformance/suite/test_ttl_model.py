@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from statecert.conformance.helpers import keyed_backend, location_for
+from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import (
@@ -75,6 +75,15 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self.backend.set_current_key(key or self.key)
             return self.backend.get_partitioned_state(ns or self.ns, descriptor, NAMESPACES)
 
+        def _read(self, entries: dict[Any, tuple[Any, int]], at: Any) -> Any:
+            """The model's read of the entry at `at` in `entries`: its value, refreshed as an ON_READ_AND_WRITE read
+            refreshes it (TTL-2); None, and gone, when absent or expired."""
+            stored = entries.pop(at, None)
+            if stored is None or not self._alive(stored[1]):
+                return None
+            entries[at] = (stored[0], self.clock.now_ms())
+            return stored[0]
+
         def _where(self) -> Where:
             return (self.key, self.ns)
 
@@ -98,11 +107,7 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
         def value_read(self, dt: int) -> None:
             self.clock.advance(dt)
             got = self._state(VALUE).value()
-            stored = self.values.pop(self._where(), None)
-            expected = None
-            if stored is not None and self._alive(stored[1]):
-                expected = stored[0]
-                self.values[self._where()] = (expected, self.clock.now_ms())  # the read refreshed it (TTL-2)
+            expected = self._read(self.values, self._where())
             assert got == expected, f"TTL-2: value() {self._program('read')}: expected {expected!r}, got {got!r}"
 
         # -- list state, ON_CREATE_AND_WRITE, merged across namespaces ------------------------------------------
@@ -143,13 +148,7 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self.maps.setdefault(self._where(), {})[uk] = (v, self.clock.now_ms())
 
         def _map_read(self, uk: str) -> int | None:
-            """The model's read of one entry: its value, refreshed; None (and gone) when expired."""
-            entries = self.maps.get(self._where(), {})
-            stored = entries.pop(uk, None)
-            if stored is None or not self._alive(stored[1]):
-                return None
-            entries[uk] = (stored[0], self.clock.now_ms())
-            return stored[0]
+            return self._read(self.maps.get(self._where(), {}), uk)  # type: ignore[no-any-return]
 
         @precondition(lambda self: self.kind == "map")
         @rule(dt=TICKS, uk=st.sampled_from(USER_KEYS), contains=st.booleans())
@@ -205,18 +204,14 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
         def reducing_read(self, dt: int) -> None:
             self.clock.advance(dt)
             got = self._state(REDUCING).get()
-            stored = self.reduced.pop(self._where(), None)
-            expected = None
-            if stored is not None and self._alive(stored[1]):
-                expected = stored[0]
-                self.reduced[self._where()] = (expected, self.clock.now_ms())
+            expected = self._read(self.reduced, self._where())
             assert got == expected, f"TTL-3: get() {self._program('read')}: expected {expected!r}, got {got!r}"
 
         # -- checkpoints and recovery -----------------------------------------------------------------------------
         def _checkpoint(self) -> Any:
             self.checkpoint_id += 1
             location = location_for(self.storage, self.checkpoint_id, "ttl-model")
-            handle = self.backend.snapshot(self.checkpoint_id, 0, location).run()
+            handle = snapshot_now(self.backend, location, self.checkpoint_id)
             self.backend.notify_checkpoint_complete(self.checkpoint_id)
             return handle
 
