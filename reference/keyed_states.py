@@ -304,7 +304,7 @@ class MapStateImpl(KvState):
 
     def remove(self, user_key: Any) -> None:
         key, key_group = self._entry_key()
-        self.store.map_remove(key_group, key, self._kser.serialize(user_key))
+        self._remove_from(key_group, key, user_key)
 
     def _live_items(self) -> list[tuple[bytes, bytes]]:
         key, key_group = self._entry_key()
@@ -347,7 +347,7 @@ class MapStateImpl(KvState):
 
     def iterator(self) -> MapIterator:
         key, key_group = self._entry_key()
-        return MapIterator(self, self.items(), lambda user_key: self._remove_from(key_group, key, user_key))
+        return MapIterator(self.items(), lambda user_key: self._remove_from(key_group, key, user_key))
 
     def _remove_from(self, key_group: int, key: EntryKey, user_key: Any) -> None:
         self.store.map_remove(key_group, key, self._kser.serialize(user_key))
@@ -357,8 +357,7 @@ class MapIterator(Iterator[tuple[Any, Any]]):
     """Iterates a map state's entries as of its creation (with ON_READ_AND_WRITE each read as it is returned, TTL-2);
     `remove()` deletes the last one returned (KS-MAP-5)."""
 
-    def __init__(self, state: MapStateImpl, items: Iterable[tuple[Any, Any]], remove: Callable[[Any], None]) -> None:
-        self._state = state
+    def __init__(self, items: Iterable[tuple[Any, Any]], remove: Callable[[Any], None]) -> None:
         self._items = iter(items)
         self._remove = remove  # from the key and namespace iterated (KS-MAP-2), whatever is current now
         self._last: tuple[Any, Any] | None = None
