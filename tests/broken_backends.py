@@ -813,6 +813,17 @@ class _NoInternalAccessors(AggregatingStateImpl):
         return super().__getattribute__(name)
 
 
+# 60. A list read returns the expired elements it may return (RETURN_EXPIRED_IF_NOT_CLEANED_UP) but leaves them
+# stored, so every later read returns them again (TTL-3).
+class _ListKeepsReturnedExpired(ListStateImpl):
+    def get(self) -> list[Any] | None:
+        key, key_group = self._entry_key()
+        stored = self.store.get_list(key_group, key)
+        if stored is None or not self._ttl.return_expired:
+            return super().get()
+        return [self._ser.deserialize(self._ttl.payload(e)) for e in stored] or None
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -940,6 +951,7 @@ ttl_folds_expired = _factory(_with_state(ReducingStateImpl, _FoldsExpired))
 key_serializer_not_reconfigured = _factory(_KeySerializerNotReconfigured)
 key_serializer_migration_accepted = _factory(_KeySerializerMigrationAccepted)
 ttl_merge_refreshes = _factory(_with_state(ListStateImpl, _MergeRefreshesTtl))
+ttl_list_returns_expired_twice = _factory(_with_state(ListStateImpl, _ListKeepsReturnedExpired))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -996,6 +1008,7 @@ CAUGHT_BY = {
     "key_serializer_not_reconfigured": "SER-6",
     "key_serializer_migration_accepted": "SER-6",
     "ttl_merge_refreshes": "TTL-4",
+    "ttl_list_returns_expired_twice": "TTL-3",
     "broadcast_keys_by_equality": "OS-3",
     "operator_update_appends": "OS-7",
     "operator_restore_skips_element_check": "OS-8",

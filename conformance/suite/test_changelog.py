@@ -34,6 +34,7 @@ from statecert.spec.state import (
     ReducingStateDescriptor,
     SystemClock,
     TtlConfig,
+    TtlStateVisibility,
     TtlUpdateType,
     ValueStateDescriptor,
 )
@@ -305,6 +306,42 @@ def test_a_read_replays_with_the_ttl_refresh_it_made(
     assert got == live, (
         f"CL-4: {kind} state written at 0 ms and read at 80 ms ({update.value}, 100 ms TTL): at 150 ms it reads "
         f"{live!r} live and {got!r} restored from the log"
+    )
+
+
+@pytest.mark.requirement("CL-4", "TTL-3")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("update", list(TtlUpdateType), ids=lambda u: u.value)
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_a_read_that_cleans_up_an_expired_entry_replays_its_cleanup(
+    state_backend: Any, storage: Any, kind: str, update: TtlUpdateType
+) -> None:
+    """Written at 0 ms with a 100 ms TTL that returns expired entries until cleaned up, read at 150 ms (which may
+    return the expired entry once, and cleans it up), checkpointed: read again, the live state and the one restored
+    from the log both hold nothing."""
+    descriptor, write, read = ttl_state(
+        kind, TtlConfig(100, update, TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+    )
+    clock = ManualClock()
+    with keyed_backend(state_backend, clock=clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        materialize(backend, storage)
+        write(state)
+        clock.advance(150)
+        first = read(state)
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
+        live = read(state)
+    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
+        backend.set_current_key("k")
+        got = read(backend.get_or_create_state(descriptor))
+    assert live is None, (
+        f"TTL-3: {kind} state written at 0 ms (100 ms TTL, {update.value}, return expired if not cleaned up) read "
+        f"{first!r} at 150 ms and then {live!r}: the first read did not clean it up"
+    )
+    assert got is None, (
+        f"CL-4: {kind} state written at 0 ms (100 ms TTL, {update.value}, return expired if not cleaned up) and read "
+        f"at 150 ms, which cleaned it up: restored from the log it reads {got!r}"
     )
 
 

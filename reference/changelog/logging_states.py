@@ -11,7 +11,14 @@ from typing import Any, Protocol
 from statecert.reference.changelog.records import Op
 from statecert.spec.errors import UnsupportedFeatureError
 from statecert.spec.serializers import TypeSerializer
-from statecert.spec.state import VOID_NAMESPACE, InternalAppendingState, StateKind, TtlConfig, TtlUpdateType
+from statecert.spec.state import (
+    VOID_NAMESPACE,
+    InternalAppendingState,
+    StateKind,
+    TtlConfig,
+    TtlStateVisibility,
+    TtlUpdateType,
+)
 
 
 class ChangeLogger(Protocol):
@@ -40,7 +47,12 @@ class LoggingState:
         self._logger = logger
         self._serializers = dict(serializers)
         self._namespace: Any = VOID_NAMESPACE
-        self._touches = ttl is not None and ttl.update_type is TtlUpdateType.ON_READ_AND_WRITE
+        # A read changes state when it refreshes what it returns (ON_READ_AND_WRITE, TTL-2) or cleans up an expired
+        # entry it may still return (RETURN_EXPIRED_IF_NOT_CLEANED_UP, TTL-3): such reads are logged and replayed.
+        self._touches = ttl is not None and (
+            ttl.update_type is TtlUpdateType.ON_READ_AND_WRITE
+            or ttl.visibility is TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
+        )
 
     def _log(self, op: Op, payload: Any, namespace: Any = None, at: tuple[bytes, int] | None = None) -> None:
         ns = self._namespace if namespace is None else namespace

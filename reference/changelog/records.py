@@ -36,7 +36,8 @@ class Op(str, enum.Enum):
     REPLACE = "r"  # list: the whole list
     PUT = "p"  # map: [user key, value]
     REMOVE = "d"  # map: user key
-    TOUCH = "t"  # a read that refreshes TTL (ON_READ_AND_WRITE); payload: a map user key or None
+    TOUCH = "t"  # a read that refreshes (ON_READ_AND_WRITE) or cleans up (RETURN_EXPIRED_IF_NOT_CLEANED_UP) TTL
+    # state; payload: a map user key or None
     MERGE = "m"  # list: the change's namespace is the target; payload: the source namespaces (version 2)
 
 
