@@ -1,6 +1,7 @@
-"""Model-based tier: random programs of state operations, key and namespace switches, checkpoints, restores at
-other parallelisms and round trips through the reference backend, checked against a plain-dict model that shares
-no code with the backend under test. A failure prints the shrunk program (the steps of `BackendMachine`)."""
+"""Model-based tier: random programs of state operations (value, list, map, reducing and aggregating state, merges of
+namespaces, timers), key and namespace switches, checkpoints, restores at other parallelisms and round trips through
+the reference backend, checked against a plain-dict model that shares no code with the backend under test. A failure
+prints the shrunk program (the steps of `BackendMachine`)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,33 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from statecert.conformance.capabilities import declared, supports
+from statecert.conformance.suite.test_keyed_state_properties import Sum
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
 from statecert.spec.metadata import CheckpointKind
-from statecert.spec.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 
 MAX_PARALLELISM = 16
 KEYS = StringSerializer()
 NAMESPACES = StringSerializer()
 KEY_POOL = [f"k{i}" for i in range(6)]
-NS_POOL = ["n0", "n1"]
+NS_POOL = ["n0", "n1", "n2"]
 VALUE = ValueStateDescriptor("value", serializer=LongSerializer())
 LIST = ListStateDescriptor("list", element_serializer=LongSerializer())
 MAP = MapStateDescriptor("map", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+REDUCING = ReducingStateDescriptor("reducing", reduce_function=lambda a, b: a + b, serializer=LongSerializer())
+AGGREGATING = AggregatingStateDescriptor(
+    "aggregating", aggregate_function=Sum(), accumulator_serializer=LongSerializer()
+)
 INTS = st.integers(-(2**40), 2**40)
 
 
@@ -52,6 +64,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.values: dict[tuple[str, str], int] = {}
             self.lists: dict[tuple[str, str], list[int]] = {}
             self.maps: dict[tuple[str, str], dict[str, int]] = {}
+            self.sums: dict[str, dict[tuple[str, str], int]] = {"reducing": {}, "aggregating": {}}
+            self.merged: set[tuple[str, str]] = set()  # lists whose element order a merge left open (KS-MERGE-1)
             # timers (chapter TM): (kind, key, namespace, timestamp) registered and not yet fired or deleted
             self.timers_supported = supports(declared(self.backend), "timers")
             self.timers: set[tuple[str, str, str, int]] = set()
@@ -99,6 +113,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         @rule(vs=st.lists(INTS, max_size=3))
         def list_update(self, vs: list[int]) -> None:
             self._state(LIST).update(vs)
+            self.merged.discard((self.key, self.ns))
             if vs:
                 self.lists[(self.key, self.ns)] = list(vs)
             else:
@@ -116,6 +131,54 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             entries.pop(uk, None)
             if not entries:
                 self.maps.pop((self.key, self.ns), None)
+
+        @rule(v=INTS, namespaces=st.lists(st.sampled_from(NS_POOL), min_size=1, unique=True))
+        def fold_add(self, v: int, namespaces: list[str]) -> None:
+            """Adds `v` to reducing and aggregating state in each of `namespaces` of the current key, as a sliding
+            window operator adds an element to every window it falls in."""
+            for ns in namespaces:
+                for kind, descriptor in (("reducing", REDUCING), ("aggregating", AGGREGATING)):
+                    self._state(descriptor, ns=ns).add(v)
+                    self.sums[kind][(self.key, ns)] = self.sums[kind].get((self.key, ns), 0) + v
+
+        @rule(every_other=st.booleans(), one=st.sampled_from(NS_POOL))
+        def merge_namespaces(self, every_other: bool, one: str) -> None:
+            """Merges every other namespace, or `one`, into the current namespace in list, reducing and aggregating
+            state (KS-MERGE-1, KS-MERGE-2); the order of a merged list is left open, so it is compared as a multiset
+            from then on."""
+            sources = [s for s in NS_POOL if s != self.ns] if every_other else [one] if one != self.ns else []
+            target = (self.key, self.ns)
+            for descriptor in (LIST, REDUCING, AGGREGATING):
+                self._state(descriptor).merge_namespaces(self.ns, sources)
+            moved = [v for s in sources for v in self.lists.pop((self.key, s), [])]
+            self.merged.difference_update((self.key, s) for s in sources)
+            if moved:
+                self.lists.setdefault(target, []).extend(moved)
+                self.merged.add(target)
+            for sums in self.sums.values():
+                folded = [sums.pop((self.key, s)) for s in sources if (self.key, s) in sums]
+                if folded:
+                    sums[target] = sums.get(target, 0) + sum(folded)
+
+        def _check(self, key: str, ns: str) -> None:
+            where = (key, ns)
+            got = self._state(VALUE, key, ns).value()
+            assert got == self.values.get(where), (
+                f"KS-VALUE-1: value() at {where}: expected {self.values.get(where)}, got {got}"
+            )
+            got_list, want = self._state(LIST, key, ns).get(), self.lists.get(where)
+            if where in self.merged and got_list is not None and want is not None:
+                got_list, want = sorted(got_list), sorted(want)
+            assert got_list == want, f"KS-LIST-1: get() at {where}: expected {want}, got {got_list}"
+            got_map = dict(self._state(MAP, key, ns).items())
+            assert got_map == self.maps.get(where, {}), (
+                f"KS-MAP-2: items() at {where}: expected {self.maps.get(where, {})}, got {got_map}"
+            )
+            for kind, descriptor in (("reducing", REDUCING), ("aggregating", AGGREGATING)):
+                got = self._state(descriptor, key, ns).get()
+                assert got == self.sums[kind].get(where), (
+                    f"KS-MERGE-1: {kind} get() at {where}: expected {self.sums[kind].get(where)}, got {got}"
+                )
 
         # -- timers ------------------------------------------------------------------------------------------------
         def on_event_time(self, timer: Any) -> None:
@@ -207,10 +270,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
 
         @invariant()
         def current_entries_match_the_model(self) -> None:
-            where = (self.key, self.ns)
-            assert self._state(VALUE).value() == self.values.get(where), f"value state at {where}"
-            assert self._state(LIST).get() == self.lists.get(where), f"list state at {where}"
-            assert dict(self._state(MAP).items()) == self.maps.get(where, {}), f"map state at {where}"
+            self._check(self.key, self.ns)
 
         @invariant()
         def timer_counts_match_the_model(self) -> None:
@@ -225,9 +285,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         def every_entry_matches_the_model(self) -> None:
             for key in KEY_POOL:
                 for ns in NS_POOL:
-                    assert self._state(VALUE, key, ns).value() == self.values.get((key, ns)), (key, ns)
-                    assert self._state(LIST, key, ns).get() == self.lists.get((key, ns)), (key, ns)
-                    assert dict(self._state(MAP, key, ns).items()) == self.maps.get((key, ns), {}), (key, ns)
+                    self._check(key, ns)
 
         def teardown(self) -> None:
             for s in self.subtasks:
@@ -246,6 +304,10 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
     "KS-LIST-1",
     "KS-MAP-2",
     "KS-VALUE-1",
+    "KS-MERGE-1",
+    "KS-MERGE-2",
+    "KS-RED-1",
+    "KS-AGG-1",
     "TM-3",
     "TM-4",
     "TM-5",
