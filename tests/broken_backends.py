@@ -48,7 +48,7 @@ from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility
-from statecert.spec.state import StateKind
+from statecert.spec.state import StateKind, TtlUpdateType
 from statecert.spec.timers import InternalTimer
 
 
@@ -864,6 +864,17 @@ class _IgnoresLog(ChangelogKeyedStateBackend):
     change_reader = staticmethod(lambda handles, params: ({}, []))
 
 
+class _CleanupNotLogged(ChangelogKeyedStateBackend):
+    """Logs TTL reads only where they refresh (ON_READ_AND_WRITE), not where they clean up an expired entry they
+    may return (RETURN_EXPIRED_IF_NOT_CLEANED_UP): after a restore, the entry is back and returned again."""
+
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        state = super().get_or_create_state(descriptor, namespace_serializer)
+        ttl = descriptor.ttl
+        state._touches = ttl is not None and ttl.update_type is TtlUpdateType.ON_READ_AND_WRITE
+        return state
+
+
 def _changelog_factory(
     keyed: type[ChangelogKeyedStateBackend] = ChangelogKeyedStateBackend, wrapped: Any = None
 ) -> Any:
@@ -941,6 +952,7 @@ operator_backend_open_after_close = _factory(operator=_OperatorBackendOpenAfterC
 changelog_truncates_early = _changelog_factory(_TruncatesEarly)
 changelog_replays_out_of_order = _changelog_factory(_ReplaysOutOfOrder)
 changelog_ignores_log = _changelog_factory(_IgnoresLog)
+changelog_cleanup_not_logged = _changelog_factory(_CleanupNotLogged)
 changelog_empty_accumulator_logged = _changelog_factory(
     wrapped=_factory(_with_state(AggregatingStateImpl, _EmptyAccumulatorInternal))
 )
@@ -1002,6 +1014,7 @@ CAUGHT_BY = {
     "changelog_truncates_early": "CL-5",
     "changelog_replays_out_of_order": "CL-4",
     "changelog_ignores_log": "CL-4",
+    "changelog_cleanup_not_logged": "CL-4",
     "changelog_empty_accumulator_logged": "CL-9",
     "changelog_without_internal_accessors": "CL-9",
     "ttl_folds_expired": "TTL-3",
