@@ -5,6 +5,7 @@ prints the shrunk program (the steps of `BackendMachine`)."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
 from typing import Any
@@ -43,6 +44,8 @@ AGGREGATING = AggregatingStateDescriptor(
     "aggregating", aggregate_function=Sum(), accumulator_serializer=LongSerializer()
 )
 INTS = st.integers(-(2**40), 2**40)
+MODEL = ("values", "lists", "maps", "sums", "merged", "timers")
+"""The machine's attributes that are the model's state, which a restore of an earlier checkpoint rolls back."""
 
 
 def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
@@ -73,6 +76,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             # the model's clocks: the time of the last advance of each kind since the subtasks were created or
             # restored (a new or restored timer service starts at Long.MIN_VALUE, TM-8)
             self.now: dict[str, int] = {}
+            # the checkpoint a failure restores (the latest not aborted, confirmed or not) and the model at it
+            self.restorable: tuple[Any, dict[str, Any]] | None = None
 
         def _owner(self, key: str) -> Any:
             key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
@@ -226,7 +231,10 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             )
             self.timers -= due
 
-        def _snapshot(self, kind: CheckpointKind) -> Any:
+        def _snapshot(self, kind: CheckpointKind, outcome: str = "completed") -> Any:
+            """A checkpoint or savepoint of every subtask; each is then notified that it completed (`completed`),
+            was aborted (`aborted`: its exclusive files are deleted too), or nothing (`unconfirmed`: the notification
+            was lost; CL-5, KB-SNAP-8, KB-SNAP-9)."""
             self.checkpoint_id += 1
             location = (
                 self.access.initialize_location_for_savepoint(self.checkpoint_id)
@@ -234,9 +242,18 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
                 else self.access.initialize_location_for_checkpoint(self.checkpoint_id)
             )
             pointer = take_snapshot(self.subtasks, location, self.checkpoint_id, MAX_PARALLELISM, kind=kind)
+            operator = self.storage.load_checkpoint(pointer).operator("op")
             for s in self.subtasks:
-                s.keyed.notify_checkpoint_complete(self.checkpoint_id)
-            return self.storage.load_checkpoint(pointer).operator("op")
+                if outcome == "completed":
+                    s.keyed.notify_checkpoint_complete(self.checkpoint_id)
+                elif outcome == "aborted":
+                    s.keyed.notify_checkpoint_aborted(self.checkpoint_id)
+            if outcome == "aborted":
+                location.dispose_on_failure()  # as the coordinator drops an aborted checkpoint's files (CS-6)
+            return operator
+
+        def _model(self) -> dict[str, Any]:
+            return copy.deepcopy({name: getattr(self, name) for name in MODEL})
 
         def _restore(self, backend: Any, operator: Any, parallelism: int) -> None:
             for s in self.subtasks:
@@ -255,7 +272,25 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         @rule(parallelism=st.integers(1, 4))
         def checkpoint_and_restore(self, parallelism: int) -> None:
             operator = self._snapshot(CheckpointKind.CHECKPOINT)
+            self.restorable = (operator, self._model())
             self._restore(self.backend, operator, self._next_parallelism(parallelism))
+
+        @rule(outcome=st.sampled_from(["completed", "unconfirmed", "aborted"]))
+        def checkpoint(self, outcome: str) -> None:
+            operator = self._snapshot(CheckpointKind.CHECKPOINT, outcome)
+            if outcome != "aborted":
+                self.restorable = (operator, self._model())
+
+        @precondition(lambda self: self.restorable is not None)
+        @rule(parallelism=st.integers(1, 4))
+        def fail_and_restore_the_latest_checkpoint(self, parallelism: int) -> None:
+            """The job fails and restores the latest checkpoint not aborted, whether or not its completion reached
+            the backend (KB-RESTORE-1): what was done since is undone, in the model too."""
+            assert self.restorable is not None
+            operator, model = self.restorable
+            self._restore(self.backend, operator, self._next_parallelism(parallelism))
+            for name, value in copy.deepcopy(model).items():
+                setattr(self, name, value)
 
         @precondition(lambda self: self.canonical)
         @rule(parallelism=st.integers(1, 4))
@@ -267,6 +302,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self._restore(HashMapStateBackend(), operator, parallelism)
             operator = self._snapshot(CheckpointKind.SAVEPOINT_CANONICAL)
             self._restore(self.backend, operator, parallelism)
+            self.restorable = (operator, self._model())  # until the next checkpoint, a failure restores the savepoint
 
         @invariant()
         def current_entries_match_the_model(self) -> None:
@@ -300,6 +336,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
     "KS-3",
     "KB-RESTORE-1",
     "KB-RESTORE-2",
+    "KB-SNAP-8",
+    "KB-SNAP-9",
     "SP-1",
     "KS-LIST-1",
     "KS-MAP-2",
