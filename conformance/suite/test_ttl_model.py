@@ -1,5 +1,6 @@
 """Model-based tier for state with a time-to-live: random programs of writes, reads, clears, map iterations stopped at
-any entry, list merges, clock steps, recoveries from a checkpoint (at parallelism 1 to 3 for a backend with rescaling)
+any entry, list merges, clock steps, checkpoints (completed, aborted or never confirmed), recoveries from the latest
+checkpoint not aborted (at parallelism 1 to 3 for a backend with rescaling; the model rolls back, the clock does not)
 and round trips through the reference backend by canonical savepoint, checked against a model that keeps each entry's
 last-access timestamp (chapter TTL). Each program draws its update type; a read updates the model as TTL-2 says it
 refreshes: only with `ON_READ_AND_WRITE`, and only what it returns. Certifying through the changelog backend
@@ -9,6 +10,7 @@ replay leaves each timestamp as the live program did (CL-4), also when a restore
 
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
 from typing import Any
@@ -75,7 +77,7 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self.rescaling = supports(declared(self.state_backend), "rescaling")
             self.canonical = supports(declared(self.state_backend), "canonical_savepoints")
             self.storage = FileSystemCheckpointStorage(f"{self.tmp}/c", savepoint_dir=f"{self.tmp}/sp")
-            self.clock = ManualClock()
+            self.clock = ManualClock(1_700_000_000_000)  # an epoch time: every byte of a timestamp matters (IF-5)
             self.parallelism = 1
             self.backends = [self._backend(self.state_backend, 0, [])]
             self.checkpoint_id = 0
@@ -85,6 +87,7 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self.lists: dict[Where, list[tuple[int, int]]] = {}
             self.maps: dict[Where, dict[str, tuple[int, int]]] = {}
             self.reduced: dict[Where, tuple[str, int]] = {}
+            self.restorable: tuple[list[Any], dict[str, Any]] = ([], self._model())
             self._checkpoint()  # through the changelog backend, a materialization: later checkpoints log changes
             self.on_read = True
             self.states = descriptors(ON_READ, aggregating=False)
@@ -125,6 +128,21 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
                 return None
             entries[at] = (stored[0], self.clock.now_ms() if self.on_read else stored[1])
             return stored[0]
+
+        def _read_everything(self) -> None:
+            """Reads every key and namespace of the machine's state kind, checked against the model."""
+            at = self.key, self.ns
+            read = {
+                "value": lambda: self.value_read(0),
+                "list": lambda: self.list_read(0),
+                "map": lambda: self.map_iterate(0, 3, "items"),
+                "reducing": lambda: self.reducing_read(0),
+            }[self.kind]
+            for key in KEY_POOL:
+                for ns in NS_POOL:
+                    self.key, self.ns = key, ns
+                    read()
+            self.key, self.ns = at
 
         def _where(self) -> Where:
             return (self.key, self.ns)
@@ -281,7 +299,11 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             assert got == expected, f"TTL-3: get() {self._program('read')}: expected {expected!r}, got {got!r}"
 
         # -- checkpoints and recovery -----------------------------------------------------------------------------
-        def _checkpoint(self, snapshot_type: SnapshotType = SnapshotType.CHECKPOINT) -> list[Any]:
+        def _checkpoint(
+            self, snapshot_type: SnapshotType = SnapshotType.CHECKPOINT, outcome: str = "completed"
+        ) -> list[Any]:
+            """A snapshot of every subtask, then notified as `completed`, `aborted` (its exclusive files deleted) or
+            not at all (`unconfirmed`); a checkpoint not aborted is the one a failure restores."""
             self.checkpoint_id += 1
             access = self.storage.create_checkpoint_storage("ttl-model")
             location = (
@@ -290,10 +312,20 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
                 else access.initialize_location_for_savepoint(self.checkpoint_id)
             )
             options = CheckpointOptions(snapshot_type)
-            handles = [b.snapshot(self.checkpoint_id, 0, location, options).run() for b in self.backends]
+            handles = [h for b in self.backends if (h := b.snapshot(self.checkpoint_id, 0, location, options).run())]
             for b in self.backends:
-                b.notify_checkpoint_complete(self.checkpoint_id)
-            return [h for h in handles if h is not None]
+                if outcome == "completed":
+                    b.notify_checkpoint_complete(self.checkpoint_id)
+                elif outcome == "aborted":
+                    b.notify_checkpoint_aborted(self.checkpoint_id)
+            if outcome == "aborted":
+                location.dispose_on_failure()
+            elif snapshot_type is SnapshotType.CHECKPOINT:
+                self.restorable = (handles, self._model())
+            return handles
+
+        def _model(self) -> dict[str, Any]:
+            return copy.deepcopy({name: getattr(self, name) for name in ("values", "lists", "maps", "reduced")})
 
         def _restore(self, state_backend: Any, handles: list[Any]) -> None:
             for b in self.backends:
@@ -312,6 +344,23 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self._restore(self.state_backend, handles)
             self._checkpoint()
 
+        @rule(outcome=st.sampled_from(["completed", "unconfirmed", "aborted"]))
+        def checkpoint(self, outcome: str) -> None:
+            self._checkpoint(outcome=outcome)
+
+        @rule(dt=TICKS, parallelism=st.integers(1, 3))
+        def fail_and_restore_the_latest_checkpoint(self, dt: int, parallelism: int) -> None:
+            """The job fails, `dt` ms pass, and new subtasks restore the latest checkpoint not aborted (confirmed or
+            not): what was done since is undone, in the model too, and every restored entry expires by the timestamp
+            it had at that checkpoint (TTL-6)."""
+            handles, model = self.restorable
+            self.clock.advance(dt)
+            self.parallelism = parallelism if self.rescaling else self.parallelism
+            self._restore(self.state_backend, handles)
+            for name, value in copy.deepcopy(model).items():
+                setattr(self, name, value)
+            self._checkpoint()
+
         @precondition(lambda self: self.canonical)
         @rule(dt=TICKS)
         def round_trip_through_the_reference_backend(self, dt: int) -> None:
@@ -319,6 +368,7 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             savepoint restored by ours: every list element and map entry keeps its own timestamp (TTL-6, IF-5)."""
             self._restore(HashMapStateBackend(), self._checkpoint(SnapshotType.SAVEPOINT_CANONICAL))
             self.clock.advance(dt)
+            self._read_everything()  # in the reference backend: it reads the timestamps as ours wrote them
             self._restore(self.state_backend, self._checkpoint(SnapshotType.SAVEPOINT_CANONICAL))
             self._checkpoint()
 
