@@ -1,7 +1,8 @@
 """Model-based tier: random programs of state operations (value, list, map, reducing and aggregating state, merges of
-namespaces, timers), key and namespace switches, checkpoints, restores at other parallelisms and round trips through
-the reference backend, checked against a plain-dict model that shares no code with the backend under test. A failure
-prints the shrunk program (the steps of `BackendMachine`)."""
+namespaces, timers), key and namespace switches, checkpoints (completed, aborted or never confirmed), failures that
+restore the latest checkpoint not aborted (the model rolls back with it), restores at other parallelisms and round
+trips through the reference backend, checked against a plain-dict model that shares no code with the backend under
+test. A failure prints the shrunk program (the steps of `BackendMachine`)."""
 
 from __future__ import annotations
 
