@@ -218,7 +218,8 @@ class MapStateIterator(Iterator[tuple[K_co, V_co]], Protocol[K_co, V_co]):
 
 class MapState(State, Protocol[K, V]):
     """User-key -> value entries (KS-MAP-*). With TTL `ON_READ_AND_WRITE`, `get` and `contains` refresh their entry,
-    an iteration each entry as it returns it, `is_empty` nothing (TTL-2)."""
+    an iteration each entry as it returns it, `is_empty` nothing (TTL-2); with only expired entries left, `is_empty`
+    may be true or false (TTL-3)."""
 
     def get(self, key: K) -> V | None: ...
 
