@@ -7,7 +7,7 @@ every restored checkpoint against the state the test recorded at that checkpoint
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -108,6 +108,36 @@ def materialize(backend: Any, storage: Any) -> None:
     that its restore replays (CL-2, CL-4)."""
     snapshot_now(backend, location_for(storage, 1), 1)
     backend.notify_checkpoint_complete(1)
+
+
+def read_live_and_restored(
+    state_backend: Any,
+    storage: Any,
+    descriptor: Any,
+    write: Callable[[Any], Any],
+    first: Callable[[Any], Any],
+    final: Callable[[Any], Any],
+    first_at: int,
+    final_after: int,
+) -> tuple[Any, Any, Any]:
+    """After a materialization, `write` at 0 ms, `first` read at `first_at` ms, checkpoint 2 (the log since the
+    materialization), then `final` read `final_after` ms later, live and on a backend restored from checkpoint 2 by
+    replaying the log: (what `first` read, what `final` read live, what it read restored)."""
+    clock = ManualClock()
+    with keyed_backend(state_backend, clock=clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        materialize(backend, storage)
+        write(state)
+        clock.advance(first_at)
+        first_read = first(state)
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
+        clock.advance(final_after)
+        live = final(state)
+    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
+        backend.set_current_key("k")
+        got = final(backend.get_or_create_state(descriptor))
+    return first_read, live, got
 
 
 def checkpoints(state_backend: Any, storage: Any, runs: list[list[Step]], complete: set[int]) -> Iterator[Any]:
@@ -285,20 +315,7 @@ def test_a_read_replays_with_the_ttl_refresh_it_made(
     ON_READ_AND_WRITE the read at 80 ms refreshed the entry, so both still hold it; with ON_CREATE_AND_WRITE it
     expired at 100 ms in both."""
     descriptor, write, read = ttl_state(kind, TtlConfig(100, update))
-    clock = ManualClock()
-    with keyed_backend(state_backend, clock=clock) as backend:
-        backend.set_current_key("k")
-        state = backend.get_or_create_state(descriptor)
-        materialize(backend, storage)
-        write(state)
-        clock.advance(80)
-        read(state)
-        handle = snapshot_now(backend, location_for(storage, 2), 2)
-        clock.advance(70)
-        live = read(state)
-    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
-        backend.set_current_key("k")
-        got = read(backend.get_or_create_state(descriptor))
+    _, live, got = read_live_and_restored(state_backend, storage, descriptor, write, read, read, 80, 70)
     refreshed = update is TtlUpdateType.ON_READ_AND_WRITE
     assert (live is not None) == refreshed, (
         f"TTL-2: {kind} state written at 0 ms and read at 80 ms ({update.value}, 100 ms TTL) reads {live!r} at 150 ms"
@@ -322,19 +339,7 @@ def test_a_read_that_cleans_up_an_expired_entry_replays_its_cleanup(
     descriptor, write, read = ttl_state(
         kind, TtlConfig(100, update, TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
     )
-    clock = ManualClock()
-    with keyed_backend(state_backend, clock=clock) as backend:
-        backend.set_current_key("k")
-        state = backend.get_or_create_state(descriptor)
-        materialize(backend, storage)
-        write(state)
-        clock.advance(150)
-        first = read(state)
-        handle = snapshot_now(backend, location_for(storage, 2), 2)
-        live = read(state)
-    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
-        backend.set_current_key("k")
-        got = read(backend.get_or_create_state(descriptor))
+    first, live, got = read_live_and_restored(state_backend, storage, descriptor, write, read, read, 150, 0)
     assert live is None, (
         f"TTL-3: {kind} state written at 0 ms (100 ms TTL, {update.value}, return expired if not cleaned up) read "
         f"{first!r} at 150 ms and then {live!r}: the first read did not clean it up"
@@ -353,22 +358,16 @@ def test_a_map_read_replays_with_the_ttl_refresh_it_made(state_backend: Any, sto
     entry, an iteration stopped after one, `is_empty`), checkpointed: at 120 ms the restored map holds the entries
     the live one does."""
     descriptor = ttl_descriptor("map", TtlConfig(100, TtlUpdateType.ON_READ_AND_WRITE))
-    clock = ManualClock()
-    with keyed_backend(state_backend, clock=clock) as backend:
-        backend.set_current_key("k")
-        state = backend.get_or_create_state(descriptor)
-        materialize(backend, storage)
-        state.put("u1", 1)
-        state.put("u2", 2)
-        clock.advance(60)
-        MAP_READS[read](state)
-        handle = snapshot_now(backend, location_for(storage, 2), 2)
-        clock.advance(60)
-        live = {u for u in ("u1", "u2") if state.get(u) is not None}
-    with keyed_backend(state_backend, clock=clock, restore=[handle]) as backend:
-        backend.set_current_key("k")
-        restored_state = backend.get_or_create_state(descriptor)
-        got = {u for u in ("u1", "u2") if restored_state.get(u) is not None}
+    _, live, got = read_live_and_restored(
+        state_backend,
+        storage,
+        descriptor,
+        lambda state: (state.put("u1", 1), state.put("u2", 2)),
+        MAP_READS[read],
+        lambda state: {u for u in ("u1", "u2") if state.get(u) is not None},
+        60,
+        60,
+    )
     assert got == live, (
         f"CL-4: map entries written at 0 ms, {read} at 60 ms (on-read-and-write, 100 ms TTL): at 120 ms "
         f"{sorted(live)} are alive live and {sorted(got)} restored from the log"
