@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from statecert.conformance.capabilities import declared, supports
+from statecert.conformance.helpers import CHECKPOINT_OUTCOMES, conclude_checkpoint
 from statecert.conformance.suite.test_keyed_state_properties import Sum
 from statecert.reference.checkpointing import create_subtasks, take_snapshot
 from statecert.reference.heap.backend import HashMapStateBackend
@@ -233,9 +234,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.timers -= due
 
         def _snapshot(self, kind: CheckpointKind, outcome: str = "completed") -> Any:
-            """A checkpoint or savepoint of every subtask; each is then notified that it completed (`completed`),
-            was aborted (`aborted`: its exclusive files are deleted too), or nothing (`unconfirmed`: the notification
-            was lost; CL-5, KB-SNAP-8, KB-SNAP-9)."""
+            """A checkpoint or savepoint of every subtask, then concluded as `outcome` says (`conclude_checkpoint`)."""
             self.checkpoint_id += 1
             location = (
                 self.access.initialize_location_for_savepoint(self.checkpoint_id)
@@ -244,13 +243,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             )
             pointer = take_snapshot(self.subtasks, location, self.checkpoint_id, MAX_PARALLELISM, kind=kind)
             operator = self.storage.load_checkpoint(pointer).operator("op")
-            for s in self.subtasks:
-                if outcome == "completed":
-                    s.keyed.notify_checkpoint_complete(self.checkpoint_id)
-                elif outcome == "aborted":
-                    s.keyed.notify_checkpoint_aborted(self.checkpoint_id)
-            if outcome == "aborted":
-                location.dispose_on_failure()  # as the coordinator drops an aborted checkpoint's files (CS-6)
+            conclude_checkpoint([s.keyed for s in self.subtasks], location, self.checkpoint_id, outcome)
             return operator
 
         def _model(self) -> dict[str, Any]:
@@ -276,7 +269,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.restorable = (operator, self._model())
             self._restore(self.backend, operator, self._next_parallelism(parallelism))
 
-        @rule(outcome=st.sampled_from(["completed", "unconfirmed", "aborted"]))
+        @rule(outcome=st.sampled_from(CHECKPOINT_OUTCOMES))
         def checkpoint(self, outcome: str) -> None:
             operator = self._snapshot(CheckpointKind.CHECKPOINT, outcome)
             if outcome != "aborted":

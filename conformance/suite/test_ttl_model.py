@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from statecert.conformance.capabilities import declared, supports
-from statecert.conformance.helpers import key_group_of, keyed_backend
+from statecert.conformance.helpers import CHECKPOINT_OUTCOMES, conclude_checkpoint, key_group_of, keyed_backend
 from statecert.conformance.suite.test_ttl import folding
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
@@ -303,8 +303,8 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
         def _checkpoint(
             self, snapshot_type: SnapshotType = SnapshotType.CHECKPOINT, outcome: str = "completed"
         ) -> list[Any]:
-            """A snapshot of every subtask, then notified as `completed`, `aborted` (its exclusive files deleted) or
-            not at all (`unconfirmed`); a checkpoint not aborted is the one a failure restores."""
+            """A snapshot of every subtask, then concluded as `outcome` says (`conclude_checkpoint`); a checkpoint not
+            aborted is the one a failure restores."""
             self.checkpoint_id += 1
             access = self.storage.create_checkpoint_storage("ttl-model")
             location = (
@@ -314,14 +314,8 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             )
             options = CheckpointOptions(snapshot_type)
             handles = [h for b in self.backends if (h := b.snapshot(self.checkpoint_id, 0, location, options).run())]
-            for b in self.backends:
-                if outcome == "completed":
-                    b.notify_checkpoint_complete(self.checkpoint_id)
-                elif outcome == "aborted":
-                    b.notify_checkpoint_aborted(self.checkpoint_id)
-            if outcome == "aborted":
-                location.dispose_on_failure()
-            elif snapshot_type is SnapshotType.CHECKPOINT:
+            conclude_checkpoint(self.backends, location, self.checkpoint_id, outcome)
+            if outcome != "aborted" and snapshot_type is SnapshotType.CHECKPOINT:
                 self.restorable = (handles, self._model())
             return handles
 
@@ -345,7 +339,7 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self._restore(self.state_backend, handles)
             self._checkpoint()
 
-        @rule(outcome=st.sampled_from(["completed", "unconfirmed", "aborted"]))
+        @rule(outcome=st.sampled_from(CHECKPOINT_OUTCOMES))
         def checkpoint(self, outcome: str) -> None:
             self._checkpoint(outcome=outcome)
 
