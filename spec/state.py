@@ -247,7 +247,10 @@ class MapState(State, Protocol[K, V]):
 class ReducingState(State, Protocol[T]):
     def get(self) -> T | None: ...
 
-    def add(self, value: T) -> None: ...
+    def add(self, value: T) -> None:
+        """Reduce value into the stored one as `reduce(stored, value)` (KS-RED-1); None leaves the value unchanged,
+        raising `InvalidStateValueError` or ignored (KS-RED-2)."""
+        ...
 
 
 class AggregatingState(State, Protocol[IN_contra, OUT_co]):

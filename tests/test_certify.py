@@ -345,6 +345,27 @@ def test_backend_declaring_one_capability_false_is_certified(
         assert report["requirements"]["SB-3"]["outcome"] == "passed", report["requirements"]["SB-3"]
 
 
+@pytest.mark.parametrize("changelog", [[], ["--changelog"]], ids=["plain", "changelog"])
+def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path: Path, changelog: list[str]) -> None:
+    """The other side of each open choice (tests/lenient_backends.py), as it is and wrapped in the changelog
+    backend. Two of them were rejected: `add(None)` ignored by reducing state, by the test that wanted an error and,
+    under changelog, by the changelog logging the unchanged value again (refreshing its TTL at replay, or failing
+    to serialize None); map `is_empty()` answering from stored entries, by TTL tests that wanted expired ones
+    ignored."""
+    code, report, output = certify(
+        "tests.lenient_backends:every_open_choice",
+        *changelog,
+        "--max-examples",
+        "10",
+        "--report",
+        str(tmp_path / "r.json"),
+    )
+    assert code == 0, output
+    assert report["verdict"] == "certified"
+    for rid in ("KS-RED-2", "KS-MAP-2", "KS-MERGE-1", "TTL-3"):
+        assert report["requirements"][rid]["outcome"] == "passed", (rid, report["requirements"][rid])
+
+
 @pytest.mark.parametrize("storage", ["filesystem", "jobmanager"])
 def test_reference_storages_certify_without_a_backend(tmp_path: Path, storage: str) -> None:
     code, report, output = certify("--storage-under-test", storage, "--report", str(tmp_path / "r.json"), cwd=tmp_path)

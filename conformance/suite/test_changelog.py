@@ -6,6 +6,7 @@ every restored checkpoint against the state the test recorded at that checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from statecert.reference.changelog.records import MAGIC
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import InvalidStateValueError
 from statecert.spec.handles import ChangelogStateBackendHandle
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
@@ -347,6 +349,29 @@ def test_a_read_that_cleans_up_an_expired_entry_replays_its_cleanup(
     assert got is None, (
         f"CL-4: {kind} state written at 0 ms (100 ms TTL, {update.value}, return expired if not cleaned up) and read "
         f"at 150 ms, which cleaned it up: restored from the log it reads {got!r}"
+    )
+
+
+@pytest.mark.requirement("CL-4", "KS-RED-2")
+@pytest.mark.capability("ttl")
+def test_a_none_added_to_reducing_state_replays_as_no_change(state_backend: Any, storage: Any) -> None:
+    """Reducing state written at 0 ms with a 100 ms TTL (ON_CREATE_AND_WRITE), None added at 60 ms, which leaves
+    the value unchanged whether the backend raises or ignores it (KS-RED-2), checkpointed: at 120 ms the live state
+    and the one restored from the log both hold nothing, the value expired at 100 ms."""
+    descriptor, write, read = ttl_state("reducing", TtlConfig(100, TtlUpdateType.ON_CREATE_AND_WRITE))
+
+    def add_none(state: Any) -> None:
+        with contextlib.suppress(InvalidStateValueError):
+            state.add(None)
+
+    _, live, got = read_live_and_restored(state_backend, storage, descriptor, write, add_none, read, 60, 60)
+    assert live is None, (
+        f"KS-RED-2: reducing state written at 0 ms (100 ms TTL, on create and write), None added at 60 ms: at 120 ms "
+        f"it reads {live!r}, the add refreshed it"
+    )
+    assert got is None, (
+        f"CL-4: reducing state written at 0 ms (100 ms TTL, on create and write), None added at 60 ms: at 120 ms it "
+        f"reads nothing live and {got!r} restored from the log"
     )
 
 

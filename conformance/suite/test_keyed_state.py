@@ -244,7 +244,7 @@ def test_an_iteration_stays_on_the_key_and_namespace_it_was_created_for(backend:
     )
 
 
-@pytest.mark.requirement("KS-RED-1", "KS-RED-2")
+@pytest.mark.requirement("KS-RED-1")
 def test_reducing_state(backend: Any) -> None:
     backend.set_current_key("k")
     state = backend.get_or_create_state(REDUCING)
@@ -252,9 +252,27 @@ def test_reducing_state(backend: Any) -> None:
     for v in (1, 2, 3):
         state.add(v)
     assert state.get() == 6
-    with pytest.raises(InvalidStateValueError):
-        state.add(None)
-    assert state.get() == 6
+
+
+@pytest.mark.requirement("KS-RED-2")
+def test_adding_none_to_reducing_state_leaves_its_value_unchanged(backend: Any) -> None:
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(REDUCING)
+    for held, adds in ((None, ()), (6, (1, 2, 3))):
+        for v in adds:
+            state.add(v)
+        try:
+            state.add(None)
+            outcome = "returned"
+        except InvalidStateValueError:
+            outcome = "raised InvalidStateValueError"
+        got = state.get()
+        assert got == held, (
+            f"KS-RED-2: add(None) {outcome} on reducing state holding {held!r}: expected the value unchanged, "
+            f"got {got!r}"
+        )
+    state.add(4)
+    assert state.get() == 10, f"KS-RED-2: add(4) after add(None) on 6: expected 10, got {state.get()!r}"
 
 
 @pytest.mark.requirement("KS-AGG-1")

@@ -206,7 +206,8 @@ class LoggingReducingState(LoggingState):
 
     def add(self, value: Any) -> None:
         self.delegate.add(value)
-        self._log(Op.SET, self._serializers["value"].serialize(self._stored()))
+        if value is not None:  # a None the wrapped state did not refuse changed nothing (KS-RED-2): nothing to log
+            self._log(Op.SET, self._serializers["value"].serialize(self._stored()))
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         _merge_and_log(self, target, list(sources), self._stored, self._serializers["value"])

@@ -1,0 +1,74 @@
+"""A correct backend that takes, wherever the spec leaves a choice open, the side the reference does not: the suite
+must certify it, as it is and wrapped in the changelog backend. Each choice is one a backend faithful to Flink may
+make, and each test that assumed the reference's side would reject a correct backend.
+
+`every_open_choice` is the heap backend with:
+- reducing state that ignores `add(None)` (KS-RED-2), as Flink's `AppendingState.add` documents;
+- map state whose `is_empty()` answers from the stored entries, expired or not (TTL-3), as Flink's
+  `TtlMapState.isEmpty()` does;
+- map state that iterates its entries newest first (KS-MAP-2 fixes no order);
+- list state whose merge puts the sources' elements before the target's (KS-MERGE-1 fixes no order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
+from statecert.reference.heap.state_table import StateTable
+from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl
+from statecert.reference.state_store import EntryKey
+from tests.broken_backends import _factory
+
+
+class _ReducingIgnoresNone(ReducingStateImpl):
+    def add(self, value: Any) -> None:
+        if value is not None:
+            super().add(value)
+
+
+class _MapEmptyWhenNothingStored(MapStateImpl):
+    def is_empty(self) -> bool:
+        key, key_group = self._entry_key()
+        return not self.store.map_items(key_group, key)
+
+
+class _ListMergesSourcesFirst(ListStateImpl):
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        _, key_group = self._backend.current_key_bytes_and_group()
+        merged: list[bytes] = []
+        for source in sources:
+            key = self._entry_key_for(source)
+            elements = self.store.get_list(key_group, key)
+            if elements:
+                self.store.delete(key_group, key)
+                merged.extend(e for e in elements if not self._ttl.expired(e))
+        if merged:
+            self.set_current_namespace(target)
+            key, _ = self._entry_key()
+            self.store.set_list(key_group, key, merged + (self.store.get_list(key_group, key) or []))
+
+
+class _NewestFirstTable(StateTable):
+    def map_items(self, key_group: int, key: EntryKey) -> list[tuple[bytes, bytes]]:
+        return super().map_items(key_group, key)[::-1]
+
+
+_STATES = {
+    ReducingStateImpl: _ReducingIgnoresNone,
+    MapStateImpl: _MapEmptyWhenNothingStored,
+    ListStateImpl: _ListMergesSourcesFirst,
+}
+
+
+class _EveryOpenChoice(HeapKeyedStateBackend):
+    def create_store(self, meta: Any) -> StateTable:
+        return _NewestFirstTable(meta, self.key_group_range)
+
+    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+        state = super()._create_state(descriptor, store, ns, serializers)
+        state.__class__ = _STATES.get(type(state), type(state))
+        return state
+
+
+every_open_choice = _factory(_EveryOpenChoice)
