@@ -7,17 +7,24 @@ make, and each test that assumed the reference's side would reject a correct bac
 - map state whose `is_empty()` answers from the stored entries, expired or not (TTL-3), as Flink's
   `TtlMapState.isEmpty()` does;
 - map state that iterates its entries newest first (KS-MAP-2 fixes no order);
-- list state whose merge puts the sources' elements before the target's (KS-MERGE-1 fixes no order).
+- list state whose merge puts the sources' elements before the target's (KS-MERGE-1 fixes no order);
+- key iteration (`get_keys`, `get_keys_and_namespaces`) in reverse (KB-KEYS-1 fixes no order);
+- timers of equal timestamp fired newest registration first (TM-2 leaves their order unspecified).
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from typing import Any
 
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl
 from statecert.reference.state_store import EntryKey
+from statecert.reference.timers.timer_queue import TimerId, TimerQueue
+from statecert.reference.timers.timer_service import KeyedTimerService
+from statecert.spec.timers import InternalTimer
 from tests.broken_backends import _factory
 
 
@@ -54,6 +61,20 @@ class _NewestFirstTable(StateTable):
         return super().map_items(key_group, key)[::-1]
 
 
+class _TiesNewestFirstQueue(TimerQueue):
+    def _remember(self, timer: InternalTimer[Any, Any]) -> TimerId:
+        identity = self._identity(timer.key, timer.namespace, timer.timestamp)
+        if identity not in self._live:
+            self._live[identity] = timer
+            self._sequence += 1
+            heapq.heappush(self._heap, (timer.timestamp, -self._sequence, identity))
+        return identity
+
+
+class _TimerService(KeyedTimerService):
+    queue_class = _TiesNewestFirstQueue
+
+
 _STATES = {
     ReducingStateImpl: _ReducingIgnoresNone,
     MapStateImpl: _MapEmptyWhenNothingStored,
@@ -62,6 +83,16 @@ _STATES = {
 
 
 class _EveryOpenChoice(HeapKeyedStateBackend):
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.timer_service_class = _TimerService
+
+    def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
+        return reversed(list(super().get_keys(state_name, namespace)))
+
+    def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[Any, Any]]:
+        return reversed(list(super().get_keys_and_namespaces(state_name)))
+
     def create_store(self, meta: Any) -> StateTable:
         return _NewestFirstTable(meta, self.key_group_range)
 
