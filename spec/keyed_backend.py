@@ -54,7 +54,8 @@ class SnapshotTask(Protocol[H]):
     """The asynchronous part of a snapshot; the synchronous part already ran when this was returned (KB-SNAP-2)."""
 
     def run(self) -> H | None:
-        """Write the snapshot; None when there was no state (KB-SNAP-7). May run in another thread."""
+        """Write the snapshot; None when no state is registered, and None or a handle when no state has entries
+        (KB-SNAP-7). May run in another thread."""
         ...
 
     def cancel(self) -> bool:

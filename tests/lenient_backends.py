@@ -9,7 +9,10 @@ make, and each test that assumed the reference's side would reject a correct bac
 - map state that iterates its entries newest first (KS-MAP-2 fixes no order);
 - list state whose merge puts the sources' elements before the target's (KS-MERGE-1 fixes no order);
 - key iteration (`get_keys`, `get_keys_and_namespaces`) in reverse (KB-KEYS-1 fixes no order);
-- timers of equal timestamp fired newest registration first (TM-2 leaves their order unspecified).
+- timers of equal timestamp fired newest registration first (TM-2 leaves their order unspecified);
+- broadcast state whose `items()` is a one-shot iterator, newest entry first (OS-3: an iterable, in any order);
+- a snapshot of registered states without entries written as their meta information, where the reference returns
+  None (KB-SNAP-7 allows either; Flink's backends write it).
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import heapq
 from collections.abc import Iterator
 from typing import Any
 
+from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl
+from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend
+from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
 from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
 from statecert.spec.timers import InternalTimer
 from tests.broken_backends import _factory
 
@@ -75,6 +82,18 @@ class _TimerService(KeyedTimerService):
     queue_class = _TiesNewestFirstQueue
 
 
+class _BroadcastNewestFirst(BroadcastStateImpl):
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        return reversed(super().items())
+
+
+class _OperatorBackend(DefaultOperatorStateBackend):
+    def get_broadcast_state(self, descriptor: Any) -> BroadcastStateImpl:
+        state = super().get_broadcast_state(descriptor)
+        state.__class__ = _BroadcastNewestFirst
+        return state
+
+
 _STATES = {
     ReducingStateImpl: _ReducingIgnoresNone,
     MapStateImpl: _MapEmptyWhenNothingStored,
@@ -86,6 +105,25 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         self.timer_service_class = _TimerService
+
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        timestamp_ms: int,
+        stream_factory: Any,
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
+    ) -> Any:
+        if not self._stores or any(len(store) for store in self._stores.values()):
+            return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
+        self.check_open()
+        metas = tuple(self._stores[name].meta for name in sorted(self._stores))
+        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+        key_group_range = self.key_group_range
+
+        def write(cancelled: Any) -> Any:
+            return write_canonical_snapshot(stream_factory, header, key_group_range, lambda key_group: [], cancelled)
+
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
     def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
         return reversed(list(super().get_keys(state_name, namespace)))
@@ -102,4 +140,4 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
         return state
 
 
-every_open_choice = _factory(_EveryOpenChoice)
+every_open_choice = _factory(_EveryOpenChoice, _OperatorBackend)

@@ -160,10 +160,23 @@ def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any
 @pytest.mark.requirement("KB-SNAP-7")
 def test_empty_backend_snapshots_to_nothing_and_restores(state_backend: Any, storage: Any) -> None:
     with keyed_backend(state_backend) as backend:
-        backend.get_or_create_state(VALUE)
-        assert snapshot_now(backend, location_for(storage)) is None
-    with restore(state_backend, None) as restored:
-        assert restored.num_state_entries() == 0
+        handle = snapshot_now(backend, location_for(storage, 1))
+        assert handle is None, f"KB-SNAP-7: snapshot of a backend with no state registered: expected None, got {handle}"
+        state = backend.get_or_create_state(VALUE)
+        backend.set_current_key("k")
+        state.update(1)
+        state.clear()
+        handle = snapshot_now(backend, location_for(storage, 2))
+    for restored_from in (None, handle):
+        with restore(state_backend, restored_from) as restored:
+            count = restored.num_state_entries()
+            assert count == 0, (
+                f"KB-SNAP-7: restored from {restored_from or 'no handles'} (a snapshot of a registered state without "
+                f"entries): expected no entries, got {count}"
+            )
+            restored.set_current_key("k")
+            got = restored.get_or_create_state(VALUE).value()
+            assert got is None, f"KB-SNAP-7: restored from {restored_from or 'no handles'}: k reads {got!r}"
 
 
 @pytest.mark.requirement("KB-RESTORE-1")
