@@ -184,7 +184,7 @@ class State(Protocol):
         ...
 
     def set_current_namespace(self, namespace: Any) -> None:
-        """Select the namespace of further accesses; None is rejected (KS-NS-1)."""
+        """Select the namespace of further accesses; None is rejected, here or by the next access (KS-NS-1)."""
         ...
 
 

@@ -825,6 +825,19 @@ class _ListKeepsReturnedExpired(ListStateImpl):
         return [self._ser.deserialize(self._ttl.payload(e)) for e in stored] or None
 
 
+# 62. A key outside the key-group range is accepted and its state stored in the range's first key group, where a
+# rescale hands it to a subtask that does not own the key (KB-KEY-2; Flink's RocksDB backend does not check the key
+# group either).
+class _StoresOutsideRange(HeapKeyedStateBackend):
+    def set_current_key(self, key: Any) -> None:
+        if key is None or self._closed or self.key_group_of(key) in self.key_group_range:
+            super().set_current_key(key)
+        else:
+            self._current_key = key
+            self._current_key_bytes = self._key_serializer.serialize(key)
+            self._current_key_group = self.key_group_range.start
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -965,6 +978,7 @@ key_serializer_not_reconfigured = _factory(_KeySerializerNotReconfigured)
 key_serializer_migration_accepted = _factory(_KeySerializerMigrationAccepted)
 ttl_merge_refreshes = _factory(_with_state(ListStateImpl, _MergeRefreshesTtl))
 ttl_list_returns_expired_twice = _factory(_with_state(ListStateImpl, _ListKeepsReturnedExpired))
+key_outside_range_stored = _factory(_StoresOutsideRange)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1029,4 +1043,5 @@ CAUGHT_BY = {
     "value_serializer_not_reconfigured": "SER-3",
     "operator_serializer_not_reconfigured": "SER-3",
     "operator_backend_open_after_close": "OS-9",
+    "key_outside_range_stored": "KB-KEY-2",
 }

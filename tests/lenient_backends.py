@@ -12,7 +12,10 @@ make, and each test that assumed the reference's side would reject a correct bac
 - timers of equal timestamp fired newest registration first (TM-2 leaves their order unspecified);
 - broadcast state whose `items()` is a one-shot iterator, newest entry first (OS-3: an iterable, in any order);
 - a snapshot of registered states without entries written as their meta information, where the reference returns
-  None (KB-SNAP-7 allows either; Flink's backends write it).
+  None (KB-SNAP-7 allows either; Flink's backends write it);
+- a key outside the key-group range accepted by `set_current_key` and refused by the first state access under it
+  (KB-KEY-2), as Flink's heap backend does; a None namespace likewise (KS-NS-1), as Flink's backends check it on
+  access.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
 from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
+from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
 from statecert.spec.timers import InternalTimer
 from tests.broken_backends import _factory
@@ -94,6 +98,25 @@ class _OperatorBackend(DefaultOperatorStateBackend):
         return state
 
 
+class _NamespaceCheckedOnAccess:
+    """Accepts `set_current_namespace(None)`; the next access under it refuses it."""
+
+    _namespace_is_none = False
+    _ns_bytes: bytes | None
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        self._namespace_is_none = namespace is None
+        if namespace is None:
+            self._ns_bytes = None
+        else:
+            super().set_current_namespace(namespace)  # type: ignore[misc]
+
+    def _entry_key(self) -> tuple[EntryKey, int]:
+        if self._namespace_is_none:
+            raise InvalidStateValueError("the namespace of a state access may not be None")
+        return super()._entry_key()  # type: ignore[misc, no-any-return]
+
+
 _STATES = {
     ReducingStateImpl: _ReducingIgnoresNone,
     MapStateImpl: _MapEmptyWhenNothingStored,
@@ -125,6 +148,20 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
 
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
+    def set_current_key(self, key: Any) -> None:
+        if key is None or self._closed or self.key_group_of(key) in self.key_group_range:
+            super().set_current_key(key)
+        else:
+            self._current_key = key
+            self._current_key_bytes = self._key_serializer.serialize(key)
+            self._current_key_group = self.key_group_of(key)
+
+    def current_key_bytes_and_group(self) -> tuple[bytes, int]:
+        key_bytes, key_group = super().current_key_bytes_and_group()
+        if key_group not in self.key_group_range:
+            raise IllegalStateError(f"key group {key_group} is not in {self.key_group_range}")
+        return key_bytes, key_group
+
     def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
         return reversed(list(super().get_keys(state_name, namespace)))
 
@@ -136,7 +173,8 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
 
     def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
         state = super()._create_state(descriptor, store, ns, serializers)
-        state.__class__ = _STATES.get(type(state), type(state))
+        kind = _STATES.get(type(state), type(state))
+        state.__class__ = type(f"Lenient{kind.__name__}", (_NamespaceCheckedOnAccess, kind), {})
         return state
 
 

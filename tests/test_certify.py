@@ -348,10 +348,12 @@ def test_backend_declaring_one_capability_false_is_certified(
 @pytest.mark.parametrize("changelog", [[], ["--changelog"]], ids=["plain", "changelog"])
 def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path: Path, changelog: list[str]) -> None:
     """The other side of each open choice (tests/lenient_backends.py), as it is and wrapped in the changelog
-    backend. Three of them were rejected: `add(None)` ignored by reducing state, by the test that wanted an error
+    backend. Five of them were rejected: `add(None)` ignored by reducing state, by the test that wanted an error
     and, under changelog, by the changelog logging the unchanged value again (refreshing its TTL at replay, or
     failing to serialize None); map `is_empty()` answering from stored entries, by TTL tests that wanted expired
-    ones ignored; a snapshot of registered states without entries, by the test that wanted None."""
+    ones ignored; a snapshot of registered states without entries, by the test that wanted None; a key outside
+    the range and a None namespace refused on access, by tests that wanted the setter to raise (and, under
+    changelog, a helper that relied on it to skip another subtask's keys)."""
     code, report, output = certify(
         "tests.lenient_backends:every_open_choice",
         *changelog,
@@ -362,7 +364,7 @@ def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path:
     )
     assert code == 0, output
     assert report["verdict"] == "certified"
-    for rid in ("KS-RED-2", "KS-MAP-2", "KS-MERGE-1", "TTL-3", "KB-SNAP-7", "KB-KEYS-1", "OS-3"):
+    for rid in ("KS-RED-2", "KS-MAP-2", "KS-MERGE-1", "TTL-3", "KB-SNAP-7", "KB-KEYS-1", "KB-KEY-2", "KS-NS-1", "OS-3"):
         assert report["requirements"][rid]["outcome"] == "passed", (rid, report["requirements"][rid])
 
 

@@ -75,11 +75,21 @@ def test_snapshot_and_restore_give_the_same_entries(state_backend: Any, storage:
 
 
 @pytest.mark.requirement("KB-KEY-2", "KB-KEY-1")
-def test_key_outside_range_is_rejected(state_backend: Any) -> None:
+@pytest.mark.parametrize("access", ["read", "write"])
+def test_key_outside_range_is_rejected(state_backend: Any, access: str) -> None:
     with keyed_backend(state_backend, parallelism=2, index=0) as backend:
+        state = backend.get_or_create_state(VALUE)
         outside = next(f"k{i}" for i in range(1000) if key_group_of(f"k{i}") >= 64)
-        with pytest.raises(IllegalStateError):
+        try:
             backend.set_current_key(outside)
+        except IllegalStateError:
+            return  # refused at once
+        call = f"set_current_key({outside!r}) (key group {key_group_of(outside)}, range 0-63) then a {access}"
+        with pytest.raises(IllegalStateError):
+            state.value() if access == "read" else state.update(1)
+            pytest.fail(f"KB-KEY-2: {call}: expected IllegalStateError, got none")
+        count = backend.num_state_entries()
+        assert count == 0, f"KB-KEY-2: {call}: expected nothing stored, got {count} entries"
 
 
 @pytest.mark.requirement("KB-KEY-1", "ERR-3")

@@ -117,10 +117,19 @@ def test_entry_counts_are_per_state(backend: Any) -> None:
 
 
 @pytest.mark.requirement("KS-NS-1")
-def test_none_namespace_is_rejected(backend: Any) -> None:
+@pytest.mark.parametrize("access", ["read", "write"])
+def test_none_namespace_is_rejected(backend: Any, access: str) -> None:
+    backend.set_current_key("k")
     state = backend.get_or_create_state(VALUE, NS)
-    with pytest.raises(InvalidStateValueError):
+    try:
         state.set_current_namespace(None)
+    except InvalidStateValueError:
+        return  # refused at once
+    with pytest.raises(InvalidStateValueError):
+        state.value() if access == "read" else state.update(1)
+        pytest.fail(f"KS-NS-1: set_current_namespace(None) then a {access}: expected InvalidStateValueError, got none")
+    count = backend.num_state_entries()
+    assert count == 0, f"KS-NS-1: set_current_namespace(None) then a {access}: expected nothing stored, got {count}"
 
 
 @pytest.mark.requirement("KS-VALUE-1", "KS-VALUE-3")
