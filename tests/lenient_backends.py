@@ -15,7 +15,10 @@ make, and each test that assumed the reference's side would reject a correct bac
   None (KB-SNAP-7 allows either; Flink's backends write it);
 - a key outside the key-group range accepted by `set_current_key` and refused by the first state access under it
   (KB-KEY-2), as Flink's heap backend does; a None namespace likewise (KS-NS-1), as Flink's backends check it on
-  access.
+  access;
+- expired values of every key cleaned up at each access to value, reducing or aggregating state with TTL, as
+  Flink's incremental cleanup (`cleanupIncrementally`) removes entries nobody reads (TTL-3 only forbids returning
+  them).
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from typing import Any
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
-from statecert.reference.keyed_states import ListStateImpl, MapStateImpl, ReducingStateImpl
+from statecert.reference.heap.ttl import TtlPolicy
+from statecert.reference.keyed_states import (
+    AggregatingStateImpl,
+    ListStateImpl,
+    MapStateImpl,
+    ReducingStateImpl,
+    ValueStateImpl,
+)
 from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
@@ -98,11 +108,18 @@ class _OperatorBackend(DefaultOperatorStateBackend):
         return state
 
 
-class _NamespaceCheckedOnAccess:
-    """Accepts `set_current_namespace(None)`; the next access under it refuses it."""
+_SINGLE_VALUE_KINDS = (ValueStateImpl, ReducingStateImpl, AggregatingStateImpl)
+
+
+class _OnAccess:
+    """Accepts `set_current_namespace(None)` and lets the next access refuse it; with TTL, each access to a
+    single-value state first removes every expired value of the state."""
 
     _namespace_is_none = False
     _ns_bytes: bytes | None
+    _ttl_enabled: bool
+    _ttl: TtlPolicy
+    store: StateTable
 
     def set_current_namespace(self, namespace: Any) -> None:
         self._namespace_is_none = namespace is None
@@ -114,6 +131,10 @@ class _NamespaceCheckedOnAccess:
     def _entry_key(self) -> tuple[EntryKey, int]:
         if self._namespace_is_none:
             raise InvalidStateValueError("the namespace of a state access may not be None")
+        if self._ttl_enabled and isinstance(self, _SINGLE_VALUE_KINDS):
+            for key_group, key, namespace, stored in list(self.store.entries()):
+                if self._ttl.expired(stored):
+                    self.store.delete(key_group, (key, namespace))
         return super()._entry_key()  # type: ignore[misc, no-any-return]
 
 
@@ -174,7 +195,7 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
     def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
         state = super()._create_state(descriptor, store, ns, serializers)
         kind = _STATES.get(type(state), type(state))
-        state.__class__ = type(f"Lenient{kind.__name__}", (_NamespaceCheckedOnAccess, kind), {})
+        state.__class__ = type(f"Lenient{kind.__name__}", (_OnAccess, kind), {})
         return state
 
 
