@@ -838,6 +838,15 @@ class _StoresOutsideRange(HeapKeyedStateBackend):
             self._current_key_group = self.key_group_range.start
 
 
+# 63. `add_all([])` on a list without elements stores an empty list: the key then has an entry (it is counted and
+# `get_keys` yields it) and a snapshot writes an empty list entry, which the canonical format forbids (KS-LIST-2, IF-4).
+class _AddAllStoresEmpty(ListStateImpl):
+    def add_all(self, values: Any) -> None:
+        encoded = self._encode_all(values)
+        key, key_group = self._entry_key()
+        self.store.append_list(key_group, key, encoded)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -979,6 +988,7 @@ key_serializer_migration_accepted = _factory(_KeySerializerMigrationAccepted)
 ttl_merge_refreshes = _factory(_with_state(ListStateImpl, _MergeRefreshesTtl))
 ttl_list_returns_expired_twice = _factory(_with_state(ListStateImpl, _ListKeepsReturnedExpired))
 key_outside_range_stored = _factory(_StoresOutsideRange)
+list_add_all_empty_entry = _factory(_with_state(ListStateImpl, _AddAllStoresEmpty))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1044,4 +1054,5 @@ CAUGHT_BY = {
     "operator_serializer_not_reconfigured": "SER-3",
     "operator_backend_open_after_close": "OS-9",
     "key_outside_range_stored": "KB-KEY-2",
+    "list_add_all_empty_entry": "KS-LIST-2",
 }

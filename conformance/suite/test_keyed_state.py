@@ -10,6 +10,7 @@ from statecert.conformance.helpers import key_group_of, keyed_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.state import (
+    VOID_NAMESPACE,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -167,6 +168,26 @@ def test_list_state_order_update_and_empty(backend: Any) -> None:
     state.add("x")
     state.clear()
     assert state.get() is None
+
+
+ADDING_NOTHING = {
+    "list add_all([])": (LIST, "KS-LIST-2", lambda state: state.add_all([])),
+    "list update([])": (LIST, "KS-LIST-2", lambda state: state.update([])),
+    "map put_all({})": (MAP, "KS-MAP-3", lambda state: state.put_all({})),
+}
+
+
+@pytest.mark.requirement("KS-LIST-2", "KS-MAP-3")
+@pytest.mark.parametrize("call", sorted(ADDING_NOTHING))
+def test_adding_nothing_leaves_no_entry(backend: Any, call: str) -> None:
+    descriptor, rid, add_nothing = ADDING_NOTHING[call]
+    backend.set_current_key("k")
+    add_nothing(backend.get_or_create_state(descriptor))
+    count = backend.num_state_entries(descriptor.name)
+    keys = list(backend.get_keys(descriptor.name, VOID_NAMESPACE))
+    assert (count, keys) == (0, []), (
+        f"{rid}: {call} for key k with nothing stored: expected no entry and no key, got {count} entries, keys {keys}"
+    )
 
 
 @pytest.mark.requirement("KS-LIST-3")
