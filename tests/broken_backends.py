@@ -847,6 +847,15 @@ class _AddAllStoresEmpty(ListStateImpl):
         self.store.append_list(key_group, key, encoded)
 
 
+# 64. A map's `contains` of a key with nothing stored creates the key's (empty) map entry, as a read that fetches
+# the container for writing would: the key is then counted and yielded by `get_keys` (KS-5).
+class _ContainsCreatesEntry(MapStateImpl):
+    def contains(self, user_key: Any) -> bool:
+        key, key_group = self._entry_key()
+        self.store.map_put(key_group, key, {})
+        return super().contains(user_key)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -989,6 +998,7 @@ ttl_merge_refreshes = _factory(_with_state(ListStateImpl, _MergeRefreshesTtl))
 ttl_list_returns_expired_twice = _factory(_with_state(ListStateImpl, _ListKeepsReturnedExpired))
 key_outside_range_stored = _factory(_StoresOutsideRange)
 list_add_all_empty_entry = _factory(_with_state(ListStateImpl, _AddAllStoresEmpty))
+map_contains_creates_entry = _factory(_with_state(MapStateImpl, _ContainsCreatesEntry))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1055,4 +1065,5 @@ CAUGHT_BY = {
     "operator_backend_open_after_close": "OS-9",
     "key_outside_range_stored": "KB-KEY-2",
     "list_add_all_empty_entry": "KS-LIST-2",
+    "map_contains_creates_entry": "KS-5",
 }

@@ -170,6 +170,36 @@ def test_list_state_order_update_and_empty(backend: Any) -> None:
     assert state.get() is None
 
 
+READS = {
+    "value": lambda state: state.value(),
+    "list": lambda state: state.get(),
+    "map": lambda state: (
+        state.get("a"),
+        state.contains("a"),
+        list(state.items()),
+        list(state.keys()),
+        list(state.values()),
+        list(state.iterator()),
+        state.is_empty(),
+    ),
+    "reducing": lambda state: state.get(),
+    "aggregating": lambda state: state.get(),
+}
+
+
+@pytest.mark.requirement("KS-5")
+@pytest.mark.parametrize("descriptor", [VALUE, LIST, MAP, REDUCING, AGGREGATING], ids=lambda d: d.kind.value)
+def test_reading_nothing_creates_no_entry(backend: Any, descriptor: Any) -> None:
+    backend.set_current_key("k")
+    READS[descriptor.kind.value](backend.get_or_create_state(descriptor))
+    count = backend.num_state_entries(descriptor.name)
+    keys = list(backend.get_keys(descriptor.name, VOID_NAMESPACE))
+    assert (count, keys) == (0, []), (
+        f"KS-5: every read of {descriptor.kind.value} state for key k with nothing stored: expected no entry and no "
+        f"key, got {count} entries, keys {keys}"
+    )
+
+
 ADDING_NOTHING = {
     "list add_all([])": (LIST, "KS-LIST-2", lambda state: state.add_all([])),
     "list update([])": (LIST, "KS-LIST-2", lambda state: state.update([])),
