@@ -856,6 +856,33 @@ class _ContainsCreatesEntry(MapStateImpl):
         return super().contains(user_key)
 
 
+# 65. Key iteration walks stored elements, not entries: `get_keys_and_namespaces` yields a (key, namespace) once per
+# list element or map user key, so a caller visiting every key visits some several times (KB-KEYS-1).
+class _KeysPerElement(HeapKeyedStateBackend):
+    def get_keys_and_namespaces(self, state_name: str) -> Any:
+        self.check_open()
+        namespaces = self._namespace_serializer(state_name)
+        return iter(
+            [
+                (self._key_serializer.deserialize(key), namespaces.deserialize(namespace))
+                for _, key, namespace, payload in self._stores[state_name].entries()
+                for _ in (payload if isinstance(payload, list) else [payload])
+            ]
+        )
+
+
+# 66. Deleting a timer deletes every key's timer of that namespace and time, not only the current key's (TM-4): a
+# window operator's cleanup of one key's window drops the same window's timers of every other key.
+class _DeletesEveryKeysTimer(TimerQueue):
+    def remove(self, namespace: Any, time: int) -> None:
+        current = self._backend.get_current_key()
+        for timer in list(self._live.values()):
+            if timer.namespace == namespace and timer.timestamp == time:
+                self._backend.set_current_key(timer.key)
+                super().remove(namespace, time)
+        self._backend.set_current_key(current)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -999,6 +1026,8 @@ ttl_list_returns_expired_twice = _factory(_with_state(ListStateImpl, _ListKeepsR
 key_outside_range_stored = _factory(_StoresOutsideRange)
 list_add_all_empty_entry = _factory(_with_state(ListStateImpl, _AddAllStoresEmpty))
 map_contains_creates_entry = _factory(_with_state(MapStateImpl, _ContainsCreatesEntry))
+keys_per_element = _factory(_KeysPerElement)
+timer_delete_every_key = _factory(_with_timer_queue(_DeletesEveryKeysTimer))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1066,4 +1095,6 @@ CAUGHT_BY = {
     "key_outside_range_stored": "KB-KEY-2",
     "list_add_all_empty_entry": "KS-LIST-2",
     "map_contains_creates_entry": "KS-5",
+    "keys_per_element": "KB-KEYS-1",
+    "timer_delete_every_key": "TM-4",
 }

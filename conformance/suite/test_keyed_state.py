@@ -387,22 +387,36 @@ def test_merge_namespaces(backend: Any, case: str, kind: str) -> None:
     assert backend.num_state_entries(descriptor.name) == (1 if everything else 0)
 
 
+WRITE_TWICE = {
+    "value": lambda state: (state.update(1), state.update(2)),
+    "list": lambda state: state.add_all(["x", "y"]),
+    "map": lambda state: state.put_all({"x": 1, "y": 2}),
+    "reducing": lambda state: (state.add(1), state.add(2)),
+    "aggregating": lambda state: (state.add(1), state.add(2)),
+}
+
+
 @pytest.mark.requirement("KB-KEYS-1")
-def test_key_iteration_per_namespace(backend: Any) -> None:
-    state = backend.get_partitioned_state("w1", VALUE, NS)
+@pytest.mark.parametrize("descriptor", [VALUE, LIST, MAP, REDUCING, AGGREGATING], ids=lambda d: d.kind.value)
+def test_key_iteration_per_namespace(backend: Any, descriptor: Any) -> None:
+    """Two writes (two list elements, two map user keys) per key and namespace: each key once per namespace."""
+    state = backend.get_partitioned_state("w1", descriptor, NS)
     for key in ("a", "b", "c"):
         backend.set_current_key(key)
         state.set_current_namespace("w1")
-        state.update(1)
+        WRITE_TWICE[descriptor.kind.value](state)
         if key != "c":
             state.set_current_namespace("w2")
-            state.update(2)
-    assert sorted(backend.get_keys("v", "w1")) == ["a", "b", "c"]
-    assert sorted(backend.get_keys("v", "w2")) == ["a", "b"]
-    assert sorted(backend.get_keys_and_namespaces("v")) == [
-        ("a", "w1"),
-        ("a", "w2"),
-        ("b", "w1"),
-        ("b", "w2"),
-        ("c", "w1"),
-    ]
+            WRITE_TWICE[descriptor.kind.value](state)
+    name = descriptor.name
+    got = (sorted(backend.get_keys(name, "w1")), sorted(backend.get_keys(name, "w2")))
+    assert got == (["a", "b", "c"], ["a", "b"]), (
+        f"KB-KEYS-1: get_keys({name!r}, 'w1'), get_keys({name!r}, 'w2') of {descriptor.kind.value} state: expected "
+        f"['a', 'b', 'c'], ['a', 'b'], got {got[0]}, {got[1]}"
+    )
+    pairs = sorted(backend.get_keys_and_namespaces(name))
+    expected = [("a", "w1"), ("a", "w2"), ("b", "w1"), ("b", "w2"), ("c", "w1")]
+    assert pairs == expected, (
+        f"KB-KEYS-1: get_keys_and_namespaces({name!r}) of {descriptor.kind.value} state: expected {expected}, "
+        f"got {pairs}"
+    )
