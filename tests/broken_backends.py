@@ -883,6 +883,36 @@ class _DeletesEveryKeysTimer(TimerQueue):
         self._backend.set_current_key(current)
 
 
+# 67. Value state skips an update that stores the value already stored, as a no-op optimization would: with TTL the
+# write does not refresh the entry, which expires counted from the first write (TTL-2).
+class _SkipsEqualUpdate(ValueStateImpl):
+    def update(self, value: Any) -> None:
+        if value is None or value != self.value():
+            super().update(value)
+
+
+# 68. `for_each_*_timer` lists from a registry that deletion does not reach: deleted timers are listed, as a lazily
+# cleaned priority queue iterated raw would list them (TM-6).
+class _ListsDeletedTimers(TimerQueue):
+    def __init__(self, *args: Any) -> None:
+        self._registered: dict[Any, Any] = {}
+        super().__init__(*args)
+
+    def _remember(self, timer: Any) -> Any:
+        identity = super()._remember(timer)
+        self._registered[identity] = timer
+        return identity
+
+    def poll_due(self, time: int) -> Any:
+        timer = super().poll_due(time)
+        if timer is not None:
+            self._registered.pop(self._identity(timer.key, timer.namespace, timer.timestamp), None)
+        return timer
+
+    def __iter__(self) -> Any:
+        return iter(list(self._registered.values()))
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1028,6 +1058,8 @@ list_add_all_empty_entry = _factory(_with_state(ListStateImpl, _AddAllStoresEmpt
 map_contains_creates_entry = _factory(_with_state(MapStateImpl, _ContainsCreatesEntry))
 keys_per_element = _factory(_KeysPerElement)
 timer_delete_every_key = _factory(_with_timer_queue(_DeletesEveryKeysTimer))
+value_equal_update_skipped = _factory(_with_state(ValueStateImpl, _SkipsEqualUpdate))
+timers_list_deleted = _factory(_with_timer_queue(_ListsDeletedTimers))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1097,4 +1129,6 @@ CAUGHT_BY = {
     "map_contains_creates_entry": "KS-5",
     "keys_per_element": "KB-KEYS-1",
     "timer_delete_every_key": "TM-4",
+    "value_equal_update_skipped": "TTL-2",
+    "timers_list_deleted": "TM-6",
 }

@@ -196,7 +196,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
 
         def _fired(self, kind: str, timer: Any) -> None:
             backend = self._owner(timer.key)
-            assert backend.get_current_key() == timer.key, f"{kind} timer {timer} fired with another current key"
+            assert backend.get_current_key() == timer.key, f"TM-2: {kind} timer {timer} fired with another current key"
             self.fired.append((kind, timer.key, timer.namespace, timer.timestamp))
 
         def _service(self, backend: Any) -> Any:
@@ -229,7 +229,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
                     service.advance_processing_time(now)
             due = {t for t in self.timers if t[0] == kind and t[3] <= now}
             assert sorted(self.fired) == sorted(due), (
-                f"advance {kind} time to {now}: expected {sorted(due)} to fire once each, got {sorted(self.fired)}"
+                f"TM-6: advance {kind} time to {now}: expected {sorted(due)} to fire once each, "
+                f"got {sorted(self.fired)}"
             )
             self.timers -= due
 
@@ -309,7 +310,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
                 for kind in ("event", "processing"):
                     got = sum(getattr(service, f"num_{kind}_time_timers")() for service in services)
                     want = sum(1 for t in self.timers if t[0] == kind)
-                    assert got == want, f"num_{kind}_time_timers() over all subtasks: expected {want}, got {got}"
+                    assert got == want, f"TM-6: num_{kind}_time_timers() over all subtasks: expected {want}, got {got}"
 
         @rule()
         def every_entry_matches_the_model(self) -> None:
@@ -340,6 +341,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
     "KS-MERGE-2",
     "KS-RED-1",
     "KS-AGG-1",
+    "TM-2",
     "TM-3",
     "TM-4",
     "TM-5",

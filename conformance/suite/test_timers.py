@@ -430,22 +430,27 @@ def test_timers_of_a_checkpoint_restore_after_more_checkpoints(state_backend: An
 @pytest.mark.requirement("TM-6")
 @pytest.mark.capability("timers")
 @pytest.mark.parametrize("kind", ["event", "processing"])
-@given(timers=TIMERS, fired_at=st.integers(-60, 210))
+@given(timers=TIMERS, deleted=st.sets(st.integers(0, 39)), fired_at=st.integers(-60, 210))
 def test_for_each_timer_lists_every_timer_once_with_its_key_current(
-    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], fired_at: int
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], deleted: set[int], fired_at: int
 ) -> None:
+    """Listed after some timers were deleted and the due ones fired: exactly the timers left (TM-4, TM-6)."""
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         service, _ = service_of(backend)
         register(backend, service, timers, kind)
+        gone = {timers[i] for i in deleted if i < len(timers)}
+        for key, namespace, time in sorted(gone):
+            backend.set_current_key(key)
+            getattr(service, f"delete_{kind}_time_timer")(namespace, time)
         advance(service, kind, fired_at)
         listed: list[Timer] = []
         getattr(service, f"for_each_{kind}_time_timer")(
             lambda namespace, time: listed.append((backend.get_current_key(), namespace, time))
         )
-        left = {t for t in timers if t[2] > fired_at}
+        left = {t for t in set(timers) - gone if t[2] > fired_at}
         assert sorted(listed) == sorted(left), (
-            f"TM-6: for_each_{kind}_time_timer after advancing to {fired_at}: expected {sorted(left)} with each "
-            f"timer's key current, got {sorted(listed)}"
+            f"TM-6: for_each_{kind}_time_timer after deleting {len(gone)} and advancing to {fired_at}: expected "
+            f"{sorted(left)} with each timer's key current, got {sorted(listed)}"
         )
         count = getattr(service, f"num_{kind}_time_timers")()
         assert count == len(left), f"TM-6: num_{kind}_time_timers() is {count}, {len(left)} timers are left"

@@ -104,6 +104,36 @@ def test_reads_refresh_only_with_on_read_and_write(
         )
 
 
+# Per kind: write the value WRITE wrote (1) again, as a whole.
+WRITE_AGAIN: dict[str, Callable[[Any], None]] = {
+    "value": lambda state: state.update(1),
+    "list": lambda state: state.update([1]),
+    "map": lambda state: state.put("u", 1),
+}
+
+
+@pytest.mark.requirement("TTL-2")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("update_type", list(TtlUpdateType), ids=lambda u: u.value)
+def test_writing_the_stored_value_again_refreshes_it(
+    state_backend: Any, clock: ManualClock, update_type: TtlUpdateType, kind: str
+) -> None:
+    """A write is a write even when it stores what is already stored: a backend may not skip it as a no-op."""
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100, update_type)))
+        WRITE[kind](state, 1)
+        clock.advance(60)
+        WRITE_AGAIN[kind](state)
+        clock.advance(60)
+        got = READ[kind](state)
+        assert got == 1, (
+            f"TTL-2: {kind} state with {update_type.value} written at 0 ms and written the same value again at 60 ms "
+            f"(100 ms TTL): at 120 ms expected 1, got {got!r}"
+        )
+
+
 def _first(iterable: Any) -> list[Any]:
     """Only the first entry of an iteration (stopped early)."""
     return [next(iter(iterable))]
