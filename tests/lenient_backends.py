@@ -7,7 +7,9 @@ make, and each test that assumed the reference's side would reject a correct bac
 - map state whose `is_empty()` answers from the stored entries, expired or not (TTL-3), as Flink's
   `TtlMapState.isEmpty()` does;
 - map state that iterates its entries newest first (KS-MAP-2 fixes no order);
-- list state whose merge puts the sources' elements before the target's (KS-MERGE-1 fixes no order);
+- merges that put the sources before the target: a list's elements, and `reduce(sources, target)` or
+  `merge(sources, target)` as Flink's RocksDB backend does where its heap backend reduces the other way (KS-MERGE-1
+  fixes no order);
 - key iteration (`get_keys`, `get_keys_and_namespaces`) in reverse (KB-KEYS-1 fixes no order);
 - timers of equal timestamp fired newest registration first (TM-2 leaves their order unspecified);
 - broadcast state whose `items()` is a one-shot iterator, newest entry first (OS-3: an iterable, in any order);
@@ -53,6 +55,30 @@ class _ReducingIgnoresNone(ReducingStateImpl):
     def add(self, value: Any) -> None:
         if value is not None:
             super().add(value)
+
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        """Flink's RocksDB order: the sources reduced first, then `reduce(sources, target)`."""
+        values = [self._ser.deserialize(p) for p in self._pop_single(sources)]
+        if values:
+            merged = values[0]
+            for value in values[1:]:
+                merged = self._reduce(merged, value)
+            self.set_current_namespace(target)
+            current = self.get()
+            self._put_bytes(self._ser.serialize(merged if current is None else self._reduce(merged, current)))
+
+
+class _AggregatingMergesIntoSources(AggregatingStateImpl):
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        """Flink's RocksDB order: the sources' accumulators merged first, then `merge(sources, target)`."""
+        accumulators = [self._ser.deserialize(p) for p in self._pop_single(sources)]
+        if accumulators:
+            merged = accumulators[0]
+            for accumulator in accumulators[1:]:
+                merged = self._fn.merge(merged, accumulator)
+            self.set_current_namespace(target)
+            current = self._accumulator()
+            self._put_bytes(self._ser.serialize(merged if current is None else self._fn.merge(merged, current)))
 
 
 class _MapEmptyWhenNothingStored(MapStateImpl):
@@ -142,6 +168,7 @@ _STATES = {
     ReducingStateImpl: _ReducingIgnoresNone,
     MapStateImpl: _MapEmptyWhenNothingStored,
     ListStateImpl: _ListMergesSourcesFirst,
+    AggregatingStateImpl: _AggregatingMergesIntoSources,
 }
 
 
