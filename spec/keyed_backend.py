@@ -107,7 +107,8 @@ class KeyedStateBackend(Protocol[K]):
     def get_keys_and_namespaces(self, state_name: str) -> Iterator[tuple[K, Any]]: ...
 
     def num_state_entries(self, state_name: str | None = None) -> int:
-        """Number of (key, namespace) entries, of one state or all (KS-4)."""
+        """Number of entries, of one state or all: one per key and namespace holding state, or for map state one per
+        user key, as Flink's RocksDB backend counts; zero exactly when nothing is stored (KS-4)."""
         ...
 
     def snapshot(

@@ -18,6 +18,8 @@ make, and each test that assumed the reference's side would reject a correct bac
 - a key outside the key-group range accepted by `set_current_key` and refused by the first state access under it
   (KB-KEY-2), as Flink's heap backend does; a None namespace likewise (KS-NS-1), as Flink's backends check it on
   access;
+- `num_state_entries` counting a map's user keys, as Flink's RocksDB backend counts its column family's entries,
+  where the reference counts one entry per key and namespace (the spec fixes only zero for nothing stored, KS-4);
 - expired values of every key cleaned up at each access to value, reducing or aggregating state with TTL, as
   Flink's incremental cleanup (`cleanupIncrementally`) removes entries nobody reads (TTL-3 only forbids returning
   them).
@@ -47,6 +49,7 @@ from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
+from statecert.spec.state import StateKind
 from statecert.spec.timers import InternalTimer
 from tests.broken_backends import _factory
 
@@ -209,6 +212,14 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
         if key_group not in self.key_group_range:
             raise IllegalStateError(f"key group {key_group} is not in {self.key_group_range}")
         return key_bytes, key_group
+
+    def num_state_entries(self, state_name: str | None = None) -> int:
+        names = list(self._stores) if state_name is None else [state_name]
+        stores = [self._stores[name] for name in names if name in self._stores]
+        return sum(
+            sum(len(payload) for *_, payload in store.entries()) if store.meta.kind is StateKind.MAP else len(store)
+            for store in stores
+        )
 
     def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
         return reversed(list(super().get_keys(state_name, namespace)))
