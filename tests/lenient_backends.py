@@ -54,7 +54,9 @@ from statecert.spec.timers import InternalTimer
 from tests.broken_backends import _factory
 
 
-class _ReducingIgnoresNone(ReducingStateImpl):
+class _LenientReducing(ReducingStateImpl):
+    """Ignores `add(None)`; merges in Flink's RocksDB order."""
+
     def add(self, value: Any) -> None:
         if value is not None:
             super().add(value)
@@ -168,7 +170,7 @@ class _OnAccess:
 
 
 _STATES = {
-    ReducingStateImpl: _ReducingIgnoresNone,
+    ReducingStateImpl: _LenientReducing,
     MapStateImpl: _MapEmptyWhenNothingStored,
     ListStateImpl: _ListMergesSourcesFirst,
     AggregatingStateImpl: _AggregatingMergesIntoSources,
