@@ -82,6 +82,21 @@ def test_expired_map_entry_is_not_contained(state_backend: Any, clock: ManualClo
         assert list(state.keys()) == [] and list(state.values()) == [], "TTL-3: an expired map entry was iterated"
 
 
+def written_acted_read(
+    state_backend: Any, clock: ManualClock, kind: str, update_type: TtlUpdateType, act: Callable[[Any], Any]
+) -> tuple[Any, Any]:
+    """State of `kind` with a 100 ms TTL written at 0 ms, `act` on it at 60 ms, read at 120 ms: (what `act`
+    returned, what the read got)."""
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100, update_type)))
+        WRITE[kind](state, 1)
+        clock.advance(60)
+        acted = act(state)
+        clock.advance(60)
+        return acted, READ[kind](state)
+
+
 @pytest.mark.requirement("TTL-2")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize("kind", KINDS)
@@ -89,19 +104,13 @@ def test_expired_map_entry_is_not_contained(state_backend: Any, clock: ManualClo
 def test_reads_refresh_only_with_on_read_and_write(
     state_backend: Any, clock: ManualClock, update_type: TtlUpdateType, kind: str
 ) -> None:
-    with ttl_backend(state_backend, clock) as backend:
-        backend.set_current_key("k")
-        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100, update_type)))
-        WRITE[kind](state, 1)
-        clock.advance(60)
-        assert READ[kind](state) == 1
-        clock.advance(60)
-        refreshed = update_type is TtlUpdateType.ON_READ_AND_WRITE
-        got = READ[kind](state)
-        assert (got == 1) is refreshed, (
-            f"TTL-2: {kind} state with {update_type.value}, read at 60 ms and 120 ms of a 100 ms TTL: "
-            f"expected {'1' if refreshed else 'None'}, got {got!r}"
-        )
+    first, got = written_acted_read(state_backend, clock, kind, update_type, READ[kind])
+    assert first == 1
+    refreshed = update_type is TtlUpdateType.ON_READ_AND_WRITE
+    assert (got == 1) is refreshed, (
+        f"TTL-2: {kind} state with {update_type.value}, read at 60 ms and 120 ms of a 100 ms TTL: "
+        f"expected {'1' if refreshed else 'None'}, got {got!r}"
+    )
 
 
 # Per kind: write the value WRITE wrote (1) again, as a whole.
@@ -120,18 +129,11 @@ def test_writing_the_stored_value_again_refreshes_it(
     state_backend: Any, clock: ManualClock, update_type: TtlUpdateType, kind: str
 ) -> None:
     """A write is a write even when it stores what is already stored: a backend may not skip it as a no-op."""
-    with ttl_backend(state_backend, clock) as backend:
-        backend.set_current_key("k")
-        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100, update_type)))
-        WRITE[kind](state, 1)
-        clock.advance(60)
-        WRITE_AGAIN[kind](state)
-        clock.advance(60)
-        got = READ[kind](state)
-        assert got == 1, (
-            f"TTL-2: {kind} state with {update_type.value} written at 0 ms and written the same value again at 60 ms "
-            f"(100 ms TTL): at 120 ms expected 1, got {got!r}"
-        )
+    _, got = written_acted_read(state_backend, clock, kind, update_type, WRITE_AGAIN[kind])
+    assert got == 1, (
+        f"TTL-2: {kind} state with {update_type.value} written at 0 ms and written the same value again at 60 ms "
+        f"(100 ms TTL): at 120 ms expected 1, got {got!r}"
+    )
 
 
 def _first(iterable: Any) -> list[Any]:
