@@ -39,6 +39,14 @@ def certify(
     return done.returncode, data, done.stdout + done.stderr
 
 
+def certified(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """`statecert certify ARGS --report tmp_path/r.json`, which must exit 0 with the verdict certified; the report."""
+    code, report, output = certify(*args, "--report", str(tmp_path / "r.json"))
+    assert code == 0, output
+    assert report["verdict"] == "certified", output
+    return report
+
+
 def failed_requirements(report: dict[str, Any]) -> set[str]:
     return {rid for rid, info in report["requirements"].items() if info["outcome"] == "failed"}
 
@@ -58,9 +66,7 @@ def failed_requirements(report: dict[str, Any]) -> set[str]:
     ],
 )
 def test_reference_backends_certify(tmp_path: Path, backend: str, extra: list[str]) -> None:
-    code, report, output = certify(backend, "--max-examples", "10", *extra, "--report", str(tmp_path / "r.json"))
-    assert code == 0, output
-    assert report["verdict"] == "certified"
+    report = certified(tmp_path, backend, "--max-examples", "10", *extra)
     assert report["incomplete"] is None, report["incomplete"]
     assert set(report["requirements"]) == set(load_requirements()), "the report must list every requirement"
     assert {info["outcome"] for info in report["requirements"].values()} <= OUTCOMES
@@ -312,11 +318,7 @@ def test_the_plugin_refuses_xdist_instead_of_reporting_a_share_of_the_results(tm
 
 
 def test_backend_declaring_every_optional_capability_false_is_certified(tmp_path: Path) -> None:
-    code, report, output = certify(
-        "tests.restricted_backends:nothing_optional", "--max-examples", "5", "--report", str(tmp_path / "r.json")
-    )
-    assert code == 0, output
-    assert report["verdict"] == "certified"
+    report = certified(tmp_path, "tests.restricted_backends:nothing_optional", "--max-examples", "5")
     for rid in ("TTL-1", "TTL-2", "OS-1"):
         assert report["requirements"][rid]["outcome"] == "unsupported", (rid, report["requirements"][rid])
     assert report["requirements"]["SB-3"]["outcome"] == "passed"
@@ -331,16 +333,7 @@ def test_backend_declaring_one_capability_false_is_certified(
     of the others must not lean on it. Each of these was once rejected: a backend without rescaling by the model
     tier's round trip and, under changelog, by an ungated rescaling test; one without canonical savepoints under
     changelog, whose replay handed the restored state over as a canonical savepoint."""
-    code, report, output = certify(
-        f"tests.restricted_backends:without_{capability}",
-        *changelog,
-        "--max-examples",
-        "5",
-        "--report",
-        str(tmp_path / "r.json"),
-    )
-    assert code == 0, output
-    assert report["verdict"] == "certified"
+    report = certified(tmp_path, f"tests.restricted_backends:without_{capability}", *changelog, "--max-examples", "5")
     if not changelog:  # the changelog backend keeps timers itself and declares incremental checkpoints
         assert report["requirements"]["SB-3"]["outcome"] == "passed", report["requirements"]["SB-3"]
 
@@ -354,16 +347,7 @@ def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path:
     ones ignored; a snapshot of registered states without entries, by the test that wanted None; a key outside
     the range and a None namespace refused on access, by tests that wanted the setter to raise (and, under
     changelog, a helper that relied on it to skip another subtask's keys)."""
-    code, report, output = certify(
-        "tests.lenient_backends:every_open_choice",
-        *changelog,
-        "--max-examples",
-        "10",
-        "--report",
-        str(tmp_path / "r.json"),
-    )
-    assert code == 0, output
-    assert report["verdict"] == "certified"
+    report = certified(tmp_path, "tests.lenient_backends:every_open_choice", *changelog, "--max-examples", "10")
     for rid in ("KS-RED-2", "KS-MAP-2", "KS-MERGE-1", "TTL-3", "KB-SNAP-7", "KB-KEYS-1", "KB-KEY-2", "KS-NS-1", "OS-3"):
         assert report["requirements"][rid]["outcome"] == "passed", (rid, report["requirements"][rid])
 
