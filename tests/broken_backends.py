@@ -828,14 +828,25 @@ class _ListKeepsReturnedExpired(ListStateImpl):
 # 62. A key outside the key-group range is accepted and its state stored in the range's first key group, where a
 # rescale hands it to a subtask that does not own the key (KB-KEY-2; Flink's RocksDB backend does not check the key
 # group either).
-class _StoresOutsideRange(HeapKeyedStateBackend):
+class AcceptsKeysOutsideRange(HeapKeyedStateBackend):
+    """`set_current_key` accepts a key outside the range, current in the key group `key_group_outside(key)` gives
+    (tests/lenient_backends.py refuses it on access instead, as KB-KEY-2 allows)."""
+
+    def key_group_outside(self, key: Any) -> int:
+        raise NotImplementedError
+
     def set_current_key(self, key: Any) -> None:
         if key is None or self._closed or self.key_group_of(key) in self.key_group_range:
             super().set_current_key(key)
         else:
             self._current_key = key
             self._current_key_bytes = self._key_serializer.serialize(key)
-            self._current_key_group = self.key_group_range.start
+            self._current_key_group = self.key_group_outside(key)
+
+
+class _StoresOutsideRange(AcceptsKeysOutsideRange):
+    def key_group_outside(self, key: Any) -> int:
+        return self.key_group_range.start
 
 
 # 63. `add_all([])` on a list without elements stores an empty list: the key then has an entry (it is counted and

@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
-from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.heap.ttl import TtlPolicy
 from statecert.reference.keyed_states import (
@@ -51,7 +50,7 @@ from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
 from statecert.spec.state import StateKind
 from statecert.spec.timers import InternalTimer
-from tests.broken_backends import _factory
+from tests.broken_backends import AcceptsKeysOutsideRange, _factory
 
 
 class _LenientReducing(ReducingStateImpl):
@@ -94,18 +93,14 @@ class _MapEmptyWhenNothingStored(MapStateImpl):
 
 class _ListMergesSourcesFirst(ListStateImpl):
     def merge_namespaces(self, target: Any, sources: Any) -> None:
+        """The reference's merge into an emptied target, then the target's own elements (timestamps kept) after."""
         _, key_group = self._backend.current_key_bytes_and_group()
-        merged: list[bytes] = []
-        for source in sources:
-            key = self._entry_key_for(source)
-            elements = self.store.get_list(key_group, key)
-            if elements:
-                self.store.delete(key_group, key)
-                merged.extend(e for e in elements if not self._ttl.expired(e))
-        if merged:
-            self.set_current_namespace(target)
-            key, _ = self._entry_key()
-            self.store.set_list(key_group, key, merged + (self.store.get_list(key_group, key) or []))
+        key = self._entry_key_for(target)
+        held = self.store.get_list(key_group, key)
+        self.store.delete(key_group, key)
+        super().merge_namespaces(target, sources)
+        if held:
+            self.store.append_list(key_group, key, held)
 
 
 class _NewestFirstTable(StateTable):
@@ -177,7 +172,7 @@ _STATES = {
 }
 
 
-class _EveryOpenChoice(HeapKeyedStateBackend):
+class _EveryOpenChoice(AcceptsKeysOutsideRange):
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         self.timer_service_class = _TimerService
@@ -201,13 +196,8 @@ class _EveryOpenChoice(HeapKeyedStateBackend):
 
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
-    def set_current_key(self, key: Any) -> None:
-        if key is None or self._closed or self.key_group_of(key) in self.key_group_range:
-            super().set_current_key(key)
-        else:
-            self._current_key = key
-            self._current_key_bytes = self._key_serializer.serialize(key)
-            self._current_key_group = self.key_group_of(key)
+    def key_group_outside(self, key: Any) -> int:
+        return self.key_group_of(key)
 
     def current_key_bytes_and_group(self) -> tuple[bytes, int]:
         key_bytes, key_group = super().current_key_bytes_and_group()
