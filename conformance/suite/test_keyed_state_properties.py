@@ -5,6 +5,8 @@ of each other. Each property of stored state is checked on the live backend and 
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import pytest
@@ -57,6 +59,39 @@ class Sum:
 
     def merge(self, a: int, b: int) -> int:
         return a + b
+
+
+class Product:
+    """A commutative aggregate whose falsy accumulator (0) is not its identity (1): an accumulator of 0 taken for
+    "nothing stored" changes the result, while any order or grouping of merges gives the same."""
+
+    def create_accumulator(self) -> int:
+        return 1
+
+    def add(self, value: int, acc: int) -> int:
+        return acc * value
+
+    def get_result(self, acc: int) -> int:
+        return acc
+
+    def merge(self, a: int, b: int) -> int:
+        return a * b
+
+
+class TripleMinus:
+    """A non-commutative aggregate starting from 1, whose accumulator passes through 0 and negatives."""
+
+    def create_accumulator(self) -> int:
+        return 1
+
+    def add(self, value: int, acc: int) -> int:
+        return acc * 3 - value
+
+    def get_result(self, acc: int) -> int:
+        return acc
+
+    def merge(self, a: int, b: int) -> int:
+        return a * b
 
 
 SEQUENCE = AggregatingStateDescriptor("seq", aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer())
@@ -194,20 +229,97 @@ def test_aggregating_adds_in_order(certification: Any, tmp_path_factory: Any, va
     check_folds_in_order(certification, tmp_path_factory, SEQUENCE, values, "KS-AGG-1")
 
 
+FALSY = (0, 0.0, "", False, b"", [], {})
+PLAIN = st.one_of(
+    st.sampled_from(FALSY),
+    st.integers(-2, 2),
+    st.booleans(),
+    st.text(max_size=2),
+    st.lists(st.integers(0, 1), max_size=2),
+)
+MINUS = ReducingStateDescriptor("minus", reduce_function=lambda a, b: a * 3 - b, serializer=LongSerializer())
+TRIPLE = AggregatingStateDescriptor("triple", aggregate_function=TripleMinus(), accumulator_serializer=LongSerializer())
+
+
+@pytest.mark.requirement("KS-VALUE-1", "KS-LIST-1", "KS-MAP-1", "KS-RED-1", "KS-AGG-1", "KB-RESTORE-1")
+@given(values=st.lists(PLAIN, min_size=1, max_size=6), numbers=st.lists(st.integers(-2, 2), min_size=1, max_size=8))
+def test_falsy_values_are_values_like_any_other(
+    certification: Any, tmp_path_factory: Any, values: list[Any], numbers: list[int]
+) -> None:
+    """0, 0.0, "", False, b"", [] and {} are stored values, not "nothing stored": each reads back as itself (type
+    included) from value, list and map state and keeps a default from showing; a reducing value or an aggregating
+    accumulator of 0 is folded into like any other (KS-RED-1: reduce(accumulated, added), never the added value
+    alone), live and after a snapshot and restore."""
+    value = ValueStateDescriptor("v", serializer=MsgpackSerializer(), default="the default")
+    elements = ListStateDescriptor("l", element_serializer=MsgpackSerializer())
+    entries = MapStateDescriptor(
+        "m", user_key_serializer=MsgpackSerializer(), user_value_serializer=MsgpackSerializer()
+    )
+    as_map = {"": values[0], 0: values[-1], **{f"k{i}": v for i, v in enumerate(values)}}
+    want = {
+        "value": repr(values[-1]),
+        "list": repr(values),
+        "map": sorted((repr(k), repr(v)) for k, v in as_map.items()),
+        "map get": [repr(v) for v in as_map.values()],
+        "reducing": functools.reduce(lambda a, b: a * 3 - b, numbers),
+        "aggregating": functools.reduce(lambda acc, v: acc * 3 - v, numbers, 1),
+    }
+
+    calls = {
+        "value": f"KS-VALUE-1: value() after update() of each of {values!r}",
+        "list": f"KS-LIST-1: get() after add_all({values!r})",
+        "map": f"KS-MAP-2: items() after put_all({as_map!r})",
+        "map get": f"KS-MAP-1: contains() and get() of each of {list(as_map)!r}",
+        "reducing": f"KS-RED-1: get() after add() of each of {numbers} with reduce(a, b) = a * 3 - b",
+        "aggregating": f"KS-AGG-1: get() after add() of each of {numbers} to accumulator 1 with add = acc * 3 - v",
+    }
+
+    def check(backend: Any, when: str) -> None:
+        backend.set_current_key("k")
+        stored = backend.get_or_create_state(entries)
+        got = {
+            "value": repr(backend.get_or_create_state(value).value()),
+            "list": repr(backend.get_or_create_state(elements).get()),
+            "map": sorted((repr(k), repr(v)) for k, v in stored.items()),
+            "map get": [repr(stored.get(k)) if stored.contains(k) else "not contained" for k in as_map],
+            "reducing": backend.get_or_create_state(MINUS).get(),
+            "aggregating": backend.get_or_create_state(TRIPLE).get(),
+        }
+        wrong = [
+            f"{calls[what]}{when}: expected {want[what]}, got {got[what]}" for what in want if got[what] != want[what]
+        ]
+        assert not wrong, "; ".join(wrong)
+
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        for v in values:
+            backend.get_or_create_state(value).update(v)
+        backend.get_or_create_state(elements).add_all(values)
+        backend.get_or_create_state(entries).put_all(as_map)
+        for n in numbers:
+            backend.get_or_create_state(MINUS).add(n)
+            backend.get_or_create_state(TRIPLE).add(n)
+        check(backend, "")
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            check(restored, ", then a snapshot and restore (KB-RESTORE-1)")
+
+
 @pytest.mark.requirement("KS-MERGE-1", "KS-MERGE-2", "KS-MERGE-3", "KB-RESTORE-1")
 @pytest.mark.parametrize("kind", ["list", "reducing", "aggregating"])
 @given(
-    target=st.lists(st.integers(1, 9), max_size=3),
-    sources=st.lists(st.lists(st.integers(1, 9), max_size=3), min_size=1, max_size=4),
+    target=st.lists(st.integers(-3, 3), max_size=3),
+    sources=st.lists(st.lists(st.integers(-3, 3), max_size=3), min_size=1, max_size=4),
 )
 def test_merge_with_any_number_of_sources(
     certification: Any, tmp_path_factory: Any, kind: str, target: list[int], sources: list[list[int]]
 ) -> None:
+    """The folds multiply: the order of a merge is left open, and a value or accumulator of 0 (falsy, but not the
+    identity) must be merged like any other."""
     descriptor = {
         "list": ListStateDescriptor("ml", element_serializer=LongSerializer()),
-        "reducing": ReducingStateDescriptor("mr", reduce_function=lambda a, b: a + b, serializer=LongSerializer()),
+        "reducing": ReducingStateDescriptor("mr", reduce_function=lambda a, b: a * b, serializer=LongSerializer()),
         "aggregating": AggregatingStateDescriptor(
-            "ma", aggregate_function=Sum(), accumulator_serializer=LongSerializer()
+            "ma", aggregate_function=Product(), accumulator_serializer=LongSerializer()
         ),
     }[kind]
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
@@ -224,8 +336,8 @@ def test_merge_with_any_number_of_sources(
         got = state.get()
         expected: Any = {
             "list": sorted(everything) or None,
-            "reducing": sum(everything) if everything else None,
-            "aggregating": sum(everything) if everything else None,
+            "reducing": math.prod(everything) if everything else None,
+            "aggregating": math.prod(everything) if everything else None,
         }[kind]
         assert (sorted(got) if kind == "list" and got else got) == expected, (
             f"KS-MERGE-1: merge of {target} with sources {sources}: expected {expected}, got {got}"
