@@ -924,6 +924,39 @@ class _ListsDeletedTimers(TimerQueue):
         return iter(list(self._registered.values()))
 
 
+# 69. Value state reads a stored falsy value (0, "", False, [], {}) as nothing stored, as `stored or default` would:
+# it returns the default instead (KS-VALUE-1).
+class _FalsyReadsDefault(ValueStateImpl):
+    def value(self) -> Any:
+        stored = super().value()
+        if stored:
+            return stored
+        return None if self._default_bytes is None else self._ser.deserialize(self._default_bytes)
+
+
+# 70. Reducing state takes a falsy accumulated value (0, "") for nothing stored, as `added if not current else
+# reduce(current, added)` would: after a value of 0 the next add starts over (KS-RED-1).
+class _RestartsAfterFalsy(ReducingStateImpl):
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("reducing state does not accept None")
+        current = self.get()
+        self._put_bytes(self._ser.serialize(self._reduce(current, value) if current else value))
+
+
+# 71. An aggregating merge takes a falsy accumulator for an absent one: a target or source accumulator of 0 is
+# replaced by the next one instead of merged with it (KS-MERGE-1).
+class _MergeDropsFalsy(AggregatingStateImpl):
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        accumulators = [self._ser.deserialize(p) for p in self._pop_single(sources)]
+        if accumulators:
+            self.set_current_namespace(target)
+            current = self._accumulator()
+            for accumulator in accumulators:
+                current = self._fn.merge(current, accumulator) if current else accumulator
+            self._put_bytes(self._ser.serialize(current))
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1071,6 +1104,9 @@ keys_per_element = _factory(_KeysPerElement)
 timer_delete_every_key = _factory(_with_timer_queue(_DeletesEveryKeysTimer))
 value_equal_update_skipped = _factory(_with_state(ValueStateImpl, _SkipsEqualUpdate))
 timers_list_deleted = _factory(_with_timer_queue(_ListsDeletedTimers))
+value_falsy_reads_default = _factory(_with_state(ValueStateImpl, _FalsyReadsDefault))
+reduce_restarts_after_falsy = _factory(_with_state(ReducingStateImpl, _RestartsAfterFalsy))
+merge_drops_falsy_accumulator = _factory(_with_state(AggregatingStateImpl, _MergeDropsFalsy))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1142,4 +1178,7 @@ CAUGHT_BY = {
     "timer_delete_every_key": "TM-4",
     "value_equal_update_skipped": "TTL-2",
     "timers_list_deleted": "TM-6",
+    "value_falsy_reads_default": "KS-VALUE-1",
+    "reduce_restarts_after_falsy": "KS-RED-1",
+    "merge_drops_falsy_accumulator": "KS-MERGE-1",
 }

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
@@ -243,6 +243,7 @@ TRIPLE = AggregatingStateDescriptor("triple", aggregate_function=TripleMinus(), 
 
 @pytest.mark.requirement("KS-VALUE-1", "KS-LIST-1", "KS-MAP-1", "KS-RED-1", "KS-AGG-1", "KB-RESTORE-1")
 @given(values=st.lists(PLAIN, min_size=1, max_size=6), numbers=st.lists(st.integers(-2, 2), min_size=1, max_size=8))
+@example(values=list(FALSY), numbers=[0, 9, 1])  # the reduction and the accumulator each pass through 0
 def test_falsy_values_are_values_like_any_other(
     certification: Any, tmp_path_factory: Any, values: list[Any], numbers: list[int]
 ) -> None:
