@@ -957,6 +957,13 @@ class _MergeDropsFalsy(AggregatingStateImpl):
             self._put_bytes(self._ser.serialize(current))
 
 
+# 72. Timers are de-duplicated by key and time alone: of two timers of one key that differ only in namespace (two
+# windows ending together) one is dropped (TM-3).
+class _NamespaceBlindQueue(TimerQueue):
+    def _identity(self, key: Any, namespace: Any, time: int) -> Any:
+        return (self._backend.key_serializer.serialize(key), b"", time)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1107,6 +1114,7 @@ timers_list_deleted = _factory(_with_timer_queue(_ListsDeletedTimers))
 value_falsy_reads_default = _factory(_with_state(ValueStateImpl, _FalsyReadsDefault))
 reduce_restarts_after_falsy = _factory(_with_state(ReducingStateImpl, _RestartsAfterFalsy))
 merge_drops_falsy_accumulator = _factory(_with_state(AggregatingStateImpl, _MergeDropsFalsy))
+timers_namespace_blind = _factory(_with_timer_queue(_NamespaceBlindQueue))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1181,4 +1189,5 @@ CAUGHT_BY = {
     "value_falsy_reads_default": "KS-VALUE-1",
     "reduce_restarts_after_falsy": "KS-RED-1",
     "merge_drops_falsy_accumulator": "KS-MERGE-1",
+    "timers_namespace_blind": "TM-3",
 }

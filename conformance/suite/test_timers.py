@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import (
@@ -174,6 +174,39 @@ def test_deleted_and_fired_timers_never_fire(
         advance(service, kind, MAX_TIMESTAMP)
         left = {t for t in (set(timers) - gone) | twins if t[2] > first}
         assert_fired_in_order(recorder, left, f"{call}, snapshot after the first advance, restore", kind)
+
+
+CLOSE_TIMERS = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 1), st.integers(0, 2)), max_size=20)
+"""Timers from a domain of 12, so that most share their key, namespace or time with another."""
+
+
+@pytest.mark.requirement("TM-3", "TM-6")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(timers=CLOSE_TIMERS)
+@example(timers=[("a", 0, 1), ("a", 1, 1), ("b", 0, 1), ("a", 0, 2), ("a", 0, 1)])
+def test_timers_are_told_apart_by_key_namespace_and_time(
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer]
+) -> None:
+    """Only a timer equal in all three is the same timer (TM-3): timers that share two of key, namespace and time
+    are counted, fire and are snapshotted each on its own, as sliding windows of one key that end together need."""
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    distinct = set(timers)
+    with keyed_backend(backend_factory) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, timers, kind)
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == len(distinct), (
+            f"TM-3: num_{kind}_time_timers() after registering {timers}: expected {len(distinct)}, got {count}"
+        )
+        handle = snapshot_now(backend, location_for(storage))
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, distinct, f"register {timers}, advance to Long.MAX_VALUE", kind)
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
+        service, recorder = service_of(restored)
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, distinct, f"register {timers}, snapshot, restore, advance", kind)
 
 
 @pytest.mark.requirement("TM-1")
