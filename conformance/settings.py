@@ -157,3 +157,8 @@ def check_storage(storage: str, where: str) -> None:
         fsspec.get_filesystem_class(protocol)
     except (ValueError, ImportError) as exc:
         raise SettingsError(f"{where}: no file system for {protocol}:// ({exc})") from None
+    try:  # one read-only look before the suite, so that an unreachable storage is one line, not every test failing
+        fs, path = fsspec.url_to_fs(storage)
+        fs.exists(path)
+    except Exception as exc:  # each file system raises its own: socket errors, refused credentials...
+        raise SettingsError(f"{where}: cannot reach {storage}: {type(exc).__name__}: {exc}") from None

@@ -271,6 +271,7 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         (["hashmap", "--shrink-seconds", "-1"], "--shrink-seconds: must be at least 0"),
         (["hashmap", "--storage", "bogus"], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
         (["hashmap", "--storage", "nosuchproto://x"], "--storage: no file system for nosuchproto://"),
+        (["hashmap", "--storage", "ftp://host.invalid/x"], "--storage: cannot reach ftp://host.invalid/x: "),
         (["hashmap", "--max-examples", "many"], "argument --max-examples: invalid int value: 'many'"),
         (["hashmap", "--", "-n", "2"], "-n: certification runs in one process; pytest-xdist's -n is not supported"),
         (["hashmap", "--", "--bogus"], "pytest arguments after --: unrecognized arguments: --bogus"),
