@@ -964,6 +964,13 @@ class _NamespaceBlindQueue(TimerQueue):
         return (self._backend.key_serializer.serialize(key), b"", time)
 
 
+# 73. `get_keys` de-duplicates the keys it lists with a set of the deserialized keys (the usual fix for listing a key
+# once per element, 65): keys Python finds equal, 1, True and 1.0, are listed as one (KB-KEYS-1, KS-3).
+class _KeysDeduplicatedByEquality(HeapKeyedStateBackend):
+    def get_keys(self, state_name: str, namespace: Any) -> Any:
+        return iter(set(super().get_keys(state_name, namespace)))
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1115,6 +1122,7 @@ value_falsy_reads_default = _factory(_with_state(ValueStateImpl, _FalsyReadsDefa
 reduce_restarts_after_falsy = _factory(_with_state(ReducingStateImpl, _RestartsAfterFalsy))
 merge_drops_falsy_accumulator = _factory(_with_state(AggregatingStateImpl, _MergeDropsFalsy))
 timers_namespace_blind = _factory(_with_timer_queue(_NamespaceBlindQueue))
+keys_deduplicated_by_equality = _factory(_KeysDeduplicatedByEquality)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1190,4 +1198,5 @@ CAUGHT_BY = {
     "reduce_restarts_after_falsy": "KS-RED-1",
     "merge_drops_falsy_accumulator": "KS-MERGE-1",
     "timers_namespace_blind": "TM-3",
+    "keys_deduplicated_by_equality": "KB-KEYS-1",
 }

@@ -17,6 +17,7 @@ from statecert.conformance.helpers import keyed_backend, location_for, snapshot_
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import (
+    VOID_NAMESPACE,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -151,15 +152,31 @@ def test_map_views_list_every_entry_once_small_and_large(
 EQUAL_BUT_DISTINCT = [1, True, 1.0, 0, False, 0.0, "1", b"1"]
 
 
-@pytest.mark.requirement("KS-3", "KB-RESTORE-1")
+@pytest.mark.requirement("KS-3", "KB-KEYS-1", "KB-RESTORE-1")
 def test_equal_but_distinct_keys_are_different_keys(certification: Any, tmp_path_factory: Any) -> None:
+    """Keys, and namespaces, equal in Python but serialized differently are different: each holds its own entry,
+    and `get_keys` and `get_keys_and_namespaces` list each (a backend de-duplicating them with a set lists one)."""
     value = ValueStateDescriptor("v", serializer=StringSerializer())
+    windowed = ValueStateDescriptor("w", serializer=StringSerializer())
     state_backend = certification.new_backend(tmp_path_factory.mktemp("local"))
     with keyed_backend(state_backend, key_serializer=MsgpackSerializer()) as backend:
         state = backend.get_or_create_state(value)
         for key in EQUAL_BUT_DISTINCT:
             backend.set_current_key(key)
             state.update(repr(key))
+        backend.set_current_key("k")
+        by_namespace = backend.get_or_create_state(windowed, MsgpackSerializer())
+        for namespace in EQUAL_BUT_DISTINCT:
+            by_namespace.set_current_namespace(namespace)
+            by_namespace.update(repr(namespace))
+        listed = {
+            'get_keys("v", VOID_NAMESPACE)': sorted(repr(k) for k in backend.get_keys("v", VOID_NAMESPACE)),
+            'get_keys_and_namespaces("v")': sorted(repr(k) for k, _ in backend.get_keys_and_namespaces("v")),
+            'get_keys_and_namespaces("w")': sorted(repr(n) for _, n in backend.get_keys_and_namespaces("w")),
+        }
+        want = sorted(repr(k) for k in EQUAL_BUT_DISTINCT)
+        wrong = [f"{call}: expected {want}, got {got}" for call, got in listed.items() if got != want]
+        assert not wrong, "KB-KEYS-1: " + "; ".join(wrong)
         copy = restored_copy(certification, tmp_path_factory, backend, key_serializer=MsgpackSerializer())
         with copy as restored:
             for when, keyed in (("KS-3: ", backend), ("KB-RESTORE-1: after restore, ", restored)):
