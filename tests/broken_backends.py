@@ -971,6 +971,13 @@ class _KeysDeduplicatedByEquality(HeapKeyedStateBackend):
         return iter(set(super().get_keys(state_name, namespace)))
 
 
+# 74. Timers are told apart by their key and namespace objects, as a set of (key, namespace, time) tuples would: the
+# timers of keys 1 and True (equal in Python, different keys, KS-3) at one time are one timer (TM-3).
+class _TimersByEquality(TimerQueue):
+    def _identity(self, key: Any, namespace: Any, time: int) -> Any:
+        return (key, namespace, time)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1123,6 +1130,7 @@ reduce_restarts_after_falsy = _factory(_with_state(ReducingStateImpl, _RestartsA
 merge_drops_falsy_accumulator = _factory(_with_state(AggregatingStateImpl, _MergeDropsFalsy))
 timers_namespace_blind = _factory(_with_timer_queue(_NamespaceBlindQueue))
 keys_deduplicated_by_equality = _factory(_KeysDeduplicatedByEquality)
+timers_by_equality = _factory(_with_timer_queue(_TimersByEquality))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1199,4 +1207,5 @@ CAUGHT_BY = {
     "merge_drops_falsy_accumulator": "KS-MERGE-1",
     "timers_namespace_blind": "TM-3",
     "keys_deduplicated_by_equality": "KB-KEYS-1",
+    "timers_by_equality": "TM-3",
 }
