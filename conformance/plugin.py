@@ -31,6 +31,8 @@ from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
 
 _SESSION = pytest.StashKey["CertificationSession"]()
+EXPLICIT_EXAMPLE_NOTE = re.compile(r"\n(?:Failing|Falsifying) explicit example:")
+"""Where hypothesis's note of a failing `@example` call starts in an assertion's message."""
 
 
 class CertificationSession:
@@ -347,6 +349,9 @@ def pytest_runtest_makereport(
         if report.failed and report.longrepr is not None:
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1]
+            # hypothesis notes an explicit example's call, fixtures' reprs (object addresses, temporary paths)
+            # included: the assertion already names the example, and the report stays the same for the same seed
+            message = EXPLICIT_EXAMPLE_NOTE.split(message, maxsplit=1)[0]
         elif hasattr(report, "wasxfail"):
             message = report.wasxfail
         elif report.skipped and isinstance(report.longrepr, tuple):

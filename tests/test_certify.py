@@ -94,6 +94,8 @@ def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name:
         f"{name}: expected {CAUGHT_BY[name]} to be violated, the report names {sorted(failed_requirements(report))}"
     )
     assert f"VIOLATED {CAUGHT_BY[name]}" in output
+    noted = [t["id"] for t in report["tests"] if "explicit example:" in t["message"]]
+    assert not noted, f"hypothesis's note of an explicit example (fixture reprs, addresses) left in messages: {noted}"
 
 
 BROKEN_OUTSIDE = '''
