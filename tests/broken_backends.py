@@ -978,6 +978,24 @@ class _TimersByEquality(TimerQueue):
         return (key, namespace, time)
 
 
+# 75. A restore takes the states the first handle it reads describes: a state that only a later handle holds (a
+# state registered in only some of the old subtasks) is dropped when their handles are restored together
+# (KB-RESTORE-2).
+class _DropsOnPayload:
+    def put_payload(self, key_group: int, key: Any, payload: Any) -> None:
+        pass
+
+
+class _StatesOfFirstHandle(HeapKeyedStateBackend):
+    def _restored_store(self, meta: Any, source: str) -> Any:
+        first, names = self.__dict__.setdefault("_first_handle", (source, set()))
+        if source == first:
+            names.add(meta.name)
+        elif meta.name not in names:
+            return _DropsOnPayload()
+        return super()._restored_store(meta, source)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1131,6 +1149,7 @@ merge_drops_falsy_accumulator = _factory(_with_state(AggregatingStateImpl, _Merg
 timers_namespace_blind = _factory(_with_timer_queue(_NamespaceBlindQueue))
 keys_deduplicated_by_equality = _factory(_KeysDeduplicatedByEquality)
 timers_by_equality = _factory(_with_timer_queue(_TimersByEquality))
+restore_keeps_states_of_first_handle = _factory(_StatesOfFirstHandle)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1208,4 +1227,5 @@ CAUGHT_BY = {
     "timers_namespace_blind": "TM-3",
     "keys_deduplicated_by_equality": "KB-KEYS-1",
     "timers_by_equality": "TM-3",
+    "restore_keeps_states_of_first_handle": "KB-RESTORE-2",
 }

@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.capabilities import declared, supports
-from statecert.conformance.helpers import create_subtasks, owner_of
+from statecert.conformance.helpers import (
+    create_subtasks,
+    key_group_of,
+    keyed_backend,
+    location_for,
+    owner_of,
+    snapshot_now,
+)
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import (
     ByteSerializer,
@@ -43,13 +50,16 @@ def write_checkpoint(
     max_parallelism: int = 128,
     kind: CheckpointKind = CheckpointKind.CHECKPOINT,
 ) -> Any:
-    """Each key k_i gets value i and list [i, i+1] in the subtask owning it; each subtask i holds split elements
-    [100i, 100i+1], union element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
+    """Each key k_i gets value i, and list [i, i+1] when i is a multiple of 3, in the subtask owning it (so a
+    subtask's snapshot may hold the list state or not, as a state registered in only some subtasks: a restore takes
+    the states of every handle, not those of the first); each subtask i holds split elements [100i, 100i+1], union
+    element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
     subtasks = create_subtasks(state_backend, KEYS, parallelism, max_parallelism)
     for i, key in enumerate(keys):
         keyed = owner_of(subtasks, key, max_parallelism)
         keyed.get_or_create_state(VALUE).update(i)
-        keyed.get_or_create_state(LIST).add_all([i, i + 1])
+        if i % 3 == 0:
+            keyed.get_or_create_state(LIST).add_all([i, i + 1])
     for s in subtasks if supports(declared(state_backend), "operator_state") else ():
         s.operator.get_list_state(SPLIT).add_all([100 * s.index, 100 * s.index + 1])
         s.operator.get_union_list_state(UNION).add(s.index)
@@ -64,6 +74,11 @@ def write_checkpoint(
     for s in subtasks:
         s.dispose()
     return storage.load_checkpoint(pointer).operator("op")
+
+
+def written(keys: list[str]) -> dict[str, tuple[int, list[int] | None]]:
+    """What `write_checkpoint` wrote per key: (value, list or None)."""
+    return {k: (i, [i, i + 1] if i % 3 == 0 else None) for i, k in enumerate(keys)}
 
 
 def read_back(state_backend: Any, operator: Any, parallelism: int, max_parallelism: int = 128) -> dict[str, Any]:
@@ -91,7 +106,7 @@ KEY_LIST = [f"key-{i}" for i in range(600)]
 def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new: int) -> None:
     operator = write_checkpoint(state_backend, storage, old, KEY_LIST)
     got = read_back(state_backend, operator, new)["keyed"]
-    expected = {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST)}
+    expected = written(KEY_LIST)
     missing = sorted(set(expected) - set(got))
     wrong = {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
     assert not missing and not wrong, (
@@ -116,7 +131,42 @@ def test_restore_at_any_parallelism(
     backend = certification.new_backend(tmp_path_factory.mktemp("local"))
     operator = write_checkpoint(backend, storage, old, keys, max_parallelism)
     got = read_back(backend, operator, new, max_parallelism)["keyed"]
-    assert got == {k: (i, [i, i + 1]) for i, k in enumerate(keys)}
+    assert got == written(keys), (
+        f"{old}->{new} at max parallelism {max_parallelism}: expected {written(keys)}, got {got}"
+    )
+
+
+@pytest.mark.requirement("KB-RESTORE-1", "KB-RESTORE-2")
+@pytest.mark.capability("rescaling")
+@pytest.mark.parametrize("order", ["without it first", "with it first"])
+def test_a_state_of_only_one_old_subtask_survives_a_merging_restore(
+    tmp_path_factory: Any, certification: Any, order: str
+) -> None:
+    """Two subtasks hold state "v"; only the second also registered "only-here" (its keys alone needed it). Their
+    handles restored together at parallelism 1, in either order, give both states whole: a restore that takes the
+    states described by the first handle it reads loses "only-here"."""
+    only_here = MapStateDescriptor("only-here", user_key_serializer=KEYS, user_value_serializer=LongSerializer())
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("merge")))
+    factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    handles, expected = [], {}
+    for index in (0, 1):
+        with keyed_backend(factory, parallelism=2, index=index) as backend:
+            owned = [k for k in KEY_LIST if key_group_of(k) in backend.key_group_range][:20]
+            for i, key in enumerate(owned):
+                backend.set_current_key(key)
+                backend.get_or_create_state(VALUE).update(i)
+                expected[key] = (i, {"u": i} if index == 1 else {})
+                if index == 1:
+                    backend.get_or_create_state(only_here).put("u", i)
+            handles.append(snapshot_now(backend, location_for(storage, index + 1)))
+    restore = handles[::-1] if order == "with it first" else handles
+    with keyed_backend(factory, restore=restore) as merged:
+        got = {}
+        for key in expected:
+            merged.set_current_key(key)
+            got[key] = (merged.get_or_create_state(VALUE).value(), dict(merged.get_or_create_state(only_here).items()))
+    wrong = {k: (expected[k], got[k]) for k in expected if got[k] != expected[k]}
+    assert not wrong, f"KB-RESTORE-2: two subtasks' handles restored at parallelism 1, {order}: (expected, got) {wrong}"
 
 
 JAVA_KEYED = {
@@ -207,4 +257,4 @@ def test_canonical_savepoint_restores_across_backends(
     )
     operator = write_checkpoint(writer, storage, 3, KEY_LIST[:100], kind=CheckpointKind.SAVEPOINT_CANONICAL)
     got = read_back(reader, operator, 5)["keyed"]
-    assert got == {k: (i, [i, i + 1]) for i, k in enumerate(KEY_LIST[:100])}, f"{direction}: state differs"
+    assert got == written(KEY_LIST[:100]), f"{direction}: state differs"
