@@ -44,6 +44,7 @@ from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
 from statecert.reference.timers.timer_queue import TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
+from statecert.spec.errors import InvalidStateValueError
 from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -996,6 +997,15 @@ class _StatesOfFirstHandle(HeapKeyedStateBackend):
         return super()._restored_store(meta, source)
 
 
+# 76. List state walks the values of `add_all` and `update` twice, once to refuse None and once to store them: a
+# generator (the protocol takes any Iterable) is used up by the first walk and nothing is stored (KS-LIST-2).
+class _WalksValuesTwice(ListStateImpl):
+    def _encode_all(self, values: Any) -> list[bytes]:
+        if any(v is None for v in values):
+            raise InvalidStateValueError("list state does not accept None elements")
+        return [self._ttl.wrap(self._ser.serialize(v)) for v in values]
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1150,6 +1160,7 @@ timers_namespace_blind = _factory(_with_timer_queue(_NamespaceBlindQueue))
 keys_deduplicated_by_equality = _factory(_KeysDeduplicatedByEquality)
 timers_by_equality = _factory(_with_timer_queue(_TimersByEquality))
 restore_keeps_states_of_first_handle = _factory(_StatesOfFirstHandle)
+list_walks_values_twice = _factory(_with_state(ListStateImpl, _WalksValuesTwice))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1228,4 +1239,5 @@ CAUGHT_BY = {
     "keys_deduplicated_by_equality": "KB-KEYS-1",
     "timers_by_equality": "TM-3",
     "restore_keeps_states_of_first_handle": "KB-RESTORE-2",
+    "list_walks_values_twice": "KS-LIST-2",
 }

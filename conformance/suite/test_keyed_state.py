@@ -220,6 +220,26 @@ def test_adding_nothing_leaves_no_entry(backend: Any, call: str) -> None:
     )
 
 
+@pytest.mark.requirement("KS-LIST-2", "KS-LIST-3")
+def test_list_writes_take_any_iterable(backend: Any) -> None:
+    """`add_all` and `update` take an Iterable (spec/state.py), so a one-shot generator too: a backend that walks
+    it twice (once to refuse None, once to store) stores nothing; a None met late still leaves the state unchanged."""
+    backend.set_current_key("k")
+    state = backend.get_or_create_state(LIST)
+    state.add_all(x for x in ["a", "b"])
+    after_add_all = state.get()
+    state.update(x for x in ["c", "d", "e"])
+    after_update = state.get()
+    state.add_all(iter(("f",)))
+    got = (after_add_all, after_update, state.get())
+    want = (["a", "b"], ["c", "d", "e"], ["c", "d", "e", "f"])
+    assert got == want, f"KS-LIST-2: add_all, update, add_all of generators: expected {want}, got {got}"
+    for op in ("add_all", "update"):
+        with pytest.raises(InvalidStateValueError):
+            getattr(state, op)(x for x in ["x", None])
+        assert state.get() == want[-1], f"KS-LIST-3: {op} of a generator ending in None changed the list"
+
+
 @pytest.mark.requirement("KS-LIST-3")
 @pytest.mark.parametrize("op", ["add", "add_all", "update"])
 def test_list_rejects_none_and_stays_unchanged(backend: Any, op: str) -> None:

@@ -197,7 +197,10 @@ def test_list_state_keeps_its_elements_in_order_through_a_restore(
         register = "get_list_state" if mode == "split" else "get_union_list_state"
         state = getattr(backend, register)(SPLIT)
         for op, *args in ops:
-            getattr(state, op)(*args)
+            if op in ("add_all", "update"):  # a one-shot iterable: the protocol takes any Iterable, not only a list
+                getattr(state, op)(element for element in args[0])
+            else:
+                getattr(state, op)(*args)
             if op == "add":
                 model.append(args[0])
             elif op == "add_all":
