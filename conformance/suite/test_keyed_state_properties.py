@@ -348,7 +348,7 @@ def test_merge_with_any_number_of_sources(
             state.set_current_namespace(ns)
             for v in values:
                 state.add(v)
-        state.merge_namespaces("t", names)
+        state.merge_namespaces("t", (name for name in names))  # any Iterable: a one-shot generator too
         everything = target + [v for vs in sources for v in vs]
         state.set_current_namespace("t")
         got = state.get()
