@@ -4,6 +4,7 @@ the requirement whose test must fail."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,9 +12,12 @@ import fsspec
 
 from statecert.reference.format import metadata_codec, paths
 from statecert.reference.format.metadata_codec import encode_metadata
+from statecert.reference.format.paths import join_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
+from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
+from statecert.spec.storage import CheckpointedStateScope
 
 
 # 1. `_metadata` written in place: a write that fails half way leaves a torn file that looks complete.
@@ -59,6 +63,40 @@ class _FollowsAnyPath(FileSystemCheckpointStorage):
             metadata_codec.resolve_relative = original
 
 
+# 4. Stream files named by a counter per checkpoint location: checkpoint 2's first shared file replaces checkpoint
+# 1's, which an incremental checkpoint still references.
+class _CountedStream(CheckpointStateOutputStreamImpl):
+    number = 0
+
+    def _spill(self) -> None:
+        self._path = join_url(self._directory, f"state-{self.number}")
+        self._file = fsspec.open(self._path, "wb", auto_mkdir=True).open()
+        self._file.write(self._buffer.getvalue())
+        self._buffer = io.BytesIO()
+
+
+class _CountingLocation(CheckpointStorageLocationImpl):
+    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> Any:
+        stream = super().create_checkpoint_state_output_stream(scope)
+        stream.__class__ = _CountedStream
+        stream.number = self.__dict__["streams"] = self.__dict__.get("streams", 0) + 1
+        return stream
+
+
+class _CountingStorage(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        original = access.initialize_location_for_checkpoint
+
+        def initialize(checkpoint_id: int) -> Any:
+            location = original(checkpoint_id)
+            location.__class__ = _CountingLocation
+            return location
+
+        access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
+        return access
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -71,8 +109,13 @@ def follows_paths_outside(config: Mapping[str, object]) -> Any:
     return _FollowsAnyPath.from_config(config)
 
 
+def files_named_by_counter(config: Mapping[str, object]) -> Any:
+    return _CountingStorage.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
     "follows_paths_outside": "FMT-10",
+    "files_named_by_counter": "CS-4",
 }

@@ -45,6 +45,49 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
         assert f.read() == payload, f"{scope.value} stream of {size} bytes read back differently"
 
 
+@pytest.mark.requirement("CS-3", "CS-4")
+def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(storage: Any) -> None:
+    """Streams of two checkpoints of one job, a checkpoint of another job, a savepoint and task-owned state, three
+    per scope and two of them written interleaved, all read back after all were written: a storage that names its
+    files by a counter per checkpoint (so checkpoint 2's first shared file replaces checkpoint 1's, still
+    referenced by an incremental checkpoint) or by the time fails here."""
+    job, other = storage.create_checkpoint_storage("job-a"), storage.create_checkpoint_storage("job-b")
+    locations = {
+        "job-a chk-1": job.initialize_location_for_checkpoint(1),
+        "job-a chk-2": job.initialize_location_for_checkpoint(2),
+        "job-b chk-1": other.initialize_location_for_checkpoint(1),
+        "job-a savepoint 3": job.initialize_location_for_savepoint(3),
+    }
+    written: list[tuple[str, Any, bytes]] = []
+    for where, location in locations.items():
+        for scope in CheckpointedStateScope:
+            first = location.create_checkpoint_state_output_stream(scope)
+            second = location.create_checkpoint_state_output_stream(scope)
+            payloads = [os.urandom(50_000) for _ in range(3)]
+            for i in range(0, 50_000, 10_000):  # interleaved: both open at once
+                first.write(payloads[0][i : i + 10_000])
+                second.write(payloads[1][i : i + 10_000])
+            written += [(f"{where} {scope.value} #1", first.close_and_get_handle(), payloads[0])]
+            written += [(f"{where} {scope.value} #2", second.close_and_get_handle(), payloads[1])]
+            with location.create_checkpoint_state_output_stream(scope) as third:
+                third.write(payloads[2])
+                written.append((f"{where} {scope.value} #3", third.close_and_get_handle(), payloads[2]))
+    for owner in (job, other):
+        out = owner.create_task_owned_state_stream()
+        payload = os.urandom(50_000)
+        out.write(payload)
+        written.append(("task-owned", out.close_and_get_handle(), payload))
+    changed = []
+    for what, handle, payload in written:
+        try:
+            with handle.open() as f:
+                if f.read() != payload:
+                    changed.append(what)
+        except StateCertError as exc:  # a size or checksum check noticing the other bytes
+            changed.append(f"{what} ({type(exc).__name__})")
+    assert not changed, f"CS-4: after all {len(written)} streams were written, these read back other bytes: {changed}"
+
+
 @pytest.mark.requirement("CS-9", "FMT-12")
 def test_file_handles_record_size_and_checksum_and_refuse_changed_bytes(storage: Any) -> None:
     payload = os.urandom(100_000)
