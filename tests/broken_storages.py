@@ -13,6 +13,7 @@ import fsspec
 from statecert.reference.format import metadata_codec, paths
 from statecert.reference.format.metadata_codec import encode_metadata
 from statecert.reference.format.paths import join_url
+from statecert.reference.storage.discard import discard_checkpoint_directory
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
@@ -97,6 +98,28 @@ class _CountingStorage(FileSystemCheckpointStorage):
         return access
 
 
+# 5. A failed checkpoint's `dispose_on_failure` deletes the job's shared directory with its own: the completed
+# checkpoints before it lose the shared state they reference.
+class _WideDisposeLocation(CheckpointStorageLocationImpl):
+    def dispose_on_failure(self) -> None:
+        discard_checkpoint_directory(self.shared_dir)
+        super().dispose_on_failure()
+
+
+class _WideDisposeStorage(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        original = access.initialize_location_for_checkpoint
+
+        def initialize(checkpoint_id: int) -> Any:
+            location = original(checkpoint_id)
+            location.__class__ = _WideDisposeLocation
+            return location
+
+        access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
+        return access
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -113,9 +136,14 @@ def files_named_by_counter(config: Mapping[str, object]) -> Any:
     return _CountingStorage.from_config(config)
 
 
+def dispose_deletes_shared(config: Mapping[str, object]) -> Any:
+    return _WideDisposeStorage.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
     "follows_paths_outside": "FMT-10",
     "files_named_by_counter": "CS-4",
+    "dispose_deletes_shared": "CS-6",
 }

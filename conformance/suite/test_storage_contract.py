@@ -132,7 +132,18 @@ def test_savepoint_location_at_explicit_target(storage: Any, checkpoint_dir: str
 
 @pytest.mark.requirement("CS-6")
 def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
-    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    """Discarded and abandoned streams leave nothing; a failed checkpoint's `dispose_on_failure` deletes its own
+    directory and nothing else: the completed checkpoint before it stays readable, its shared state included (a
+    dispose that deletes the job's or the shared directory loses it)."""
+    access = storage.create_checkpoint_storage("job")
+    completed = access.initialize_location_for_checkpoint(1)
+    survivors = []
+    for scope in CheckpointedStateScope:
+        with completed.create_checkpoint_state_output_stream(scope) as out:
+            out.write(scope.value.encode() * 10_000)
+            survivors.append((scope, out.close_and_get_handle()))
+    completed.write_metadata(_metadata(1))
+    location = access.initialize_location_for_checkpoint(2)
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"a" * 50_000)
     out.discard()
@@ -149,6 +160,16 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     kept.close_and_get_handle()
     location.dispose_on_failure()
     assert not fs.exists(directory)
+    for scope, handle in survivors:
+        try:
+            with handle.open() as f:
+                kept = f.read() == scope.value.encode() * 10_000
+        except StateCertError as exc:
+            kept, problem = False, f"{type(exc).__name__}: {exc}"
+        else:
+            problem = "other bytes"
+        assert kept, f"CS-6: checkpoint 2's dispose_on_failure() changed checkpoint 1's {scope.value} state: {problem}"
+    assert storage.load_checkpoint(completed.pointer) == _metadata(1), "CS-6: checkpoint 2's dispose lost checkpoint 1"
 
 
 def _metadata(checkpoint_id: int, path: str | None = None) -> CheckpointMetadata:
