@@ -120,6 +120,22 @@ class _WideDisposeStorage(FileSystemCheckpointStorage):
         return access
 
 
+# 6. A savepoint's shared-scope state goes to the job's shared directory, as a checkpoint's does: the savepoint is
+# not self-contained, and moved elsewhere it loses that state.
+class _SavepointSharedInJob(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        original = access.initialize_location_for_savepoint
+
+        def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+            location = original(checkpoint_id, target)
+            location.shared_dir = access.shared_dir
+            return location
+
+        access.initialize_location_for_savepoint = initialize  # type: ignore[method-assign]
+        return access
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -140,10 +156,15 @@ def dispose_deletes_shared(config: Mapping[str, object]) -> Any:
     return _WideDisposeStorage.from_config(config)
 
 
+def savepoint_shared_in_job_dir(config: Mapping[str, object]) -> Any:
+    return _SavepointSharedInJob.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
     "follows_paths_outside": "FMT-10",
     "files_named_by_counter": "CS-4",
     "dispose_deletes_shared": "CS-6",
+    "savepoint_shared_in_job_dir": "FMT-9",
 }

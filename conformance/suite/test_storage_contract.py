@@ -266,6 +266,38 @@ def test_handle_paths_outside_the_checkpoint_are_refused(storage: Any) -> None:
         pytest.fail(f"FMT-10: load_checkpoint followed the handle path {hostile!r} out of the checkpoint")
 
 
+@pytest.mark.requirement("FMT-9", "CS-2")
+def test_a_savepoint_directory_moved_elsewhere_restores(storage: Any) -> None:
+    """A savepoint is self-contained: its exclusive and its shared-scope state lie in its directory, referenced
+    relative to `_metadata`, so the directory moved elsewhere loads and reads back every byte (a storage that sends
+    a savepoint's shared state to the job's shared directory fails here)."""
+    location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
+    payloads, handles = [], []
+    for index, scope in enumerate(CheckpointedStateScope):
+        payloads.append(os.urandom(50_000))
+        with location.create_checkpoint_state_output_stream(scope) as out:
+            out.write(payloads[index])
+            handles.append(KeyGroupsStateHandle(KeyGroupRange(index, index), (0,), out.close_and_get_handle()))
+    subtask = OperatorSubtaskState(tuple(handles))
+    pointer = location.write_metadata(CheckpointMetadata(1, (OperatorState("op", 1, 128, {0: subtask}),)))
+    fs, metadata_path = fsspec.core.url_to_fs(storage.resolve_checkpoint(pointer).metadata_path)
+    source = metadata_path.rsplit("/", 1)[0]
+    moved = f"{source.rsplit('/', 2)[0]}/moved-elsewhere/{source.rsplit('/', 1)[1]}"
+    fs.mv(source, moved, recursive=True)
+    assert not fs.exists(source), f"moving {source} left it in place"
+    restored = storage.load_checkpoint(fs.unstrip_protocol(moved))
+    got = []
+    for index in range(len(payloads)):
+        handle = restored.operator("op").subtask_states[0].managed_keyed_state[index]
+        try:
+            with handle.delegate.open() as f:
+                got.append("read back" if f.read() == payloads[index] else "other bytes")
+        except StateCertError as exc:
+            got.append(f"{type(exc).__name__}: {exc}")
+    want = ["read back"] * len(payloads)
+    assert got == want, f"FMT-9: the savepoint moved from {source} to {moved}, exclusive and shared state: got {got}"
+
+
 @pytest.mark.requirement("CS-JM-2", "CS-7")
 def test_maximum_state_size_is_enforced(storage: Any) -> None:
     limit = getattr(storage, "max_state_size", None)
