@@ -1006,6 +1006,23 @@ class _WalksValuesTwice(ListStateImpl):
         return [self._ttl.wrap(self._ser.serialize(v)) for v in values]
 
 
+# 77. Copy-on-write stops when a snapshot finishes, as if it were the only one pending: with two snapshots pending,
+# the later finishing first, writes after it change the dicts the earlier one is still to write (KB-SNAP-5).
+class _CopyOnWriteUntilAnyDone(HeapKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(*args, **kwargs)
+        run = task.run
+
+        def run_then_release() -> Any:
+            handle = run()
+            for table in self._stores.values():
+                table._map_versions = [table.version] * len(table._map_versions)
+            return handle
+
+        task.run = run_then_release
+        return task
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1161,6 +1178,7 @@ keys_deduplicated_by_equality = _factory(_KeysDeduplicatedByEquality)
 timers_by_equality = _factory(_with_timer_queue(_TimersByEquality))
 restore_keeps_states_of_first_handle = _factory(_StatesOfFirstHandle)
 list_walks_values_twice = _factory(_with_state(ListStateImpl, _WalksValuesTwice))
+copy_on_write_until_any_done = _factory(_CopyOnWriteUntilAnyDone)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1240,4 +1258,5 @@ CAUGHT_BY = {
     "timers_by_equality": "TM-3",
     "restore_keeps_states_of_first_handle": "KB-RESTORE-2",
     "list_walks_values_twice": "KS-LIST-2",
+    "copy_on_write_until_any_done": "KB-SNAP-5",
 }
