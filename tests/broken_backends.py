@@ -23,6 +23,7 @@ import msgpack
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
+from statecert.reference.format.operator_stream import write_operator_states
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.heap.state_table import StateTable
@@ -42,14 +43,16 @@ from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
 from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
+from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError
-from statecert.spec.handles import FileStateHandle
+from statecert.spec.handles import FileStateHandle, OperatorStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility
 from statecert.spec.state import StateKind, TtlUpdateType
+from statecert.spec.storage import CheckpointedStateScope
 from statecert.spec.timers import InternalTimer
 
 
@@ -1023,6 +1026,24 @@ class _CopyOnWriteUntilAnyDone(HeapKeyedStateBackend):
         return task
 
 
+# 78. The operator backend's snapshot captures its element lists by reference, not by copy: what is added, replaced
+# or cleared before the asynchronous part writes them is in the snapshot (OS-10).
+class _SharesElementLists(DefaultOperatorStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        self._check_open()
+        captured = {n: (s.mode, s.serializer.snapshot_configuration(), s.elements) for n, s in self._states.items()}
+        captured.update(self._restored)
+
+        def write(cancelled: Any) -> Any:
+            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+                partitions = write_operator_states(out, captured)
+                return OperatorStateHandle(partitions, out.close_and_get_handle())
+
+        task = AsyncSnapshotTask(write, self._pending.discard)
+        self._pending.add(task)
+        return task
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1179,6 +1200,7 @@ timers_by_equality = _factory(_with_timer_queue(_TimersByEquality))
 restore_keeps_states_of_first_handle = _factory(_StatesOfFirstHandle)
 list_walks_values_twice = _factory(_with_state(ListStateImpl, _WalksValuesTwice))
 copy_on_write_until_any_done = _factory(_CopyOnWriteUntilAnyDone)
+operator_snapshot_shares_lists = _factory(operator=_SharesElementLists)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1259,4 +1281,5 @@ CAUGHT_BY = {
     "restore_keeps_states_of_first_handle": "KB-RESTORE-2",
     "list_walks_values_twice": "KS-LIST-2",
     "copy_on_write_until_any_done": "KB-SNAP-5",
+    "operator_snapshot_shares_lists": "OS-10",
 }

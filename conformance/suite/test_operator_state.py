@@ -4,6 +4,7 @@ operations against a model, live and after a restore; the stream; None elements;
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,50 @@ def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, sto
     }
     decoded = read_operator_states(handle)
     assert [LongSerializer().deserialize(e) for e in decoded["offsets"][2]] == [1, 2, 3]
+
+
+def _operator_contents(backend: Any) -> dict[str, Any]:
+    return {
+        "split": backend.get_list_state(SPLIT).get(),
+        "union": backend.get_union_list_state(UNION).get(),
+        "broadcast": sorted(backend.get_broadcast_state(RULES).items(), key=repr),
+    }
+
+
+@pytest.mark.requirement("OS-10")
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize("when", ["before the asynchronous part", "while it runs"])
+def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storage: Any, when: str) -> None:
+    """Split, union and broadcast state written after `snapshot` returned (added to, replaced, cleared, put and
+    removed) restore as they were at the call: a backend whose asynchronous part writes the live lists fails."""
+    with operator_backend(state_backend) as backend:
+        backend.get_list_state(SPLIT).add_all([1, 2, 3])
+        backend.get_union_list_state(UNION).add("a")
+        backend.get_broadcast_state(RULES).put("r1", "x")
+        backend.get_broadcast_state(RULES).put(1, "one")
+        expected = _operator_contents(backend)
+
+        def write_more() -> None:
+            backend.get_list_state(SPLIT).add_all([4, 5])
+            backend.get_union_list_state(UNION).clear()
+            backend.get_broadcast_state(RULES).put("r2", "y")
+            backend.get_broadcast_state(RULES).put("r1", "changed")
+            backend.get_broadcast_state(RULES).remove(1)
+
+        task = backend.snapshot(1, 0, location_for(storage))
+        if when == "before the asynchronous part":
+            write_more()
+            handle = task.run()
+        else:
+            result: list[Any] = []
+            worker = threading.Thread(target=lambda: result.append(task.run()))
+            worker.start()
+            write_more()
+            worker.join()
+            handle = result[0]
+    with operator_backend(state_backend, (handle,)) as restored:
+        got = _operator_contents(restored)
+    assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"
 
 
 @pytest.mark.requirement("OS-5")
