@@ -22,7 +22,9 @@ make, and each test that assumed the reference's side would reject a correct bac
   where the reference counts one entry per key and namespace (the spec fixes only zero for nothing stored, KS-4);
 - expired values of every key cleaned up at each access to value, reducing or aggregating state with TTL, as
   Flink's incremental cleanup (`cleanupIncrementally`) removes entries nobody reads (TTL-3 only forbids returning
-  them).
+  them);
+- a map state whose restored user keys need migration refused with `StateMigrationError`, as Flink's RocksDB
+  backend refuses it (SER-5: migrating them is the backend's choice).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.heap.ttl import TtlPolicy
+from statecert.reference.keyed_backend_base import descriptor_serializers
 from statecert.reference.keyed_states import (
     AggregatingStateImpl,
     ListStateImpl,
@@ -46,8 +49,9 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
 from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
-from statecert.spec.errors import IllegalStateError, InvalidStateValueError
+from statecert.spec.errors import IllegalStateError, InvalidStateValueError, StateMigrationError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions
+from statecert.spec.serializers import Compatibility
 from statecert.spec.state import StateKind
 from statecert.spec.timers import InternalTimer
 from tests.broken_backends import AcceptsKeysOutsideRange, _factory
@@ -195,6 +199,18 @@ class _EveryOpenChoice(AcceptsKeysOutsideRange):
             return write_canonical_snapshot(stream_factory, header, key_group_range, lambda key_group: [], cancelled)
 
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        store = self._stores.get(descriptor.name)
+        if store is not None and store.meta.kind is StateKind.MAP and descriptor.kind is StateKind.MAP:
+            user_keys = descriptor_serializers(descriptor)["user_key"]
+            result = user_keys.resolve_compatibility(store.meta.serializers["user_key"])
+            if result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+                raise StateMigrationError(
+                    f"state {descriptor.name!r}: its user keys need migration, and migration for map state only "
+                    "allows value schema evolutions"
+                )
+        return super().get_or_create_state(descriptor, namespace_serializer)
 
     def key_group_outside(self, key: Any) -> int:
         return self.key_group_of(key)
