@@ -21,6 +21,25 @@ from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
 from statecert.spec.storage import CheckpointedStateScope
 
 
+def _with_checkpoint_locations(location_class: type[CheckpointStorageLocationImpl]) -> Any:
+    """The file-system storage whose checkpoint locations behave as `location_class`."""
+
+    class Storage(FileSystemCheckpointStorage):
+        def create_checkpoint_storage(self, job_id: str) -> Any:
+            access = super().create_checkpoint_storage(job_id)
+            original = access.initialize_location_for_checkpoint
+
+            def initialize(checkpoint_id: int) -> Any:
+                location = original(checkpoint_id)
+                location.__class__ = location_class
+                return location
+
+            access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
+            return access
+
+    return Storage
+
+
 # 1. `_metadata` written in place: a write that fails half way leaves a torn file that looks complete.
 class _InPlaceLocation(CheckpointStorageLocationImpl):
     def write_metadata(self, metadata: Any) -> str:
@@ -31,18 +50,7 @@ class _InPlaceLocation(CheckpointStorageLocationImpl):
         return self.pointer
 
 
-class _InPlaceStorage(FileSystemCheckpointStorage):
-    def create_checkpoint_storage(self, job_id: str) -> Any:
-        access = super().create_checkpoint_storage(job_id)
-        original = access.initialize_location_for_checkpoint
-
-        def initialize(checkpoint_id: int) -> Any:
-            location = original(checkpoint_id)
-            location.__class__ = _InPlaceLocation
-            return location
-
-        access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
-        return access
+_InPlaceStorage = _with_checkpoint_locations(_InPlaceLocation)
 
 
 # 2. Job-manager storage that declares a maximum state size and never enforces it.
@@ -84,18 +92,7 @@ class _CountingLocation(CheckpointStorageLocationImpl):
         return stream
 
 
-class _CountingStorage(FileSystemCheckpointStorage):
-    def create_checkpoint_storage(self, job_id: str) -> Any:
-        access = super().create_checkpoint_storage(job_id)
-        original = access.initialize_location_for_checkpoint
-
-        def initialize(checkpoint_id: int) -> Any:
-            location = original(checkpoint_id)
-            location.__class__ = _CountingLocation
-            return location
-
-        access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
-        return access
+_CountingStorage = _with_checkpoint_locations(_CountingLocation)
 
 
 # 5. A failed checkpoint's `dispose_on_failure` deletes the job's shared directory with its own: the completed
@@ -106,18 +103,7 @@ class _WideDisposeLocation(CheckpointStorageLocationImpl):
         super().dispose_on_failure()
 
 
-class _WideDisposeStorage(FileSystemCheckpointStorage):
-    def create_checkpoint_storage(self, job_id: str) -> Any:
-        access = super().create_checkpoint_storage(job_id)
-        original = access.initialize_location_for_checkpoint
-
-        def initialize(checkpoint_id: int) -> Any:
-            location = original(checkpoint_id)
-            location.__class__ = _WideDisposeLocation
-            return location
-
-        access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
-        return access
+_WideDisposeStorage = _with_checkpoint_locations(_WideDisposeLocation)
 
 
 # 6. A savepoint's shared-scope state goes to the job's shared directory, as a checkpoint's does: the savepoint is
