@@ -158,7 +158,7 @@ def test_a_state_of_only_one_old_subtask_survives_a_merging_restore(
                 expected[key] = (i, {"u": i} if index == 1 else {})
                 if index == 1:
                     backend.get_or_create_state(only_here).put("u", i)
-            handles.append(snapshot_now(backend, location_for(storage, index + 1)))
+            handles.append(snapshot_now(backend, location_for(storage)))  # both subtasks of checkpoint 1
     restore = handles[::-1] if order == "with it first" else handles
     with keyed_backend(factory, restore=restore) as merged:
         got = {}
