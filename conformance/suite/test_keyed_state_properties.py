@@ -246,7 +246,7 @@ def test_aggregating_adds_in_order(certification: Any, tmp_path_factory: Any, va
     check_folds_in_order(certification, tmp_path_factory, SEQUENCE, values, "KS-AGG-1")
 
 
-FALSY = (0, 0.0, "", False, b"", [], {})
+FALSY: tuple[Any, ...] = (0, 0.0, "", False, b"", [], {})
 PLAIN = st.one_of(
     st.sampled_from(FALSY),
     st.integers(-2, 2),
@@ -273,7 +273,7 @@ def test_falsy_values_are_values_like_any_other(
     entries = MapStateDescriptor(
         "m", user_key_serializer=MsgpackSerializer(), user_value_serializer=MsgpackSerializer()
     )
-    as_map = {"": values[0], 0: values[-1], **{f"k{i}": v for i, v in enumerate(values)}}
+    as_map: dict[Any, Any] = {"": values[0], 0: values[-1], **{f"k{i}": v for i, v in enumerate(values)}}
     want = {
         "value": repr(values[-1]),
         "list": repr(values),
