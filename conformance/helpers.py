@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from statecert.reference.checkpointing import Subtask, take_snapshot
@@ -86,6 +87,16 @@ def conclude_checkpoint(keyed_backends: Sequence[Any], location: Any, checkpoint
 def snapshot_now(backend: Any, location: Any, checkpoint_id: int = 1) -> Any:
     """Synchronous and asynchronous part back to back."""
     return backend.snapshot(checkpoint_id, 0, location).run()
+
+
+def run_while(task: Any, writes: Callable[[], None]) -> Any:
+    """Run a snapshot's asynchronous part in another thread while `writes` runs in this one; the handle."""
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(task.run()))
+    worker.start()
+    writes()
+    worker.join()
+    return result[0]
 
 
 def location_for(storage: Any, checkpoint_id: int = 1, job_id: str = "job") -> Any:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 
 import fsspec
 import pytest
 
-from statecert.conformance.helpers import REJECTED, key_group_of, keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import (
+    REJECTED,
+    key_group_of,
+    keyed_backend,
+    location_for,
+    run_while,
+    snapshot_now,
+)
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import (
     BackendClosedError,
@@ -119,12 +125,9 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
         backend.set_current_key("k0")
         backend.get_or_create_state(VALUE).clear()
         backend.get_or_create_state(MAP).remove("u0")
-        result: list[Any] = []
-        worker = threading.Thread(target=lambda: result.append(task.run()))
-        worker.start()
-        fill(backend, range(5), tag="during-")  # keeps writing while the asynchronous part runs
-        worker.join()
-    with restore(state_backend, result[0]) as restored:
+        # keeps writing while the asynchronous part runs
+        handle = run_while(task, lambda: fill(backend, range(5), tag="during-"))
+    with restore(state_backend, handle) as restored:
         assert contents(restored) == expected, "the snapshot saw writes made after its synchronous part"
 
 

@@ -4,7 +4,6 @@ operations against a model, live and after a restore; the stream; None elements;
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import location_for
+from statecert.conformance.helpers import location_for, run_while
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -85,12 +84,7 @@ def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storag
             write_more()
             handle = task.run()
         else:
-            result: list[Any] = []
-            worker = threading.Thread(target=lambda: result.append(task.run()))
-            worker.start()
-            write_more()
-            worker.join()
-            handle = result[0]
+            handle = run_while(task, write_more)
     with operator_backend(state_backend, (handle,)) as restored:
         got = _operator_contents(restored)
     assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"

@@ -55,11 +55,11 @@ def write_checkpoint(
     the states of every handle, not those of the first); each subtask i holds split elements [100i, 100i+1], union
     element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
     subtasks = create_subtasks(state_backend, KEYS, parallelism, max_parallelism)
-    for i, key in enumerate(keys):
+    for key, (value, elements) in written(keys).items():
         keyed = owner_of(subtasks, key, max_parallelism)
-        keyed.get_or_create_state(VALUE).update(i)
-        if i % 3 == 0:
-            keyed.get_or_create_state(LIST).add_all([i, i + 1])
+        keyed.get_or_create_state(VALUE).update(value)
+        if elements is not None:
+            keyed.get_or_create_state(LIST).add_all(elements)
     for s in subtasks if supports(declared(state_backend), "operator_state") else ():
         s.operator.get_list_state(SPLIT).add_all([100 * s.index, 100 * s.index + 1])
         s.operator.get_union_list_state(UNION).add(s.index)
@@ -77,7 +77,7 @@ def write_checkpoint(
 
 
 def written(keys: list[str]) -> dict[str, tuple[int, list[int] | None]]:
-    """What `write_checkpoint` wrote per key: (value, list or None)."""
+    """What `write_checkpoint` writes per key: (value, list or None)."""
     return {k: (i, [i, i + 1] if i % 3 == 0 else None) for i, k in enumerate(keys)}
 
 

@@ -45,6 +45,16 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
         assert f.read() == payload, f"{scope.value} stream of {size} bytes read back differently"
 
 
+def _misread(handle: Any, payload: bytes) -> str | None:
+    """None when `handle` reads back `payload`; else what it gave: other bytes, or the error opening it raised (a
+    size or checksum check noticing other bytes, or the file gone)."""
+    try:
+        with handle.open() as f:
+            return None if f.read() == payload else "other bytes"
+    except StateCertError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 @pytest.mark.requirement("CS-3", "CS-4")
 def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(storage: Any) -> None:
     """Streams of two checkpoints of one job, a checkpoint of another job, a savepoint and task-owned state, three
@@ -77,14 +87,7 @@ def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(st
         payload = os.urandom(50_000)
         out.write(payload)
         written.append(("task-owned", out.close_and_get_handle(), payload))
-    changed = []
-    for what, handle, payload in written:
-        try:
-            with handle.open() as f:
-                if f.read() != payload:
-                    changed.append(what)
-        except StateCertError as exc:  # a size or checksum check noticing the other bytes
-            changed.append(f"{what} ({type(exc).__name__})")
+    changed = [f"{what} ({problem})" for what, handle, payload in written if (problem := _misread(handle, payload))]
     assert not changed, f"CS-4: after all {len(written)} streams were written, these read back other bytes: {changed}"
 
 
@@ -161,14 +164,10 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     location.dispose_on_failure()
     assert not fs.exists(directory)
     for scope, handle in survivors:
-        try:
-            with handle.open() as f:
-                kept = f.read() == scope.value.encode() * 10_000
-        except StateCertError as exc:
-            kept, problem = False, f"{type(exc).__name__}: {exc}"
-        else:
-            problem = "other bytes"
-        assert kept, f"CS-6: checkpoint 2's dispose_on_failure() changed checkpoint 1's {scope.value} state: {problem}"
+        problem = _misread(handle, scope.value.encode() * 10_000)
+        assert problem is None, (
+            f"CS-6: checkpoint 2's dispose_on_failure() changed checkpoint 1's {scope.value} state: {problem}"
+        )
     assert storage.load_checkpoint(completed.pointer) == _metadata(1), "CS-6: checkpoint 2's dispose lost checkpoint 1"
 
 
@@ -286,16 +285,11 @@ def test_a_savepoint_directory_moved_elsewhere_restores(storage: Any) -> None:
     fs.mv(source, moved, recursive=True)
     assert not fs.exists(source), f"moving {source} left it in place"
     restored = storage.load_checkpoint(fs.unstrip_protocol(moved))
-    got = []
-    for index in range(len(payloads)):
-        handle = restored.operator("op").subtask_states[0].managed_keyed_state[index]
-        try:
-            with handle.delegate.open() as f:
-                got.append("read back" if f.read() == payloads[index] else "other bytes")
-        except StateCertError as exc:
-            got.append(f"{type(exc).__name__}: {exc}")
-    want = ["read back"] * len(payloads)
-    assert got == want, f"FMT-9: the savepoint moved from {source} to {moved}, exclusive and shared state: got {got}"
+    handles = restored.operator("op").subtask_states[0].managed_keyed_state
+    got = [_misread(handle.delegate, payload) for handle, payload in zip(handles, payloads, strict=True)]
+    assert got == [None] * len(payloads), (
+        f"FMT-9: the savepoint moved from {source} to {moved}, exclusive and shared state: got {got}"
+    )
 
 
 @pytest.mark.requirement("CS-JM-2", "CS-7")
