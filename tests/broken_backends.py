@@ -7,6 +7,7 @@ whose test must fail.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import heapq
@@ -1044,6 +1045,80 @@ class _SharesElementLists(DefaultOperatorStateBackend):
         return task
 
 
+# 79. Each entry stores its expiry instant instead of its last access: alike while the duration stays, but restored
+# with another duration an entry keeps the old one (TTL-5). Without canonical savepoints, no other backend reads it.
+class _ExpiryInstantTtl(TtlPolicy):
+    def wrap(self, payload: bytes) -> bytes:
+        return payload if self.ttl is None else struct.pack(">q", self.clock.now_ms() + self.ttl.ttl_ms) + payload
+
+    def expired(self, stored: bytes) -> bool:
+        return self.ttl is not None and struct.unpack_from(">q", stored)[0] <= self.clock.now_ms()
+
+
+class _StoresExpiryInstants(HeapKeyedStateBackend):
+    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+        state = super()._create_state(descriptor, store, ns, serializers)
+        state._ttl = _ExpiryInstantTtl(descriptor.ttl, self._clock)
+        return state
+
+
+class _NativeSavepointsOnly(_Backend):
+    keyed_class = _StoresExpiryInstants
+    capabilities = dataclasses.replace(_Backend.capabilities, canonical_savepoints=False)
+
+
+# 80. A reducing merge folds every source's stored value in, expired or not (TTL-3).
+class _MergeFoldsExpired(ReducingStateImpl):
+    def _pop_single(self, sources: Any) -> list[bytes]:
+        _, key_group = self._backend.current_key_bytes_and_group()
+        popped = []
+        for source in sources:
+            key = self._entry_key_for(source)
+            stored = self.store.get(key_group, key)
+            if stored is not None:
+                self.store.delete(key_group, key)
+                popped.append(self._ttl.payload(stored))
+        return popped
+
+
+# 81. Reading aggregating state never refreshes its TTL, whatever the update type (TTL-2).
+class _AggregateReadNeverRefreshes(AggregatingStateImpl):
+    def _get_bytes(self) -> bytes | None:
+        update_on_read, self._ttl.update_on_read = self._ttl.update_on_read, False
+        try:
+            return super()._get_bytes()
+        finally:
+            self._ttl.update_on_read = update_on_read
+
+
+# 82. Migration on restore (SER-5) rewrites value, list and map state but leaves reducing and aggregating state in the
+# old serializer's bytes.
+class _FoldingStateNotMigrated(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        store = self._stores.get(descriptor.name)
+        if store is None or descriptor.kind not in (StateKind.REDUCING, StateKind.AGGREGATING):
+            return super().get_or_create_state(descriptor, namespace_serializer)
+        before = list(store.entries())
+        state = super().get_or_create_state(descriptor, namespace_serializer)
+        for key_group, key, namespace, payload in before:
+            store.put_payload(key_group, (key, namespace), payload)
+        return state
+
+
+# 83. Operator state migrated on restore (SER-5) keeps the old serializer's snapshot, so its next snapshot declares
+# the old serializer over the new one's bytes.
+class _OperatorMigrationKeepsOldSnapshot(DefaultOperatorStateBackend):
+    def _register(self, name: str, mode: Any, serializer: Any) -> Any:
+        restored = self._restored.get(name)
+        state = super()._register(name, mode, serializer)
+        if restored is not None:
+            old = restored[1]
+            if serializer.resolve_compatibility(old).kind is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+                state.serializer = copy.copy(state.serializer)
+                state.serializer.snapshot_configuration = lambda: old
+        return state
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1201,6 +1276,11 @@ restore_keeps_states_of_first_handle = _factory(_StatesOfFirstHandle)
 list_walks_values_twice = _factory(_with_state(ListStateImpl, _WalksValuesTwice))
 copy_on_write_until_any_done = _factory(_CopyOnWriteUntilAnyDone)
 operator_snapshot_shares_lists = _factory(operator=_SharesElementLists)
+ttl_stores_expiry_instants = lambda config: _NativeSavepointsOnly()  # noqa: E731
+reduce_merge_folds_expired = _factory(_with_state(ReducingStateImpl, _MergeFoldsExpired))
+aggregate_read_never_refreshes = _factory(_with_state(AggregatingStateImpl, _AggregateReadNeverRefreshes))
+folding_state_not_migrated = _factory(_FoldingStateNotMigrated)
+operator_migration_keeps_old_snapshot = _factory(operator=_OperatorMigrationKeepsOldSnapshot)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1282,4 +1362,9 @@ CAUGHT_BY = {
     "list_walks_values_twice": "KS-LIST-2",
     "copy_on_write_until_any_done": "KB-SNAP-5",
     "operator_snapshot_shares_lists": "OS-10",
+    "ttl_stores_expiry_instants": "TTL-5",
+    "reduce_merge_folds_expired": "TTL-3",
+    "aggregate_read_never_refreshes": "TTL-2",
+    "folding_state_not_migrated": "SER-5",
+    "operator_migration_keeps_old_snapshot": "SER-5",
 }

@@ -333,7 +333,9 @@ def test_operator_state_moves_between_backends_by_the_stream_format(
 @pytest.mark.capability("operator_state", "schema_evolution")
 def test_operator_state_migrates_or_is_refused_on_restore(state_backend: Any, storage: Any) -> None:
     """Operator state restored with a serializer that is compatible after migration reads every element and entry
-    (rewritten from the old bytes); an incompatible one fails the registration."""
+    (rewritten from the old bytes: a broadcast state's user keys as its values, as Flink's heap-held operator state
+    reads both with the restored serializers), and so does a snapshot of the migrated state restored under the new
+    serializer; an incompatible one fails the registration."""
     from statecert.conformance.suite.test_serializer_compatibility import VersionedCount
 
     def states(backend: Any, version: int) -> tuple[Any, Any, Any]:
@@ -342,22 +344,31 @@ def test_operator_state_migrates_or_is_refused_on_restore(state_backend: Any, st
             backend.get_list_state(ListStateDescriptor("ms", element_serializer=count)),
             backend.get_union_list_state(ListStateDescriptor("mu", element_serializer=count)),
             backend.get_broadcast_state(
-                MapStateDescriptor("mb", user_key_serializer=StringSerializer(), user_value_serializer=count)
+                MapStateDescriptor("mb", user_key_serializer=count, user_value_serializer=count)
             ),
         )
+
+    def read(backend: Any) -> tuple[Any, ...]:
+        split, union, broadcast = states(backend, 2)
+        return split.get(), union.get(), sorted(broadcast.items())
 
     with operator_backend(state_backend) as backend:
         split, union, broadcast = states(backend, 1)
         split.add_all([1, -2, 30])
         union.update([7])
-        broadcast.put("a", 5)
-        broadcast.put("b", -6)
-        handle = backend.snapshot(1, 0, location_for(storage)).run()
+        broadcast.put(1, 5)
+        broadcast.put(-2, -6)
+        handle = backend.snapshot(1, 0, location_for(storage, 1)).run()
+    expected = ([1, -2, 30], [7], [(-2, -6), (1, 5)])
     with operator_backend(state_backend, (handle,)) as restored:
-        split, union, broadcast = states(restored, 2)
-        got = (split.get(), union.get(), sorted(broadcast.items()))
-        expected = ([1, -2, 30], [7], [("a", 5), ("b", -6)])
+        got = read(restored)
         assert got == expected, f"SER-5: operator state after migrating v1 -> v2 reads {got}, expected {expected}"
+        again = restored.snapshot(2, 0, location_for(storage, 2)).run()
+    with operator_backend(state_backend, (again,)) as final:
+        got = read(final)
+        assert got == expected, (
+            f"SER-5: the snapshot of operator state migrated v1 -> v2 reads {got} under v2, expected {expected}"
+        )
     with operator_backend(state_backend, (handle,)) as restored, pytest.raises(StateMigrationError):
         restored.get_list_state(ListStateDescriptor("ms", element_serializer=LongSerializer()))
 

@@ -162,45 +162,72 @@ def _versioned(version: int) -> list[Any]:
         ListStateDescriptor("ml", element_serializer=count),
         MapStateDescriptor("mm", user_key_serializer=count, user_value_serializer=count),
         MapStateDescriptor("mu", user_key_serializer=S, user_value_serializer=count),  # one role migrates
+        ReducingStateDescriptor("mr", reduce_function=lambda a, b: 3 * a - b, serializer=count),
+        AggregatingStateDescriptor("ma", aggregate_function=Count(), accumulator_serializer=count),
     ]
+
+
+def _read_all(states: list[Any]) -> tuple[Any, ...]:
+    """What the states of `_versioned` (map user keys' state "mm" None when refused) hold for the current key."""
+    value, lst, mapping, by_name, reducing, aggregating = states
+    return (
+        value.value(),
+        lst.get(),
+        mapping and sorted(mapping.items()),
+        sorted(by_name.items()),
+        reducing.get(),
+        aggregating.get(),
+    )
+
+
+def _expected(i: int, mapping: Any) -> tuple[Any, ...]:
+    """What `_read_all` reads for the i-th key the migration test wrote."""
+    return (i, [i, -i], mapping and [(i, 10 * i)], [(f"u{i}", i)], 3 * i - 1, i % 3 + 1)
 
 
 @pytest.mark.requirement("SER-5", "SER-2")
 @pytest.mark.capability("schema_evolution")
 def test_every_value_survives_a_real_migration(state_backend: Any, storage: Any) -> None:
-    """Value, list elements, map user values ("mu") and map user keys and values ("mm") written under v1 read back
-    under v2. Migrating map user keys is the backend's choice (SER-5): refused, it must be `StateMigrationError`
-    naming "mm", and the other states still migrate."""
+    """Value, list elements, map user values ("mu"), map user keys and values ("mm"), a reduced value and an
+    accumulator written under v1 read back under v2, and again after the migrated state's snapshot is restored.
+    Migrating map user keys is the backend's choice (SER-5): refused, it must be `StateMigrationError` naming "mm",
+    and the other states still migrate."""
     keys = [f"key-{i}" for i in range(40)]
     with keyed_backend(state_backend) as backend:
-        value, lst, mapping, by_name = (backend.get_or_create_state(d) for d in _versioned(1))
+        value, lst, mapping, by_name, reducing, aggregating = (backend.get_or_create_state(d) for d in _versioned(1))
         for i, key in enumerate(keys):
             backend.set_current_key(key)
             value.update(i)
             lst.add_all([i, -i])
             mapping.put(i, 10 * i)
             by_name.put(f"u{i}", i)
+            reducing.add(i)
+            reducing.add(1)
+            for _ in range(i % 3 + 1):
+                aggregating.add("x")
         handle = snapshot_now(backend, location_for(storage, 1))
     with keyed_backend(state_backend, restore=[handle]) as restored:
         v2 = _versioned(2)
-        value, lst, by_name = (restored.get_or_create_state(v2[i]) for i in (0, 1, 3))
+        states = [restored.get_or_create_state(d) if d.name != "mm" else None for d in v2]
         try:
-            mapping = restored.get_or_create_state(v2[2])
+            states[2] = restored.get_or_create_state(v2[2])
         except StateMigrationError as exc:
             assert "mm" in str(exc), f"SER-5: refusing to migrate map user keys, the error must name the state: {exc}"
-            mapping = None
+        mapping = states[2]
         for i, key in enumerate(keys):
             restored.set_current_key(key)
-            got = (value.value(), lst.get(), sorted(by_name.items()), mapping and sorted(mapping.items()))
-            expected = (i, [i, -i], [(f"u{i}", i)], mapping and [(i, 10 * i)])
+            got, expected = _read_all(states), _expected(i, mapping)
             assert got == expected, f"SER-5: key {key} after migrating v1 -> v2 reads {got}, expected {expected}"
         counts = [restored.num_state_entries(d.name) for d in v2 if mapping or d.name != "mm"]
         assert counts == [40] * len(counts), f"SER-5: entry counts after migration {counts}, expected 40 each"
         again = snapshot_now(restored, location_for(storage, 2))
     with keyed_backend(state_backend, restore=[again]) as final:
-        value = final.get_or_create_state(_versioned(2)[0])
+        states = [final.get_or_create_state(d) if mapping or d.name != "mm" else None for d in _versioned(2)]
         final.set_current_key(keys[7])
-        assert value.value() == 7, "SER-2: the migrated state's snapshot does not read back under v2"
+        got, expected = _read_all(states), _expected(7, mapping)
+        assert got == expected, (
+            f"SER-2: the migrated state's snapshot reads {got} under v2 for key-7, expected {expected}"
+        )
 
 
 @pytest.mark.requirement("SER-6")

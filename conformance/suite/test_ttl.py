@@ -82,34 +82,56 @@ def test_expired_map_entry_is_not_contained(state_backend: Any, clock: ManualClo
         assert list(state.keys()) == [] and list(state.values()) == [], "TTL-3: an expired map entry was iterated"
 
 
+def folding(kind: str, ttl: TtlConfig) -> Any:
+    """Reducing or aggregating state of strings, concatenated in the order they are added."""
+    if kind == "reducing":
+        return ReducingStateDescriptor("tf", reduce_function=lambda a, b: a + b, serializer=StringSerializer(), ttl=ttl)
+    return AggregatingStateDescriptor(
+        "tf", aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer(), ttl=ttl
+    )
+
+
+ALL_KINDS = sorted([*KINDS, "aggregating", "reducing"])
+
+
+def ttl_state(kind: str, ttl: TtlConfig) -> tuple[Any, Callable[[Any], None], Callable[[Any], Any]]:
+    """State of any kind with `ttl`, a write of one value to it, and a read of it (None when absent or expired)."""
+    if kind in WRITE:
+        return descriptor(kind, ttl), lambda state: WRITE[kind](state, 1), READ[kind]
+    return folding(kind, ttl), lambda state: state.add("a"), lambda state: state.get()
+
+
 def written_acted_read(
     state_backend: Any, clock: ManualClock, kind: str, update_type: TtlUpdateType, act: Callable[[Any], Any]
 ) -> tuple[Any, Any]:
-    """State of `kind` with a 100 ms TTL written at 0 ms, `act` on it at 60 ms, read at 120 ms: (what `act`
-    returned, what the read got)."""
+    """State of `kind` (any of ALL_KINDS) with a 100 ms TTL written at 0 ms, `act` on it at 60 ms, read at 120 ms:
+    (what `act` returned, what the read got)."""
+    descriptor, write, read = ttl_state(kind, TtlConfig(100, update_type))
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")
-        state = backend.get_or_create_state(descriptor(kind, TtlConfig(100, update_type)))
-        WRITE[kind](state, 1)
+        state = backend.get_or_create_state(descriptor)
+        write(state)
         clock.advance(60)
         acted = act(state)
         clock.advance(60)
-        return acted, READ[kind](state)
+        return acted, read(state)
 
 
 @pytest.mark.requirement("TTL-2")
 @pytest.mark.capability("ttl")
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 @pytest.mark.parametrize("update_type", list(TtlUpdateType), ids=lambda u: u.value)
 def test_reads_refresh_only_with_on_read_and_write(
     state_backend: Any, clock: ManualClock, update_type: TtlUpdateType, kind: str
 ) -> None:
-    first, got = written_acted_read(state_backend, clock, kind, update_type, READ[kind])
-    assert first == 1
+    _, _, read = ttl_state(kind, TtlConfig(100, update_type))
+    first, got = written_acted_read(state_backend, clock, kind, update_type, read)
+    assert first is not None, f"TTL-1: {kind} state written at 0 ms read None at 60 ms of a 100 ms TTL"
     refreshed = update_type is TtlUpdateType.ON_READ_AND_WRITE
-    assert (got == 1) is refreshed, (
+    expected = first if refreshed else None
+    assert got == expected, (
         f"TTL-2: {kind} state with {update_type.value}, read at 60 ms and 120 ms of a 100 ms TTL: "
-        f"expected {'1' if refreshed else 'None'}, got {got!r}"
+        f"expected {expected!r} at 120 ms, got {got!r}"
     )
 
 
@@ -226,23 +248,42 @@ def test_a_list_merge_moves_each_element_with_its_timestamp(state_backend: Any, 
         assert got is None, f"TTL-1: the element written at 60 ms read {got!r} at 170 ms of a 100 ms TTL"
 
 
-def folding(kind: str, ttl: TtlConfig) -> Any:
-    """Reducing or aggregating state of strings, concatenated in the order they are added."""
-    if kind == "reducing":
-        return ReducingStateDescriptor("tf", reduce_function=lambda a, b: a + b, serializer=StringSerializer(), ttl=ttl)
-    return AggregatingStateDescriptor(
-        "tf", aggregate_function=Sequence_(), accumulator_serializer=MsgpackSerializer(), ttl=ttl
-    )
+# Which of a merge's namespaces hold a value written at 0 ms (expired by the merge at 110 ms) -> those written at 60 ms
+# (alive): "target" and "s1", "s2" the two sources, each value its own letter.
+MERGE_CASES = {
+    "one-source-expired": ({"s1"}, {"target", "s2"}),
+    "target-expired": ({"target"}, {"s1", "s2"}),
+    "all-expired": ({"target", "s1", "s2"}, set()),
+    "only-an-expired-source": ({"s1"}, set()),
+}
 
 
-ALL_KINDS = sorted([*KINDS, "aggregating", "reducing"])
-
-
-def ttl_state(kind: str, ttl: TtlConfig) -> tuple[Any, Callable[[Any], None], Callable[[Any], Any]]:
-    """State of any kind with `ttl`, a write of one value to it, and a read of it (None when absent or expired)."""
-    if kind in WRITE:
-        return descriptor(kind, ttl), lambda state: WRITE[kind](state, 1), READ[kind]
-    return folding(kind, ttl), lambda state: state.add("a"), lambda state: state.get()
+@pytest.mark.requirement("TTL-3", "KS-MERGE-1")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("case", sorted(MERGE_CASES))
+@pytest.mark.parametrize("kind", ["aggregating", "reducing"])
+def test_a_merge_folds_no_expired_value(state_backend: Any, clock: ManualClock, kind: str, case: str) -> None:
+    """Flink's TTL reduce and aggregate functions drop expired input from a merge as from an add; the merged
+    value's timestamp is left open (Flink refreshes it when two values fold and keeps it when one is moved)."""
+    expired, alive = MERGE_CASES[case]
+    letters = {"target": "t", "s1": "a", "s2": "b"}
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(folding(kind, TtlConfig(100)), StringSerializer())
+        for group, then in ((expired, 60), (alive, 50)):  # 0 ms, 60 ms, and the merge at 110 ms
+            for ns in sorted(group):
+                state.set_current_namespace(ns)
+                state.add(letters[ns])
+            clock.advance(then)
+        state.merge_namespaces("target", ["s1", "s2"])
+        state.set_current_namespace("target")
+        got = state.get()
+        expected = "".join(sorted(letters[ns] for ns in alive))
+        assert "".join(sorted(got or "")) == expected, (
+            f"TTL-3: {kind} merge_namespaces('target', ['s1', 's2']) at 110 ms of a 100 ms TTL, values of "
+            f"{sorted(expired)} written at 0 ms and of {sorted(alive)} at 60 ms: expected the letters "
+            f"{expected!r} in any order, got {got!r} (an expired value is never folded in)"
+        )
 
 
 @pytest.mark.requirement("TTL-3")
@@ -317,6 +358,37 @@ def test_timestamps_survive_snapshot_and_restore(
         assert got is None, (
             f"TTL-6: restored {kind} state written at 0 ms was returned at 110 ms of a 100 ms TTL (got {got!r}): "
             "the restore reset its timestamp"
+        )
+
+
+@pytest.mark.requirement("TTL-5", "TTL-6")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("ttl_ms", [60, 200])
+def test_a_changed_duration_counts_from_the_restored_timestamp(
+    state_backend: Any, storage: Any, clock: ManualClock, kind: str, ttl_ms: int
+) -> None:
+    """What a snapshot keeps is the last access, not an expiry instant: restored with another duration, an entry
+    expires that duration after its last access (Flink's TtlValue holds lastAccessTimestamp)."""
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        WRITE[kind](backend.get_or_create_state(descriptor(kind, TtlConfig(100))), 1)
+        clock.advance(50)
+        handle = snapshot_now(backend, location_for(storage))
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(descriptor(kind, TtlConfig(ttl_ms)))
+        clock.advance(ttl_ms - 51)
+        got = READ[kind](state)
+        assert got == 1, (
+            f"TTL-5: {kind} state written at 0 ms with a 100 ms TTL, restored with {ttl_ms} ms: expected 1 at "
+            f"{ttl_ms - 1} ms, got {got!r}"
+        )
+        clock.advance(1)
+        got = READ[kind](state)
+        assert got is None, (
+            f"TTL-5: {kind} state written at 0 ms with a 100 ms TTL, restored with {ttl_ms} ms: expected it expired "
+            f"at {ttl_ms} ms, got {got!r}"
         )
 
 
