@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,28 @@ from statecert.spec.requirements import load_requirements
 _SESSION = pytest.StashKey["CertificationSession"]()
 EXPLICIT_EXAMPLE_NOTE = re.compile(r"\n(?:Failing|Falsifying) explicit example:")
 """Where hypothesis's note of a failing `@example` call starts in an assertion's message."""
+OBJECT_ADDRESS = re.compile(r" object at 0x[0-9a-fA-F]+")
+"""An object's address in a default repr (pytest's assertion explanations show them): it differs run to run."""
+CALL_ARGUMENT = re.compile(r"^(\s+)(\w+)=")
+"""An argument's first line in hypothesis's note of a failing call (`Failing test case: test_x(` ... `)`)."""
+
+
+def without_fixture_arguments(message: str, fixtures: Iterable[str]) -> str:
+    """`message` without the arguments of hypothesis's failing-call note that are pytest fixtures, whose reprs show
+    object addresses and temporary paths (over several lines when long): the drawn arguments stay, and reports of
+    one seed stay alike."""
+    names, kept, inside = set(fixtures), [], -1  # inside: the indentation of the fixture argument being dropped
+    for line in message.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if inside >= 0 and (indent > inside or (indent == inside and line.lstrip()[:1] in ")]}")):
+            continue
+        inside = -1
+        argument = CALL_ARGUMENT.match(line)
+        if argument and argument.group(2) in names:
+            inside = len(argument.group(1))
+            continue
+        kept.append(line)
+    return "\n".join(kept)
 
 
 class CertificationSession:
@@ -352,6 +374,8 @@ def pytest_runtest_makereport(
             # hypothesis notes an explicit example's call, fixtures' reprs (object addresses, temporary paths)
             # included: the assertion already names the example, and the report stays the same for the same seed
             message = EXPLICIT_EXAMPLE_NOTE.split(message, maxsplit=1)[0]
+            message = without_fixture_arguments(message, getattr(item, "fixturenames", ()))
+            message = OBJECT_ADDRESS.sub(" object", message)
         elif hasattr(report, "wasxfail"):
             message = report.wasxfail
         elif report.skipped and isinstance(report.longrepr, tuple):

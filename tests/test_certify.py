@@ -403,7 +403,7 @@ def test_every_suite_module_has_a_rank_for_the_likely_root_cause() -> None:
 
 
 def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
-    """Two runs with one seed give the same verdicts and failing tests; neither leaves `.hypothesis/` in the
+    """Two runs with one seed give the same verdicts, failing tests and messages; neither leaves `.hypothesis/` in the
     author's directory nor anything of statecert's in the temporary directory (pytest's own `pytest-of-*` aside)."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
@@ -428,6 +428,9 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
         reports.append(report)
     first, second = ({t["id"]: (t["outcome"], t["violated"]) for t in r["tests"]} for r in reports)
     assert first == second, "same seed, different test outcomes"
+    first, second = ({t["id"]: t["message"] for t in r["tests"] if t["message"]} for r in reports)
+    differing = {i: (first[i], second.get(i)) for i in first if first[i] != second.get(i)}
+    assert not differing, f"same seed, different messages (fixture reprs or object addresses?): {differing}"
     assert {k: v["outcome"] for k, v in reports[0]["requirements"].items()} == {
         k: v["outcome"] for k, v in reports[1]["requirements"].items()
     }
