@@ -18,7 +18,7 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
-from statecert.spec.storage import CheckpointedStateScope
+from statecert.spec.storage import TASK_OWNED_STATE_DIR, CheckpointedStateScope
 
 
 def _with_checkpoint_locations(location_class: type[CheckpointStorageLocationImpl]) -> Any:
@@ -122,6 +122,17 @@ class _SavepointSharedInJob(FileSystemCheckpointStorage):
         return access
 
 
+# 7. A failed checkpoint's `dispose_on_failure` deletes the job's task-owned directory with its own, as if the
+# checkpoint owned it: state the tasks own (and reference from later checkpoints) is lost.
+class _DisposesTaskOwnedLocation(CheckpointStorageLocationImpl):
+    def dispose_on_failure(self) -> None:
+        discard_checkpoint_directory(join_url(paths.parent_url(self.shared_dir), TASK_OWNED_STATE_DIR))
+        super().dispose_on_failure()
+
+
+_DisposesTaskOwnedStorage = _with_checkpoint_locations(_DisposesTaskOwnedLocation)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -146,6 +157,10 @@ def savepoint_shared_in_job_dir(config: Mapping[str, object]) -> Any:
     return _SavepointSharedInJob.from_config(config)
 
 
+def dispose_deletes_task_owned(config: Mapping[str, object]) -> Any:
+    return _DisposesTaskOwnedStorage.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -153,4 +168,5 @@ CAUGHT_BY = {
     "files_named_by_counter": "CS-4",
     "dispose_deletes_shared": "CS-6",
     "savepoint_shared_in_job_dir": "FMT-9",
+    "dispose_deletes_task_owned": "CS-6",
 }

@@ -137,7 +137,7 @@ def test_savepoint_location_at_explicit_target(storage: Any, checkpoint_dir: str
 def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     """Discarded and abandoned streams leave nothing; a failed checkpoint's `dispose_on_failure` deletes its own
     directory and nothing else: the completed checkpoint before it stays readable, its shared state included (a
-    dispose that deletes the job's or the shared directory loses it)."""
+    dispose that deletes the job's or the shared directory loses it), and so does the job's task-owned state."""
     access = storage.create_checkpoint_storage("job")
     completed = access.initialize_location_for_checkpoint(1)
     survivors = []
@@ -146,6 +146,9 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
             out.write(scope.value.encode() * 10_000)
             survivors.append((scope, out.close_and_get_handle()))
     completed.write_metadata(_metadata(1))
+    task_owned = access.create_task_owned_state_stream()
+    task_owned.write(b"task owned" * 5_000)
+    task_owned_handle = task_owned.close_and_get_handle()
     location = access.initialize_location_for_checkpoint(2)
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"a" * 50_000)
@@ -169,6 +172,8 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
             f"CS-6: checkpoint 2's dispose_on_failure() changed checkpoint 1's {scope.value} state: {problem}"
         )
     assert storage.load_checkpoint(completed.pointer) == _metadata(1), "CS-6: checkpoint 2's dispose lost checkpoint 1"
+    problem = _misread(task_owned_handle, b"task owned" * 5_000)
+    assert problem is None, f"CS-6: checkpoint 2's dispose_on_failure() changed the job's task-owned state: {problem}"
 
 
 def _metadata(checkpoint_id: int, path: str | None = None) -> CheckpointMetadata:
