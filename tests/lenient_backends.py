@@ -25,12 +25,15 @@ make, and each test that assumed the reference's side would reject a correct bac
   them);
 - a map state whose restored user keys need migration refused with `StateMigrationError`, as Flink's RocksDB
   backend refuses it (SER-5: migrating them is the backend's choice).
+
+`storage_reading_current_keys_only` is a checkpoint storage factory that reads only Flink 2.x's option names for
+its directories (CS-8); the suite must configure a storage under test by them.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
@@ -47,6 +50,7 @@ from statecert.reference.keyed_states import (
 from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError, StateMigrationError
@@ -246,3 +250,12 @@ class _EveryOpenChoice(AcceptsKeysOutsideRange):
 
 
 every_open_choice = _factory(_EveryOpenChoice, _OperatorBackend)
+
+
+def storage_reading_current_keys_only(config: Mapping[str, object]) -> FileSystemCheckpointStorage:
+    """A storage factory that reads only Flink 2.x's keys, `execution.checkpointing.dir` and
+    `execution.checkpointing.savepoint-dir` (CS-8), as one written against Flink 2.x's option names would: the
+    suite must configure a storage under test by them."""
+    return FileSystemCheckpointStorage(
+        str(config["execution.checkpointing.dir"]), savepoint_dir=str(config["execution.checkpointing.savepoint-dir"])
+    )
