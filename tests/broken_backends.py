@@ -1119,6 +1119,17 @@ class _OperatorMigrationKeepsOldSnapshot(DefaultOperatorStateBackend):
         return state
 
 
+# 84. Asking for a state under its name as another kind replaces it with a new, empty state of that kind: the old
+# kind's entries are silently gone (KS-2).
+class _ReplacesStateOfAnotherKind(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        store = self._stores.get(descriptor.name)
+        if store is not None and store.meta.kind is not descriptor.kind:
+            del self._stores[descriptor.name]
+            self._states.pop(descriptor.name, None)
+        return super().get_or_create_state(descriptor, namespace_serializer)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1281,6 +1292,7 @@ reduce_merge_folds_expired = _factory(_with_state(ReducingStateImpl, _MergeFolds
 aggregate_read_never_refreshes = _factory(_with_state(AggregatingStateImpl, _AggregateReadNeverRefreshes))
 folding_state_not_migrated = _factory(_FoldingStateNotMigrated)
 operator_migration_keeps_old_snapshot = _factory(operator=_OperatorMigrationKeepsOldSnapshot)
+state_of_another_kind_replaces = _factory(_ReplacesStateOfAnotherKind)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1367,4 +1379,5 @@ CAUGHT_BY = {
     "aggregate_read_never_refreshes": "TTL-2",
     "folding_state_not_migrated": "SER-5",
     "operator_migration_keeps_old_snapshot": "SER-5",
+    "state_of_another_kind_replaces": "KS-2",
 }

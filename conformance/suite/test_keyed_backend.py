@@ -29,6 +29,7 @@ from statecert.spec.state import (
     VOID_NAMESPACE,
     ListStateDescriptor,
     MapStateDescriptor,
+    ReducingStateDescriptor,
     TtlConfig,
     ValueStateDescriptor,
 )
@@ -356,6 +357,41 @@ def test_incompatible_value_serializer_fails_registration(state_backend: Any, st
     with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError) as raised:
         restored.get_or_create_state(ValueStateDescriptor(name, serializer=StringSerializer()))
     assert name in str(raised.value), f"SER-7: the error must name the state {name!r}, got {str(raised.value)!r}"
+
+
+# A descriptor of each other kind under the name of VALUE: asking for it must not give state over VALUE's entries.
+OTHER_KINDS = {
+    "list": ListStateDescriptor(VALUE.name, element_serializer=LongSerializer()),
+    "map": MapStateDescriptor(VALUE.name, user_key_serializer=LongSerializer(), user_value_serializer=LongSerializer()),
+    "reducing": ReducingStateDescriptor(VALUE.name, reduce_function=lambda a, b: a + b, serializer=LongSerializer()),
+}
+
+
+@pytest.mark.requirement("KS-2")
+@pytest.mark.parametrize("kind", sorted(OTHER_KINDS))
+@pytest.mark.parametrize("restored", [False, True], ids=["registered", "restored"])
+def test_a_state_asked_for_as_another_kind_is_refused(
+    state_backend: Any, storage: Any, kind: str, restored: bool
+) -> None:
+    """Value state registered (or restored) under a name, then asked for as list, map or reducing state under it:
+    the request fails, as Flink's `checkStateMetaInfo` ("Incompatible key/value state types"), and the value stays."""
+
+    def refused_and_kept(backend: Any) -> None:
+        backend.set_current_key("k")
+        with pytest.raises((StateMigrationError, IllegalStateError)):
+            backend.get_or_create_state(OTHER_KINDS[kind])
+        got = backend.get_or_create_state(VALUE).value()
+        assert got == 5, f"KS-2: after asking for value state {VALUE.name!r} as {kind} state, it reads {got!r}, not 5"
+
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        backend.get_or_create_state(VALUE).update(5)
+        if not restored:
+            refused_and_kept(backend)
+            return
+        handle = snapshot_now(backend, location_for(storage))
+    with restore(state_backend, handle) as subject:
+        refused_and_kept(subject)
 
 
 @pytest.mark.requirement("SER-6")
