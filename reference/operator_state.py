@@ -166,13 +166,14 @@ class DefaultOperatorStateBackend:
                 raise StateMigrationError(f"operator state {name!r} is {state.mode.value} state, not {mode.value}")
             return state
         state = _Registered(mode, serializer)
-        if name in self._restored:
-            old_mode, snapshot, elements = self._restored.pop(name)
+        if name in self._restored:  # left restored until the checks pass: a refused request keeps it (OS-6)
+            old_mode, snapshot, elements = self._restored[name]
             if old_mode is not mode:
                 raise StateMigrationError(
                     f"operator state {name!r} was written as {old_mode.value} state, now requested as {mode.value}"
                 )
             state.serializer, state.elements = _resolve(name, serializer, snapshot, elements)
+            del self._restored[name]
         self._states[name] = state
         return state
 

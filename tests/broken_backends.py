@@ -47,7 +47,7 @@ from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
-from statecert.spec.errors import InvalidStateValueError
+from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import FileStateHandle, OperatorStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -1130,6 +1130,17 @@ class _ReplacesStateOfAnotherKind(HeapKeyedStateBackend):
         return super().get_or_create_state(descriptor, namespace_serializer)
 
 
+# 85. A refused operator state registration (another mode, OS-6; an incompatible serializer, SER-7) has already
+# taken the restored state out: registered again as it should be, the state is empty (the reference did this).
+class _RefusalDropsRestored(DefaultOperatorStateBackend):
+    def _register(self, name: str, mode: Any, serializer: Any) -> Any:
+        try:
+            return super()._register(name, mode, serializer)
+        except StateMigrationError:
+            self._restored.pop(name, None)
+            raise
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1293,6 +1304,7 @@ aggregate_read_never_refreshes = _factory(_with_state(AggregatingStateImpl, _Agg
 folding_state_not_migrated = _factory(_FoldingStateNotMigrated)
 operator_migration_keeps_old_snapshot = _factory(operator=_OperatorMigrationKeepsOldSnapshot)
 state_of_another_kind_replaces = _factory(_ReplacesStateOfAnotherKind)
+operator_refusal_drops_restored = _factory(operator=_RefusalDropsRestored)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1380,4 +1392,5 @@ CAUGHT_BY = {
     "folding_state_not_migrated": "SER-5",
     "operator_migration_keeps_old_snapshot": "SER-5",
     "state_of_another_kind_replaces": "KS-2",
+    "operator_refusal_drops_restored": "OS-6",
 }

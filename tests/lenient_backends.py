@@ -24,7 +24,10 @@ make, and each test that assumed the reference's side would reject a correct bac
   Flink's incremental cleanup (`cleanupIncrementally`) removes entries nobody reads (TTL-3 only forbids returning
   them);
 - a map state whose restored user keys need migration refused with `StateMigrationError`, as Flink's RocksDB
-  backend refuses it (SER-5: migrating them is the backend's choice).
+  backend refuses it (SER-5: migrating them is the backend's choice);
+- a state asked for as another kind, and operator state asked for in another mode, refused with `IllegalStateError`,
+  as Flink's `checkStateMetaInfo` and `DefaultOperatorStateBackend` raise `IllegalStateException` (KS-2, OS-6), where
+  the reference raises `StateMigrationError`.
 
 `storage_reading_current_keys_only` is a checkpoint storage factory that reads only Flink 2.x's option names for
 its directories (CS-8); the suite must configure a storage under test by them.
@@ -136,6 +139,15 @@ class _BroadcastNewestFirst(BroadcastStateImpl):
 
 
 class _OperatorBackend(DefaultOperatorStateBackend):
+    def _register(self, name: str, mode: Any, serializer: Any) -> Any:
+        """Another mode for a registered or restored state is Flink's `IllegalStateException` (OS-6)."""
+        known = self._states[name].mode if name in self._states else self._restored.get(name, (mode,))[0]
+        if known is not mode:
+            raise IllegalStateError(
+                f"Incompatible state assignment modes. Was [{known.value}], registered with [{mode.value}]."
+            )
+        return super()._register(name, mode, serializer)
+
     def get_broadcast_state(self, descriptor: Any) -> BroadcastStateImpl:
         state = super().get_broadcast_state(descriptor)
         state.__class__ = _BroadcastNewestFirst
@@ -206,6 +218,11 @@ class _EveryOpenChoice(AcceptsKeysOutsideRange):
 
     def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
         store = self._stores.get(descriptor.name)
+        if store is not None and store.meta.kind is not descriptor.kind:
+            raise IllegalStateError(
+                f"Incompatible key/value state types. Was [{store.meta.kind.value}], registered with "
+                f"[{descriptor.kind.value}]."
+            )
         if store is not None and store.meta.kind is StateKind.MAP and descriptor.kind is StateKind.MAP:
             user_keys = descriptor_serializers(descriptor)["user_key"]
             result = user_keys.resolve_compatibility(store.meta.serializers["user_key"])

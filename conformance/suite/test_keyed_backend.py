@@ -354,9 +354,13 @@ def test_reconfigured_value_serializer_reads_old_state(state_backend: Any, stora
 def test_incompatible_value_serializer_fails_registration(state_backend: Any, storage: Any) -> None:
     name = "visits_per_user"
     handle = _snapshot_with(state_backend, storage, ValueStateDescriptor(name, serializer=LongSerializer()), 5)
-    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError) as raised:
-        restored.get_or_create_state(ValueStateDescriptor(name, serializer=StringSerializer()))
-    assert name in str(raised.value), f"SER-7: the error must name the state {name!r}, got {str(raised.value)!r}"
+    with restore(state_backend, handle) as restored:
+        with pytest.raises(StateMigrationError) as raised:
+            restored.get_or_create_state(ValueStateDescriptor(name, serializer=StringSerializer()))
+        assert name in str(raised.value), f"SER-7: the error must name the state {name!r}, got {str(raised.value)!r}"
+        restored.set_current_key("k")
+        got = restored.get_or_create_state(ValueStateDescriptor(name, serializer=LongSerializer())).value()
+        assert got == 5, f"SER-7: after a refused registration, the restored state reads {got!r}, not 5"
 
 
 # A descriptor of each other kind under the name of VALUE: asking for it must not give state over VALUE's entries.

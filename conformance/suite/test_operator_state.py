@@ -19,6 +19,7 @@ from statecert.reference.serializers import LongSerializer, MsgpackSerializer, S
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import (
     BackendClosedError,
+    IllegalStateError,
     InvalidStateValueError,
     SnapshotCancelledError,
     StateMigrationError,
@@ -117,15 +118,25 @@ def test_unregistered_restored_state_is_carried_over(state_backend: Any, storage
 
 @pytest.mark.requirement("OS-6")
 @pytest.mark.capability("operator_state")
-def test_mode_change_on_restore_fails(state_backend: Any, storage: Any) -> None:
+@pytest.mark.parametrize("restored", [False, True], ids=["registered", "restored"])
+def test_mode_change_fails(state_backend: Any, storage: Any, restored: bool) -> None:
+    """Split list state asked for again as union list state, in the backend that registered it or one restored
+    from its snapshot: refused (Flink: "Incompatible state assignment modes"), and the elements stay."""
+
+    def refused_and_kept(backend: Any) -> None:
+        with pytest.raises((StateMigrationError, IllegalStateError)):
+            backend.get_union_list_state(SPLIT)
+        got = backend.get_list_state(SPLIT).get()
+        assert got == [1], f"OS-6: after asking for split list state as union state, it reads {got!r}, not [1]"
+
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add(1)
+        if not restored:
+            refused_and_kept(backend)
+            return
         handle = backend.snapshot(1, 0, location_for(storage)).run()
-    with (
-        operator_backend(state_backend, (handle,)) as restored,
-        pytest.raises(StateMigrationError),
-    ):
-        restored.get_union_list_state(SPLIT)
+    with operator_backend(state_backend, (handle,)) as restored_backend:
+        refused_and_kept(restored_backend)
 
 
 @pytest.mark.requirement("OS-9")
@@ -369,8 +380,11 @@ def test_operator_state_migrates_or_is_refused_on_restore(state_backend: Any, st
         assert got == expected, (
             f"SER-5: the snapshot of operator state migrated v1 -> v2 reads {got} under v2, expected {expected}"
         )
-    with operator_backend(state_backend, (handle,)) as restored, pytest.raises(StateMigrationError):
-        restored.get_list_state(ListStateDescriptor("ms", element_serializer=LongSerializer()))
+    with operator_backend(state_backend, (handle,)) as restored:
+        with pytest.raises(StateMigrationError):
+            restored.get_list_state(ListStateDescriptor("ms", element_serializer=LongSerializer()))
+        got = restored.get_list_state(ListStateDescriptor("ms", element_serializer=VersionedCount(1))).get()
+        assert got == [1, -2, 30], f"SER-7: after a refused registration, the restored state reads {got!r}"
 
 
 @pytest.mark.requirement("SER-3", "OS-7")
