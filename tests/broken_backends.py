@@ -1141,6 +1141,16 @@ class _RefusalDropsRestored(DefaultOperatorStateBackend):
             raise
 
 
+# 86. Restored state registered with TTL switched on or off is taken over as it is, unmigrated: switched off, the
+# timestamps are read as part of the values; switched on, the values' first bytes as timestamps (TTL-5).
+class _TtlSwitchUnmigrated(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        store = self._stores.get(descriptor.name)
+        if store is not None and store.meta.ttl != (descriptor.ttl is not None):
+            store.meta = dataclasses.replace(store.meta, ttl=descriptor.ttl is not None)
+        return super().get_or_create_state(descriptor, namespace_serializer)
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1305,6 +1315,7 @@ folding_state_not_migrated = _factory(_FoldingStateNotMigrated)
 operator_migration_keeps_old_snapshot = _factory(operator=_OperatorMigrationKeepsOldSnapshot)
 state_of_another_kind_replaces = _factory(_ReplacesStateOfAnotherKind)
 operator_refusal_drops_restored = _factory(operator=_RefusalDropsRestored)
+ttl_switch_unmigrated = _factory(_TtlSwitchUnmigrated)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1393,4 +1404,5 @@ CAUGHT_BY = {
     "operator_migration_keeps_old_snapshot": "SER-5",
     "state_of_another_kind_replaces": "KS-2",
     "operator_refusal_drops_restored": "OS-6",
+    "ttl_switch_unmigrated": "TTL-5",
 }

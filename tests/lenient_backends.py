@@ -27,7 +27,9 @@ make, and each test that assumed the reference's side would reject a correct bac
   backend refuses it (SER-5: migrating them is the backend's choice);
 - a state asked for as another kind, and operator state asked for in another mode, refused with `IllegalStateError`,
   as Flink's `checkStateMetaInfo` and `DefaultOperatorStateBackend` raise `IllegalStateException` (KS-2, OS-6), where
-  the reference raises `StateMigrationError`.
+  the reference raises `StateMigrationError`;
+- restored state registered with TTL switched on or off migrated, as Flink 2.x does (TTL-5), where the reference
+  refuses it as Flink 1.x did.
 
 `storage_reading_current_keys_only` is a checkpoint storage factory that reads only Flink 2.x's option names for
 its directories (CS-8); the suite must configure a storage under test by them.
@@ -35,7 +37,9 @@ its directories (CS-8); the suite must configure a storage under test by them.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -223,6 +227,8 @@ class _EveryOpenChoice(AcceptsKeysOutsideRange):
                 f"Incompatible key/value state types. Was [{store.meta.kind.value}], registered with "
                 f"[{descriptor.kind.value}]."
             )
+        if store is not None and store.meta.ttl != (descriptor.ttl is not None):
+            self._migrate_ttl(store, enable=descriptor.ttl is not None)
         if store is not None and store.meta.kind is StateKind.MAP and descriptor.kind is StateKind.MAP:
             user_keys = descriptor_serializers(descriptor)["user_key"]
             result = user_keys.resolve_compatibility(store.meta.serializers["user_key"])
@@ -232,6 +238,24 @@ class _EveryOpenChoice(AcceptsKeysOutsideRange):
                     "allows value schema evolutions"
                 )
         return super().get_or_create_state(descriptor, namespace_serializer)
+
+    def _migrate_ttl(self, store: Any, enable: bool) -> None:
+        """Flink 2.x's migration of state registered with TTL switched (TTL-5): every value, list element and map
+        value gains the 8-byte timestamp of now (enabling) or loses it (disabling)."""
+        stamp = struct.pack(">q", self._clock.now_ms())
+
+        def convert(stored: bytes) -> bytes:
+            return stamp + stored if enable else stored[len(stamp) :]
+
+        for key_group, key, namespace, payload in list(store.entries()):
+            if store.meta.kind is StateKind.LIST:
+                migrated: Any = [convert(element) for element in payload]
+            elif store.meta.kind is StateKind.MAP:
+                migrated = [[user_key, convert(value)] for user_key, value in payload]
+            else:
+                migrated = convert(payload)
+            store.put_payload(key_group, (key, namespace), migrated)
+        store.meta = dataclasses.replace(store.meta, ttl=enable)
 
     def key_group_outside(self, key: Any) -> int:
         return self.key_group_of(key)

@@ -435,17 +435,6 @@ def test_reconfigured_key_serializer_finds_every_restored_key(state_backend: Any
 
 @pytest.mark.requirement("TTL-5")
 @pytest.mark.capability("ttl")
-@pytest.mark.parametrize(("before", "after"), [(None, TtlConfig(10)), (TtlConfig(10), None)])
-def test_ttl_cannot_be_switched_on_restore(state_backend: Any, storage: Any, before: Any, after: Any) -> None:
-    handle = _snapshot_with(
-        state_backend, storage, ValueStateDescriptor("t", ttl=before, serializer=LongSerializer()), 1
-    )
-    with restore(state_backend, handle) as restored, pytest.raises(StateMigrationError):
-        restored.get_or_create_state(ValueStateDescriptor("t", ttl=after, serializer=LongSerializer()))
-
-
-@pytest.mark.requirement("TTL-5")
-@pytest.mark.capability("ttl")
 def test_ttl_duration_may_change(state_backend: Any, storage: Any) -> None:
     handle = _snapshot_with(
         state_backend,

@@ -12,6 +12,7 @@ from statecert.conformance.helpers import create_subtasks, keyed_backend, locati
 from statecert.conformance.suite.test_keyed_state_properties import Sequence_
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.spec.errors import StateMigrationError
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -358,6 +359,44 @@ def test_timestamps_survive_snapshot_and_restore(
         assert got is None, (
             f"TTL-6: restored {kind} state written at 0 ms was returned at 110 ms of a 100 ms TTL (got {got!r}): "
             "the restore reset its timestamp"
+        )
+
+
+@pytest.mark.requirement("TTL-5")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("switch", ["enabled", "disabled"])
+def test_switching_ttl_on_restore_migrates_or_is_refused(
+    state_backend: Any, storage: Any, clock: ManualClock, kind: str, switch: str
+) -> None:
+    """Restored state registered with TTL switched on or off: migrated as Flink 2.x does (the value survives;
+    switched off it never expires, switched on it expires the duration after the registration), or refused with
+    `StateMigrationError` as Flink 1.x did, and then still there as it was."""
+    before, after = (None, TtlConfig(100)) if switch == "enabled" else (TtlConfig(100), None)
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        WRITE[kind](backend.get_or_create_state(descriptor(kind, before)), 1)
+        clock.advance(50)
+        handle = snapshot_now(backend, location_for(storage))
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        try:
+            state = restored.get_or_create_state(descriptor(kind, after))
+        except StateMigrationError:
+            got = READ[kind](restored.get_or_create_state(descriptor(kind, before)))
+            assert got == 1, f"TTL-5: {kind} state refused with TTL {switch} reads {got!r} as it was, expected 1"
+            return
+        got = READ[kind](state)
+        assert got == 1, f"TTL-5: {kind} state migrated with TTL {switch} reads {got!r}, expected 1"
+        clock.advance(99)
+        got = READ[kind](state)
+        assert got == 1, f"TTL-5: {kind} state migrated with TTL {switch} at 50 ms reads {got!r} at 149 ms, expected 1"
+        clock.advance(1)
+        got = READ[kind](state)
+        expected = None if switch == "enabled" else 1
+        assert got == expected, (
+            f"TTL-5: {kind} state migrated with TTL {switch} at 50 ms (100 ms TTL) reads {got!r} at 150 ms, "
+            f"expected {expected!r}"
         )
 
 
