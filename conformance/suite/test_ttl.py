@@ -29,7 +29,7 @@ from statecert.spec.state import (
 KEYS = StringSerializer()
 
 
-def descriptor(kind: str, ttl: TtlConfig, name: str = "t") -> Any:
+def descriptor(kind: str, ttl: TtlConfig | None, name: str = "t") -> Any:
     if kind == "value":
         return ValueStateDescriptor(name, ttl=ttl, serializer=LongSerializer())
     if kind == "list":
