@@ -1151,6 +1151,26 @@ class _TtlSwitchUnmigrated(HeapKeyedStateBackend):
         return super().get_or_create_state(descriptor, namespace_serializer)
 
 
+# 87. With RETURN_EXPIRED_IF_NOT_CLEANED_UP, a map iteration returns an expired entry without cleaning it up, so every
+# later iteration returns it again (get() cleans up as it should) (TTL-3).
+class _MapIterationKeepsReturnedExpired(MapStateImpl):
+    def items(self) -> Any:
+        key, key_group = self._entry_key()
+        user_keys = [user_key for user_key, _ in self.store.map_items(key_group, key)]
+
+        def entries() -> Any:
+            for user_key in user_keys:
+                stored = self.store.map_get(key_group, key, user_key)
+                if stored is not None and self._ttl.expired(stored):
+                    payload = self._ttl.payload(stored) if self._ttl.return_expired else None
+                else:
+                    payload = None if stored is None else self._read(key_group, key, user_key, stored)
+                if payload is not None:
+                    yield self._kser.deserialize(user_key), self._vser.deserialize(payload)
+
+        return entries()
+
+
 def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
@@ -1316,6 +1336,7 @@ operator_migration_keeps_old_snapshot = _factory(operator=_OperatorMigrationKeep
 state_of_another_kind_replaces = _factory(_ReplacesStateOfAnotherKind)
 operator_refusal_drops_restored = _factory(operator=_RefusalDropsRestored)
 ttl_switch_unmigrated = _factory(_TtlSwitchUnmigrated)
+map_iteration_keeps_returned_expired = _factory(_with_state(MapStateImpl, _MapIterationKeepsReturnedExpired))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1405,4 +1426,5 @@ CAUGHT_BY = {
     "state_of_another_kind_replaces": "KS-2",
     "operator_refusal_drops_restored": "OS-6",
     "ttl_switch_unmigrated": "TTL-5",
+    "map_iteration_keeps_returned_expired": "TTL-3",
 }

@@ -311,6 +311,39 @@ def test_return_expired_if_not_cleaned_up(
         )
 
 
+# A map iteration of one entry "u" -> 1, as a list, and what it may hold when it returns that entry.
+MAP_ITERATIONS: dict[str, tuple[Callable[[Any], list[Any]], list[Any]]] = {
+    "items": (lambda m: list(m.items()), [("u", 1)]),
+    "keys": (lambda m: list(m.keys()), ["u"]),
+    "values": (lambda m: list(m.values()), [1]),
+    "iterator": (lambda m: list(m.iterator()), [("u", 1)]),
+}
+
+
+@pytest.mark.requirement("TTL-3")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("read", sorted(MAP_ITERATIONS))
+def test_an_expired_map_entry_an_iteration_returns_is_cleaned_up(
+    state_backend: Any, clock: ManualClock, read: str
+) -> None:
+    """With `RETURN_EXPIRED_IF_NOT_CLEANED_UP`, an iteration may return an expired entry once and cleans it up, as
+    Flink's `TtlMapState` iterator removes what it finds expired: the next iteration and `get` return nothing."""
+    iterate, returned = MAP_ITERATIONS[read]
+    ttl = TtlConfig(100, TtlUpdateType.ON_CREATE_AND_WRITE, TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor("map", ttl))
+        state.put("u", 1)
+        clock.advance(500)
+        first = iterate(state)
+        assert first in ([], returned), f"TTL-3: {read}() of an expired entry gave {first!r}"
+        second, got = iterate(state), state.get("u")
+        assert (second, got) == ([], None), (
+            f"TTL-3: {read}() gave {first!r} for an entry expired 400 ms before, then {read}() gave {second!r} and "
+            f"get('u') {got!r}: expected [] and None (a read that returns an expired entry cleans it up)"
+        )
+
+
 @pytest.mark.requirement("TTL-1", "TTL-2", "TTL-3")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize("kind", ["aggregating", "reducing"])
