@@ -400,11 +400,16 @@ class _LittleEndianTtl(TtlPolicy):
         return bool(last_access + self.ttl.ttl_ms <= self.clock.now_ms())
 
 
-class _LittleEndianTimestamps(HeapKeyedStateBackend):
-    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
-        state = super()._create_state(descriptor, store, ns, serializers)
-        state._ttl = _LittleEndianTtl(descriptor.ttl, self._clock)
-        return state
+def _with_ttl_policy(policy: type[TtlPolicy]) -> type[HeapKeyedStateBackend]:
+    """A heap keyed backend whose states keep their TTL timestamps as `policy` does instead of TtlPolicy."""
+
+    class Keyed(HeapKeyedStateBackend):
+        def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+            state = super()._create_state(descriptor, store, ns, serializers)
+            state._ttl = policy(descriptor.ttl, self._clock)
+            return state
+
+    return Keyed
 
 
 # 23. Only the first serializer role is checked on restore: a map's user value or a list's element may change.
@@ -1055,30 +1060,19 @@ class _ExpiryInstantTtl(TtlPolicy):
         return self.ttl is not None and struct.unpack_from(">q", stored)[0] <= self.clock.now_ms()
 
 
-class _StoresExpiryInstants(HeapKeyedStateBackend):
-    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
-        state = super()._create_state(descriptor, store, ns, serializers)
-        state._ttl = _ExpiryInstantTtl(descriptor.ttl, self._clock)
-        return state
-
-
 class _NativeSavepointsOnly(_Backend):
-    keyed_class = _StoresExpiryInstants
+    keyed_class = _with_ttl_policy(_ExpiryInstantTtl)
     capabilities = dataclasses.replace(_Backend.capabilities, canonical_savepoints=False)
 
 
 # 80. A reducing merge folds every source's stored value in, expired or not (TTL-3).
 class _MergeFoldsExpired(ReducingStateImpl):
     def _pop_single(self, sources: Any) -> list[bytes]:
-        _, key_group = self._backend.current_key_bytes_and_group()
-        popped = []
-        for source in sources:
-            key = self._entry_key_for(source)
-            stored = self.store.get(key_group, key)
-            if stored is not None:
-                self.store.delete(key_group, key)
-                popped.append(self._ttl.payload(stored))
-        return popped
+        self._ttl.expired = lambda stored: False
+        try:
+            return super()._pop_single(sources)
+        finally:
+            del self._ttl.expired
 
 
 # 81. Reading aggregating state never refreshes its TTL, whatever the update type (TTL-2).
@@ -1268,7 +1262,7 @@ map_remove_leaves_entry = _factory(_with_table(_EmptyMapTable))
 ttl_reset_on_restore = _factory(_TtlResetOnRestore)
 ttl_refresh_value_only = _factory(_RefreshValueOnly)
 ttl_contains_expired = _factory(_with_state(MapStateImpl, _ContainsExpired))
-ttl_little_endian = _factory(_LittleEndianTimestamps)
+ttl_little_endian = _factory(_with_ttl_policy(_LittleEndianTtl))
 serializer_first_role_only = _factory(_FirstRoleOnly)
 key_serializer_unchecked_on_rescale = _factory(_KeySerializerUncheckedOnRescale)
 single_source_merge_keeps = _factory(_with_state(ListStateImpl, _SingleSourceMergeKeeps))

@@ -36,31 +36,16 @@ def test_a_requirement_takes_the_strongest_outcome_of_its_tests(outcomes: list[s
 def test_a_message_keeps_the_drawn_arguments_of_a_failing_call_and_drops_the_fixtures() -> None:
     """Hypothesis's note of a failing call shows fixture reprs (addresses, temporary paths, over several lines when
     long): they go, the drawn arguments stay, and so does whatever follows the call."""
-    note = "\n".join(
-        [
-            "AssertionError: KS-RED-1: expected 'xyc', got 'axyc'",
-            "Failing test case: test_reducing(",
-            "    certification=<statecert.conformance.plugin.CertificationSession object at 0x7f00>,",
-            "    tmp_path_factory=TempPathFactory(",
-            "        _basetemp=PosixPath('/tmp/pytest-of-root/pytest-844'),",
-            "        _retention_count=3,",
-            "    ),",
-            "    values=['xyc'],",
-            "    extra={",
-            "        'certification': 1,",
-            "    },",
-            ")",
-            "Explanation: these lines ran only in failing cases",
-        ]
-    )
+    assertion = ["AssertionError: KS-RED-1: expected 'xyc', got 'axyc'", "Failing test case: test_reducing("]
+    fixtures = [
+        "    certification=<statecert.conformance.plugin.CertificationSession object at 0x7f00>,",
+        "    tmp_path_factory=TempPathFactory(",
+        "        _basetemp=PosixPath('/tmp/pytest-of-root/pytest-844'),",
+        "        _retention_count=3,",
+        "    ),",
+    ]
+    drawn = ["    values=['xyc'],", "    extra={", "        'certification': 1,", "    },"]
+    after = [")", "Explanation: these lines ran only in failing cases"]
+    note = "\n".join([*assertion, *fixtures, *drawn, *after])
     kept = without_fixture_arguments(note, ["certification", "tmp_path_factory"]).splitlines()
-    assert kept == [
-        "AssertionError: KS-RED-1: expected 'xyc', got 'axyc'",
-        "Failing test case: test_reducing(",
-        "    values=['xyc'],",
-        "    extra={",
-        "        'certification': 1,",
-        "    },",
-        ")",
-        "Explanation: these lines ran only in failing cases",
-    ], kept
+    assert kept == [*assertion, *drawn, *after], kept

@@ -371,17 +371,24 @@ def test_reducing_and_aggregating_state_expire_and_start_again_from_no_value(
         assert got is None, f"TTL-1: {kind} state added to at 259 ms read {got!r} at 359 ms of a 100 ms TTL"
 
 
+def snapshot_of_one_write(
+    state_backend: Any, storage: Any, clock: ManualClock, kind: str, ttl: TtlConfig | None
+) -> Any:
+    """The handle of a snapshot taken at 50 ms of state of `kind` with `ttl`, written 1 for key "k" at 0 ms."""
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        WRITE[kind](backend.get_or_create_state(descriptor(kind, ttl)), 1)
+        clock.advance(50)
+        return snapshot_now(backend, location_for(storage))
+
+
 @pytest.mark.requirement("TTL-6")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize("kind", KINDS)
 def test_timestamps_survive_snapshot_and_restore(
     state_backend: Any, storage: Any, clock: ManualClock, kind: str
 ) -> None:
-    with ttl_backend(state_backend, clock) as backend:
-        backend.set_current_key("k")
-        WRITE[kind](backend.get_or_create_state(descriptor(kind, TtlConfig(100))), 1)
-        clock.advance(50)
-        handle = snapshot_now(backend, location_for(storage))
+    handle = snapshot_of_one_write(state_backend, storage, clock, kind, TtlConfig(100))
     with ttl_backend(state_backend, clock, restore=[handle]) as restored:
         restored.set_current_key("k")
         state = restored.get_or_create_state(descriptor(kind, TtlConfig(100)))
@@ -406,11 +413,7 @@ def test_switching_ttl_on_restore_migrates_or_is_refused(
     switched off it never expires, switched on it expires the duration after the registration), or refused with
     `StateMigrationError` as Flink 1.x did, and then still there as it was."""
     before, after = (None, TtlConfig(100)) if switch == "enabled" else (TtlConfig(100), None)
-    with ttl_backend(state_backend, clock) as backend:
-        backend.set_current_key("k")
-        WRITE[kind](backend.get_or_create_state(descriptor(kind, before)), 1)
-        clock.advance(50)
-        handle = snapshot_now(backend, location_for(storage))
+    handle = snapshot_of_one_write(state_backend, storage, clock, kind, before)
     with ttl_backend(state_backend, clock, restore=[handle]) as restored:
         restored.set_current_key("k")
         try:
@@ -442,11 +445,7 @@ def test_a_changed_duration_counts_from_the_restored_timestamp(
 ) -> None:
     """What a snapshot keeps is the last access, not an expiry instant: restored with another duration, an entry
     expires that duration after its last access (Flink's TtlValue holds lastAccessTimestamp)."""
-    with ttl_backend(state_backend, clock) as backend:
-        backend.set_current_key("k")
-        WRITE[kind](backend.get_or_create_state(descriptor(kind, TtlConfig(100))), 1)
-        clock.advance(50)
-        handle = snapshot_now(backend, location_for(storage))
+    handle = snapshot_of_one_write(state_backend, storage, clock, kind, TtlConfig(100))
     with ttl_backend(state_backend, clock, restore=[handle]) as restored:
         restored.set_current_key("k")
         state = restored.get_or_create_state(descriptor(kind, TtlConfig(ttl_ms)))
