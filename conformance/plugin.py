@@ -99,9 +99,10 @@ class CertificationSession:
         config = {**self.job_config, "state.backend.rocksdb.localdir": str(local_dir)}
         return load_state_backend(job_config=config)
 
-    def new_storage(self, checkpoint_dir: str) -> Any:
-        """The storage under test, configured for `checkpoint_dir` (and a savepoint directory beside it) on top of
-        the run's configuration, through the loader as a job would get it (LD-3, LD-7)."""
+    def new_storage(self, checkpoint_dir: str, *, with_savepoint_dir: bool = True) -> Any:
+        """The storage under test, configured for `checkpoint_dir` (and, unless told otherwise, a savepoint
+        directory beside it) on top of the run's configuration, through the loader as a job would get it (LD-3,
+        LD-7)."""
         from statecert.reference.loader import load_checkpoint_storage
 
         assert self.settings.storage_under_test is not None
@@ -109,8 +110,9 @@ class CertificationSession:
             **self.settings.backend_config,
             "execution.checkpointing.storage": self.settings.storage_under_test,
             "execution.checkpointing.dir": checkpoint_dir,
-            "execution.checkpointing.savepoint-dir": f"{checkpoint_dir}-savepoints",
         }
+        if with_savepoint_dir:
+            config["execution.checkpointing.savepoint-dir"] = f"{checkpoint_dir}-savepoints"
         return load_checkpoint_storage(job_config=config)
 
     def backend_version(self) -> str:

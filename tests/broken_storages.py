@@ -133,6 +133,91 @@ class _DisposesTaskOwnedLocation(CheckpointStorageLocationImpl):
 _DisposesTaskOwnedStorage = _with_checkpoint_locations(_DisposesTaskOwnedLocation)
 
 
+def _with_access(patch: Any) -> Any:
+    """The file-system storage whose per-job storage access `patch` changes."""
+
+    class Storage(FileSystemCheckpointStorage):
+        def create_checkpoint_storage(self, job_id: str) -> Any:
+            access = super().create_checkpoint_storage(job_id)
+            patch(access)
+            return access
+
+    return Storage
+
+
+def _savepoints_at(directory: Any) -> Any:
+    """A storage access patch: savepoint locations at `directory(access, checkpoint_id, target)` (its shared-scope
+    state inside, as SP-4 wants), instead of a new `savepoint-<job>-<random>` directory under the target."""
+
+    def patch(access: Any) -> None:
+        def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+            where = directory(access, checkpoint_id, target)
+            return CheckpointStorageLocationImpl(checkpoint_id, where, where, access._threshold, access._max_state_size)
+
+        access.initialize_location_for_savepoint = initialize
+
+    return patch
+
+
+# 8. A savepoint without a target goes under the job's checkpoint directory, the default savepoint directory
+# ignored: whatever cleans up the job's checkpoints takes it along (CS-2, SP-2).
+_SavepointInJobDir = _with_access(
+    _savepoints_at(
+        lambda access, checkpoint_id, target: join_url(
+            target or access.job_dir, f"savepoint-{access.job_id[:6]}-{checkpoint_id:012x}"
+        )
+    )
+)
+
+
+# 9. A savepoint without a target or a default savepoint directory goes to the checkpoint directory instead of
+# failing with IllegalConfigurationError (CS-2).
+def _fall_back_to_checkpoint_dir(access: Any) -> None:
+    original = access.initialize_location_for_savepoint
+
+    def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+        if target is None and access.default_savepoint_dir is None:
+            target = access.job_dir
+        return original(checkpoint_id, target)
+
+    access.initialize_location_for_savepoint = initialize
+
+
+_SavepointFallsBack = _with_access(_fall_back_to_checkpoint_dir)
+
+
+# 10. Savepoint directories named by the job alone: a job's second savepoint at one target lands in its first
+# one's directory (CS-2).
+_OneSavepointDirectory = _with_access(
+    _savepoints_at(
+        lambda access, checkpoint_id, target: join_url(
+            target or access.default_savepoint_dir, f"savepoint-{access.job_id[:6]}-000000000000"
+        )
+    )
+)
+
+
+# 11. A checkpoint's shared-scope state written into its own directory: subsuming the checkpoint deletes state that
+# later incremental checkpoints reference (CS-3).
+class _SharedInOwnDirectoryLocation(CheckpointStorageLocationImpl):
+    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> Any:
+        return super().create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+
+
+_SharedInOwnDirectory = _with_checkpoint_locations(_SharedInOwnDirectoryLocation)
+
+
+# 12. Task-owned state written under the job's first checkpoint's directory: subsuming that checkpoint deletes it
+# (CS-3).
+def _task_owned_in_first_checkpoint(access: Any) -> None:
+    access.create_task_owned_state_stream = lambda: CheckpointStateOutputStreamImpl(
+        join_url(access.job_dir, "chk-1"), access._threshold, access._max_state_size
+    )
+
+
+_TaskOwnedInFirstCheckpoint = _with_access(_task_owned_in_first_checkpoint)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -161,6 +246,26 @@ def dispose_deletes_task_owned(config: Mapping[str, object]) -> Any:
     return _DisposesTaskOwnedStorage.from_config(config)
 
 
+def savepoint_in_job_dir(config: Mapping[str, object]) -> Any:
+    return _SavepointInJobDir.from_config(config)
+
+
+def savepoint_without_directory_falls_back(config: Mapping[str, object]) -> Any:
+    return _SavepointFallsBack.from_config(config)
+
+
+def one_savepoint_directory_per_job(config: Mapping[str, object]) -> Any:
+    return _OneSavepointDirectory.from_config(config)
+
+
+def shared_state_in_checkpoint_dir(config: Mapping[str, object]) -> Any:
+    return _SharedInOwnDirectory.from_config(config)
+
+
+def task_owned_in_checkpoint_dir(config: Mapping[str, object]) -> Any:
+    return _TaskOwnedInFirstCheckpoint.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -169,4 +274,9 @@ CAUGHT_BY = {
     "dispose_deletes_shared": "CS-6",
     "savepoint_shared_in_job_dir": "FMT-9",
     "dispose_deletes_task_owned": "CS-6",
+    "savepoint_in_job_dir": "CS-2",
+    "savepoint_without_directory_falls_back": "CS-2",
+    "one_savepoint_directory_per_job": "CS-2",
+    "shared_state_in_checkpoint_dir": "CS-3",
+    "task_owned_in_checkpoint_dir": "CS-3",
 }

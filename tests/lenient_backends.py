@@ -296,7 +296,8 @@ every_open_choice = _factory(_EveryOpenChoice, _OperatorBackend)
 def storage_reading_current_keys_only(config: Mapping[str, object]) -> FileSystemCheckpointStorage:
     """A storage factory that reads only Flink 2.x's keys, `execution.checkpointing.dir` and
     `execution.checkpointing.savepoint-dir` (CS-8), as one written against Flink 2.x's option names would: the
-    suite must configure a storage under test by them."""
+    suite must configure a storage under test by them. Without a savepoint directory it has none (CS-2)."""
+    savepoint_dir = config.get("execution.checkpointing.savepoint-dir")
     return FileSystemCheckpointStorage(
-        str(config["execution.checkpointing.dir"]), savepoint_dir=str(config["execution.checkpointing.savepoint-dir"])
+        str(config["execution.checkpointing.dir"]), savepoint_dir=None if savepoint_dir is None else str(savepoint_dir)
     )

@@ -55,23 +55,23 @@ def checkpoint_dir(certification: CertificationSession, tmp_path: Path) -> Itera
     url = f"{storage.rstrip('/')}/statecert-{uuid.uuid4().hex}"
     yield url
     fs, path = fsspec.core.url_to_fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    for leftover in fs.glob(f"{path}*"):  # the directory and its siblings (`-savepoints`, `-explicit`, ...)
+        fs.rm(leftover, recursive=True)
 
 
 @pytest.fixture
-def storage_factory(certification: CertificationSession) -> Callable[[str], Any]:
-    """Makes the run's checkpoint storage for a checkpoint directory URL: the storage under test when one is
-    certified, else the reference storage the run was asked to use (file system storage unless told otherwise)."""
+def storage_factory(certification: CertificationSession) -> Callable[..., Any]:
+    """Makes the run's checkpoint storage for a checkpoint directory URL, with a default savepoint directory beside
+    it unless `with_savepoint_dir=False`: the storage under test when one is certified, else the reference storage
+    the run was asked to use (file system storage unless told otherwise)."""
 
-    def make(checkpoint_dir: str) -> Any:
+    def make(checkpoint_dir: str, *, with_savepoint_dir: bool = True) -> Any:
         if certification.settings.storage_under_test is not None:
-            return certification.new_storage(checkpoint_dir)
+            return certification.new_storage(checkpoint_dir, with_savepoint_dir=with_savepoint_dir)
+        savepoint_dir = f"{checkpoint_dir}-savepoints" if with_savepoint_dir else None
         if certification.settings.storage == "jobmanager":
-            return JobManagerCheckpointStorage(
-                checkpoint_dir=checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints"
-            )
-        return FileSystemCheckpointStorage(checkpoint_dir, savepoint_dir=f"{checkpoint_dir}-savepoints")
+            return JobManagerCheckpointStorage(checkpoint_dir=checkpoint_dir, savepoint_dir=savepoint_dir)
+        return FileSystemCheckpointStorage(checkpoint_dir, savepoint_dir=savepoint_dir)
 
     return make
 

@@ -17,6 +17,7 @@ import pytest
 from statecert.spec.errors import (
     CheckpointCorruptedError,
     CheckpointNotFoundError,
+    IllegalConfigurationError,
     IncompleteCheckpointError,
     StateCertError,
     StateSizeLimitError,
@@ -131,6 +132,82 @@ def test_savepoint_location_at_explicit_target(storage: Any, checkpoint_dir: str
         3, target=f"{checkpoint_dir}-explicit"
     )
     assert location.pointer.startswith(f"{checkpoint_dir}-explicit/savepoint-abcdef-")
+
+
+@pytest.mark.requirement("CS-2", "SP-2")
+def test_savepoints_go_to_new_directories_under_their_target_or_the_default(
+    storage_factory: Callable[..., Any], checkpoint_dir: str
+) -> None:
+    """Without a target a savepoint goes to the default savepoint directory, never into the job's checkpoint
+    directory, where retention and job cleanup reach; each savepoint gets a new directory, so a job's second
+    savepoint at one target neither fails on the first one's `_metadata` nor mixes with its files; and without
+    a target or a default directory there is no savepoint, rather than one in another directory."""
+    storage = storage_factory(checkpoint_dir)
+    access = storage.create_checkpoint_storage("abcdef0123")
+    default_dir, explicit = f"{checkpoint_dir}-savepoints", f"{checkpoint_dir}-explicit"
+    locations = [
+        (default_dir, access.initialize_location_for_savepoint(3)),
+        (default_dir, access.initialize_location_for_savepoint(4)),
+        (explicit, access.initialize_location_for_savepoint(5, target=explicit)),
+        (explicit, access.initialize_location_for_savepoint(6, target=explicit)),
+    ]
+    pointers = [location.pointer for _, location in locations]
+    assert len(set(pointers)) == len(pointers), f"CS-2: savepoints of one job share a directory: {pointers}"
+    for (under, location), checkpoint_id in zip(locations, (3, 4, 5, 6), strict=True):
+        call = f"initialize_location_for_savepoint({checkpoint_id}{'' if under == default_dir else ', target'})"
+        assert location.pointer.startswith(f"{under}/"), (
+            f"CS-2: {call}: expected a directory under {under}, got {location.pointer}"
+        )
+        assert not location.pointer.startswith(f"{checkpoint_dir}/"), (
+            f"SP-2: {call} lies in the job's checkpoint directory {checkpoint_dir}: {location.pointer}"
+        )
+        pointer = location.write_metadata(_metadata(checkpoint_id))
+        assert storage.load_checkpoint(pointer) == _metadata(checkpoint_id), f"CS-2: {call} does not read back"
+    without = storage_factory(checkpoint_dir, with_savepoint_dir=False).create_checkpoint_storage("abcdef0123")
+    try:
+        location = without.initialize_location_for_savepoint(7)
+    except IllegalConfigurationError:
+        pass
+    else:
+        pytest.fail(
+            "CS-2: initialize_location_for_savepoint(7) without a target or a default savepoint directory: "
+            f"expected IllegalConfigurationError, got a location at {location.pointer}"
+        )
+    assert without.initialize_location_for_savepoint(8, target=explicit).pointer.startswith(f"{explicit}/")
+
+
+@pytest.mark.requirement("CS-3", "CKP-1")
+def test_shared_and_task_owned_state_outlive_the_checkpoint_that_wrote_them(storage: Any) -> None:
+    """Subsuming a checkpoint deletes its directory (CKP-1): the checkpoint's exclusive state goes with it, while
+    the shared-scope state it wrote and the job's task-owned state, which later checkpoints reference, stay. A
+    storage that writes either into the checkpoint's directory loses it here; one that writes exclusive state
+    elsewhere leaves it behind for good."""
+    access = storage.create_checkpoint_storage("job")
+    location = access.initialize_location_for_checkpoint(1)
+    payloads = {name: os.urandom(100_000) for name in ("exclusive", "shared", "task-owned")}
+    handles = {}
+    for scope in CheckpointedStateScope:
+        with location.create_checkpoint_state_output_stream(scope) as out:
+            out.write(payloads[scope.value])
+            handles[scope.value] = out.close_and_get_handle()
+    task_owned = access.create_task_owned_state_stream()
+    task_owned.write(payloads["task-owned"])
+    handles["task-owned"] = task_owned.close_and_get_handle()
+    directory = storage.resolve_checkpoint(location.write_metadata(_metadata(1))).directory
+    fs, path = fsspec.core.url_to_fs(directory)
+    fs.rm(path, recursive=True)  # what the completed checkpoint store does to a subsumed checkpoint
+    for name in ("shared", "task-owned"):
+        problem = _misread(handles[name], payloads[name])
+        assert problem is None, (
+            f"CS-3: deleting checkpoint 1's directory {directory}, as its subsumption does (CKP-1), changed the "
+            f"{name} state it wrote: {problem}"
+        )
+    exclusive = handles["exclusive"]
+    if isinstance(exclusive, FileStateHandle):
+        assert _misread(exclusive, payloads["exclusive"]) is not None, (
+            f"CS-3: checkpoint 1's exclusive state {exclusive.path} outlived the deletion of its directory "
+            f"{directory}: nothing would ever delete it"
+        )
 
 
 @pytest.mark.requirement("CS-6")
@@ -286,7 +363,7 @@ def test_a_savepoint_directory_moved_elsewhere_restores(storage: Any) -> None:
     pointer = location.write_metadata(CheckpointMetadata(1, (OperatorState("op", 1, 128, {0: subtask}),)))
     fs, metadata_path = fsspec.core.url_to_fs(storage.resolve_checkpoint(pointer).metadata_path)
     source = metadata_path.rsplit("/", 1)[0]
-    moved = f"{source.rsplit('/', 2)[0]}/moved-elsewhere/{source.rsplit('/', 1)[1]}"
+    moved = f"{source.rsplit('/', 1)[0]}-moved-elsewhere/{source.rsplit('/', 1)[1]}"
     fs.mv(source, moved, recursive=True)
     assert not fs.exists(source), f"moving {source} left it in place"
     restored = storage.load_checkpoint(fs.unstrip_protocol(moved))
