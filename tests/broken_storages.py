@@ -18,7 +18,13 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
-from statecert.spec.storage import TASK_OWNED_STATE_DIR, CheckpointedStateScope
+from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError
+from statecert.spec.storage import (
+    METADATA_FILE_NAME,
+    TASK_OWNED_STATE_DIR,
+    CheckpointedStateScope,
+    CompletedCheckpointLocation,
+)
 
 
 def _with_checkpoint_locations(location_class: type[CheckpointStorageLocationImpl]) -> Any:
@@ -218,6 +224,37 @@ def _task_owned_in_first_checkpoint(access: Any) -> None:
 _TaskOwnedInFirstCheckpoint = _with_access(_task_owned_in_first_checkpoint)
 
 
+# 13. Pointers resolve only as directories: a checkpoint named by its `_metadata` file, as Flink users pass it, is
+# reported incomplete (FMT-5).
+class _DirectoryPointersOnly(FileSystemCheckpointStorage):
+    def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
+        url = pointer.rstrip("/")
+        fs, path = fsspec.core.url_to_fs(url)
+        if fs.isfile(f"{path}/{METADATA_FILE_NAME}"):
+            return CompletedCheckpointLocation(join_url(url, METADATA_FILE_NAME), url)
+        if fs.exists(path):
+            raise IncompleteCheckpointError(f"{url}: no {METADATA_FILE_NAME}")
+        raise CheckpointNotFoundError(f"{url}: no such checkpoint")
+
+
+# 14. A path with nothing there is reported as an incomplete checkpoint, not as one not found (FMT-5).
+class _MissingIsIncomplete(FileSystemCheckpointStorage):
+    def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
+        try:
+            return super().resolve_checkpoint(pointer)
+        except CheckpointNotFoundError as exc:
+            raise IncompleteCheckpointError(str(exc)) from None
+
+
+# 15. A directory without `_metadata` is reported as not found, not as an incomplete checkpoint (FMT-5).
+class _IncompleteIsMissing(FileSystemCheckpointStorage):
+    def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
+        try:
+            return super().resolve_checkpoint(pointer)
+        except IncompleteCheckpointError as exc:
+            raise CheckpointNotFoundError(str(exc)) from None
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -266,6 +303,18 @@ def task_owned_in_checkpoint_dir(config: Mapping[str, object]) -> Any:
     return _TaskOwnedInFirstCheckpoint.from_config(config)
 
 
+def resolves_directories_only(config: Mapping[str, object]) -> Any:
+    return _DirectoryPointersOnly.from_config(config)
+
+
+def missing_reported_incomplete(config: Mapping[str, object]) -> Any:
+    return _MissingIsIncomplete.from_config(config)
+
+
+def incomplete_reported_missing(config: Mapping[str, object]) -> Any:
+    return _IncompleteIsMissing.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -279,4 +328,7 @@ CAUGHT_BY = {
     "one_savepoint_directory_per_job": "CS-2",
     "shared_state_in_checkpoint_dir": "CS-3",
     "task_owned_in_checkpoint_dir": "CS-3",
+    "resolves_directories_only": "FMT-5",
+    "missing_reported_incomplete": "FMT-5",
+    "incomplete_reported_missing": "FMT-5",
 }

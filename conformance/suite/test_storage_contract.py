@@ -320,6 +320,38 @@ def test_locations_are_distinct_and_resolve(storage: Any) -> None:
         assert storage.load_checkpoint(pointer) == _metadata(i), "FMT-4: _metadata does not read back equal"
 
 
+@pytest.mark.requirement("FMT-5")
+def test_a_pointer_names_the_directory_or_its_metadata_file(storage: Any, checkpoint_dir: str) -> None:
+    """A checkpoint resolves and loads from its directory and from its `_metadata` file alike (Flink takes either
+    for `--fromSavepoint`); a directory without `_metadata` is incomplete and a path with nothing there is not found,
+    for `resolve_checkpoint` and `load_checkpoint` both."""
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(os.urandom(100_000))
+        out.close_and_get_handle()
+    fs, directory = fsspec.core.url_to_fs(location.pointer)
+    before = IncompleteCheckpointError if fs.isdir(directory) else CheckpointNotFoundError  # inlined: no directory
+    missing = f"{checkpoint_dir}/job/chk-99"
+    for pointer, expected in ((location.pointer, before), (missing, CheckpointNotFoundError)):
+        for call in ("resolve_checkpoint", "load_checkpoint"):
+            try:
+                got = getattr(storage, call)(pointer)
+            except StateCertError as exc:
+                assert isinstance(exc, expected), (
+                    f"FMT-5: {call}({pointer!r}): expected {expected.__name__}, got {type(exc).__name__}: {exc}"
+                )
+            else:
+                pytest.fail(f"FMT-5: {call}({pointer!r}): expected {expected.__name__}, got {got!r}")
+    resolved = storage.resolve_checkpoint(location.write_metadata(_metadata(1)))
+    for pointer in (resolved.directory, resolved.metadata_path):
+        try:
+            again, loaded = storage.resolve_checkpoint(pointer), storage.load_checkpoint(pointer)
+        except StateCertError as exc:
+            pytest.fail(f"FMT-5: checkpoint 1 named by {pointer!r} does not resolve: {type(exc).__name__}: {exc}")
+        assert again == resolved, f"FMT-5: resolve_checkpoint({pointer!r}): expected {resolved}, got {again}"
+        assert loaded == _metadata(1), f"FMT-5: load_checkpoint({pointer!r}): expected checkpoint 1, got {loaded}"
+
+
 @pytest.mark.requirement("FMT-10", "FMT-9")
 def test_handle_paths_outside_the_checkpoint_are_refused(storage: Any) -> None:
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
