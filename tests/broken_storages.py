@@ -255,6 +255,34 @@ class _IncompleteIsMissing(FileSystemCheckpointStorage):
             raise CheckpointNotFoundError(str(exc)) from None
 
 
+# 16. Stream files named by a counter per storage access: every task of a job has its own access (and a restarted
+# job a new one), so a second access's first shared or task-owned file replaces the first access's (CS-4).
+def _count_streams_per_access(access: Any) -> None:
+    streams = 0
+    create_location, create_task_owned = (
+        access.initialize_location_for_checkpoint,
+        access.create_task_owned_state_stream,
+    )
+
+    def numbered(stream: Any) -> Any:
+        nonlocal streams
+        streams += 1
+        stream.__class__, stream.number = _CountedStream, streams
+        return stream
+
+    def initialize(checkpoint_id: int) -> Any:
+        location = create_location(checkpoint_id)
+        create_stream = location.create_checkpoint_state_output_stream
+        location.create_checkpoint_state_output_stream = lambda scope: numbered(create_stream(scope))
+        return location
+
+    access.initialize_location_for_checkpoint = initialize
+    access.create_task_owned_state_stream = lambda: numbered(create_task_owned())
+
+
+_CountingPerAccess = _with_access(_count_streams_per_access)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -315,6 +343,10 @@ def incomplete_reported_missing(config: Mapping[str, object]) -> Any:
     return _IncompleteIsMissing.from_config(config)
 
 
+def files_named_by_counter_per_access(config: Mapping[str, object]) -> Any:
+    return _CountingPerAccess.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -331,4 +363,5 @@ CAUGHT_BY = {
     "resolves_directories_only": "FMT-5",
     "missing_reported_incomplete": "FMT-5",
     "incomplete_reported_missing": "FMT-5",
+    "files_named_by_counter_per_access": "CS-4",
 }

@@ -59,15 +59,19 @@ def _misread(handle: Any, payload: bytes) -> str | None:
 @pytest.mark.requirement("CS-3", "CS-4")
 def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(storage: Any) -> None:
     """Streams of two checkpoints of one job, a checkpoint of another job, a savepoint and task-owned state, three
-    per scope and two of them written interleaved, all read back after all were written: a storage that names its
-    files by a counter per checkpoint (so checkpoint 2's first shared file replaces checkpoint 1's, still
-    referenced by an incremental checkpoint) or by the time fails here."""
+    per scope and two of them written interleaved, all read back after all were written; and the same job's
+    checkpoint 2 and task-owned state written through a second storage access, as each task of a job (or the job
+    restarted) has its own. A storage that names its files by a counter per checkpoint (so checkpoint 2's first
+    shared file replaces checkpoint 1's, still referenced by an incremental checkpoint), per access, or by the time
+    fails here."""
     job, other = storage.create_checkpoint_storage("job-a"), storage.create_checkpoint_storage("job-b")
+    again = storage.create_checkpoint_storage("job-a")
     locations = {
         "job-a chk-1": job.initialize_location_for_checkpoint(1),
         "job-a chk-2": job.initialize_location_for_checkpoint(2),
         "job-b chk-1": other.initialize_location_for_checkpoint(1),
         "job-a savepoint 3": job.initialize_location_for_savepoint(3),
+        "job-a chk-2 (a second access)": again.initialize_location_for_checkpoint(2),
     }
     written: list[tuple[str, Any, bytes]] = []
     for where, location in locations.items():
@@ -83,11 +87,11 @@ def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(st
             with location.create_checkpoint_state_output_stream(scope) as third:
                 third.write(payloads[2])
                 written.append((f"{where} {scope.value} #3", third.close_and_get_handle(), payloads[2]))
-    for owner in (job, other):
+    for name, owner in (("job-a", job), ("job-b", other), ("job-a (a second access)", again)):
         out = owner.create_task_owned_state_stream()
         payload = os.urandom(50_000)
         out.write(payload)
-        written.append(("task-owned", out.close_and_get_handle(), payload))
+        written.append((f"{name} task-owned", out.close_and_get_handle(), payload))
     changed = [f"{what} ({problem})" for what, handle, payload in written if (problem := _misread(handle, payload))]
     assert not changed, f"CS-4: after all {len(written)} streams were written, these read back other bytes: {changed}"
 
