@@ -31,3 +31,11 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+def factory_name(text: str) -> str:
+    """An argparse type: a backend or storage to load, an entry-point name or module:attr. An empty one (say an unset
+    shell variable) is refused rather than read as "not given", which would load the default backend instead."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected an entry-point name or module:attr, got {text!r}")
+    return text

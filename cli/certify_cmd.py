@@ -19,12 +19,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from statecert.cli.arguments import factory_name
+from statecert.cli.factories import factory_failure
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("certify", help="check a state backend against the spec and write a certification report")
     p.add_argument(
         "backend",
         nargs="?",
+        type=factory_name,
         help="a name from the statecert.state_backends entry points, or module:attr "
         "(default: backend in [tool.statecert] of ./pyproject.toml)",
     )
@@ -36,6 +40,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--storage-under-test",
         metavar="NAME",
+        type=factory_name,
         help="certify a checkpoint storage against the storage contract: an entry point in "
         "statecert.checkpoint_storages or module:attr (with or without a backend)",
     )
@@ -112,6 +117,13 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         configured = read_pyproject(Path.cwd()).get("report")
     except (SettingsError, StateCertError, ValueError) as exc:
         Console(stderr=True).print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except Exception as exc:  # the backend's or storage's own factory raised: one line and where, not a traceback
+        subject = (
+            " and ".join(repr(n) for n in (args.backend, args.storage_under_test) if n) or "the configured backend"
+        )
+        message = f"statecert: error: {factory_failure(subject, exc)}"
+        Console(stderr=True).print(message, markup=False, highlight=False, soft_wrap=True)
         return 2
     temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
     report = str(args.report or configured or temporary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -11,7 +12,8 @@ from importlib.metadata import version
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from statecert.cli.arguments import OneLineArgumentParser, int_between
+from statecert.cli.arguments import OneLineArgumentParser, factory_name, int_between
+from statecert.cli.factories import factory_failure
 from statecert.spec.errors import StateCertError
 
 MAX_PARALLELISM = 32768  # Flink's upper bound on max parallelism (KG-3)
@@ -29,7 +31,10 @@ def _parser() -> argparse.ArgumentParser:
         "restores at another parallelism, checked against a recount",
     )
     demo.add_argument(
-        "--backend", default=None, help="state backend name or module:attr (default: the loader's, hashmap)"
+        "--backend",
+        default=None,
+        type=factory_name,
+        help="state backend name or module:attr (default: the loader's, hashmap)",
     )
     demo.add_argument("--checkpoint-dir", default=None, help="fsspec URL (default: a temporary directory)")
     demo.add_argument("--records", type=int_between(1, MAX_DEMO_RECORDS), default=100_000)
@@ -106,8 +111,15 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     }
     if args.backend:
         job_config["state.backend.type"] = args.backend
-    backend = load_state_backend(job_config=job_config)
-    storage = load_checkpoint_storage(job_config=job_config)
+    try:
+        backend = load_state_backend(job_config=job_config)
+        storage = load_checkpoint_storage(job_config=job_config)
+    except BaseException as exc:  # nothing left behind: the directory made for this run goes with the error
+        if not args.checkpoint_dir:
+            shutil.rmtree(base, ignore_errors=True)
+        if isinstance(exc, Exception) and not isinstance(exc, (StateCertError, ValueError)):
+            raise ValueError(f"--backend: {factory_failure(repr(args.backend), exc)}") from None
+        raise
     console.print(f"backend [bold]{backend.name}[/bold], storage {storage.name} at {base}")
     with Progress(
         TextColumn("processing"),

@@ -17,6 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from statecert.cli.arguments import factory_name
+from statecert.cli.factories import check_backend
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("scenario", help="failure, recovery, savepoint and migration scenarios (simulator or Spark)")
@@ -26,7 +29,11 @@ def add_parser(sub: Any) -> None:
     run.add_argument("scenarios", nargs="*", help="scenario files (TOML) or library names; none with --all")
     run.add_argument("--all", action="store_true", help="run the whole library")
     run.add_argument("--runner", choices=("sim", "spark"), default="sim", help="where to run (default sim)")
-    run.add_argument("--backend", help="the backend under test, replacing the scenarios' own (name or module:attr)")
+    run.add_argument(
+        "--backend",
+        type=factory_name,
+        help="the backend under test, replacing the scenarios' own (name or module:attr)",
+    )
     run.add_argument("--master", default=None, help="Spark master (default local[2,4]: 2 cores, task retries)")
     run.add_argument("--report", help="write the JSON report here, and a PNG summary beside it")
     run.add_argument("--workdir", help="keep checkpoints and savepoints here (default: a temporary directory)")
@@ -63,11 +70,16 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
     if not paths:
         raise ValueError("name scenario files or library scenarios, or pass --all")
     scenarios = [load_scenario(p) for p in paths]  # every file is checked before anything runs
-    if args.backend:  # an unknown or unloadable backend is one line before anything runs
-        from statecert.reference.loader import load_state_backend
-
-        sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project, as with certify
-        load_state_backend(job_config={"state.backend.type": args.backend})
+    sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project, as with certify
+    # An unknown backend, or one whose factory raises, is one line before anything runs.
+    if args.backend:
+        check_backend(args.backend, "--backend")
+    else:
+        for scenario in scenarios:
+            events = [event for run in scenario.runs for event in (*run.events, run.resume) if event is not None]
+            named = [scenario.job.backend, *(event.backend for event in events)]
+            for name in dict.fromkeys(n for n in named if n and n != "other"):
+                check_backend(name, str(scenario.path))
     runnable = [s for s in scenarios if args.runner in s.runners]
     skipped = [s.name for s in scenarios if args.runner not in s.runners]
     spark = _spark(args.master) if args.runner == "spark" and runnable else None

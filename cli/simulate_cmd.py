@@ -18,6 +18,8 @@ else:  # pragma: no cover
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from statecert.cli.factories import check_backend
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("simulate", help="simulate the barrier protocol with faults on real backends (TOML job file)")
@@ -55,6 +57,7 @@ def simulate(args: argparse.Namespace, console: Console) -> int:
     from statecert.reference.simulator.runtime import Simulation
 
     spec, restore_from = _job(args.file)
+    check_backend(spec.backend, args.file)  # one whose factory raises is one line before anything runs
     with tempfile.TemporaryDirectory(prefix="statecert-sim-") as workdir:
         columns = (TextColumn("simulating"), BarColumn(), TextColumn("{task.completed:.0f} ms"), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:

@@ -104,6 +104,19 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         value = cli.get(cli_key)
         return value if value is not None else file.get(file_key, default)
 
+    def factory_name(cli_key: str, file_key: str, option: str, what: str) -> str | None:
+        """A backend or storage to load: absent, or a non-empty name (an empty one, say from an unset shell
+        variable, must not fall back to the default backend and certify that)."""
+        value = pick(cli_key, file_key, None)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            source = option if cli.get(cli_key) is not None else f"{where} {file_key}"
+            raise SettingsError(f"{source}: expected {what} (an entry-point name or module:attr), got {value!r}")
+        return value
+
+    backend = factory_name("backend", "backend", "backend", "a state backend")
+    storage_under_test = factory_name(
+        "storage_under_test", "storage-under-test", "--storage-under-test", "a checkpoint storage"
+    )
     config = {str(k): str(v) for k, v in file.get("config", {}).items()}
     for item in cli.get("backend_config") or []:
         key, sep, value = item.partition("=")
@@ -128,7 +141,7 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")
     return CertifySettings(
-        backend=pick("backend", "backend", None),
+        backend=backend,
         backend_config=config,
         storage=storage,
         tiers=parse_tiers(pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), "--tier" if cli.get("tiers") else where),
@@ -138,7 +151,7 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         xfail_file=pick("xfail_file", "xfail", None),
         capabilities=dict(capabilities),
         shrink_seconds=shrink_seconds,
-        storage_under_test=pick("storage_under_test", "storage-under-test", None),
+        storage_under_test=storage_under_test,
     )
 
 

@@ -127,3 +127,82 @@ def test_unknown_backend_name_is_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("statecert: error: unknown state backend 'nonesuch': "), lines
     assert "hashmap" in lines[0], "the message should list the known names"
+
+
+RAISING_FACTORY = "def factory(config):\n    raise RuntimeError('the factory is broken')\n"
+SCENARIO_LIBRARY = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
+    assert lines[0].startswith("statecert: error: "), lines[0]
+    return lines[0]
+
+
+@pytest.mark.requirement("ERR-2")
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["certify", ""], "argument backend"),
+        (["certify", " "], "argument backend"),
+        (["certify", "--storage-under-test", ""], "argument --storage-under-test"),
+        (["scenario", "run", "sum-by-split", "--backend", ""], "argument --backend"),
+        (["demo", "--backend", "", "--records", "10"], "argument --backend"),
+    ],
+)
+def test_an_empty_backend_name_is_refused_not_read_as_the_default(tmp_path: Path, args: list[str], option: str) -> None:
+    """A backend or storage named by an empty string (an unset shell variable, say) is a bad value: reading it as
+    "not given" certified, or ran, the default heap backend under that name."""
+    result = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    line = _one_line_error(result)
+    assert option in line and "expected an entry-point name or module:attr" in line, line
+    assert "CERTIFIED" not in result.stdout and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.requirement("ERR-2")
+def test_an_empty_backend_in_pyproject_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.statecert]\nbackend = ""\n', encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "certify"], cwd=tmp_path, capture_output=True, text=True
+    )
+    line = _one_line_error(result)
+    assert "[tool.statecert] backend: expected a state backend" in line, line
+
+
+@pytest.mark.requirement("ERR-2")
+@pytest.mark.parametrize(
+    "command",
+    ["certify", "certify-storage", "demo", "scenario-option", "scenario-file", "simulate-file"],
+)
+def test_a_backend_factory_that_raises_is_one_line_naming_where(tmp_path: Path, command: str) -> None:
+    """The loader lets a factory's own exception propagate (LD-5); the command line reports it as one line with the
+    exception and the line that raised it, exit status 2, before anything runs and with nothing left behind."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "broken_factory.py").write_text(RAISING_FACTORY, encoding="utf-8")
+    scenario = (SCENARIO_LIBRARY / "library" / "incremental-chain.toml").read_text(encoding="utf-8")
+    (work / "scenario.toml").write_text(scenario.replace('"rocksdb"', '"broken_factory:factory"'), encoding="utf-8")
+    job = (SCENARIO_LIBRARY / "simulator" / "crash-aligned.toml").read_text(encoding="utf-8")
+    (work / "job.toml").write_text(job.replace('"hashmap"', '"broken_factory:factory"'), encoding="utf-8")
+    args = {
+        "certify": ["certify", "broken_factory:factory"],
+        "certify-storage": ["certify", "--storage-under-test", "broken_factory:factory"],
+        "demo": ["demo", "--backend", "broken_factory:factory", "--records", "10"],
+        "scenario-option": ["scenario", "run", "sum-by-split", "--backend", "broken_factory:factory"],
+        "scenario-file": ["scenario", "run", "scenario.toml"],
+        "simulate-file": ["simulate", "job.toml"],
+    }[command]
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary), "PYTHONPATH": str(work)}
+    result = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", *args], cwd=work, capture_output=True, text=True, env=env
+    )
+    line = _one_line_error(result)
+    assert "RuntimeError: the factory is broken" in line and "broken_factory.py:2" in line, line
+    left = sorted(p.name for p in work.iterdir() if p.name != "__pycache__")
+    assert left == ["broken_factory.py", "job.toml", "scenario.toml"], f"{command} left {left} in its directory"
+    assert list(temporary.iterdir()) == [], f"{command} left {list(temporary.iterdir())} behind"
