@@ -92,7 +92,7 @@ class _ProgressPlugin:
 def certify(args: argparse.Namespace, console: Console) -> int:
     sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project imports like with `python -m`
     from statecert.conformance.plugin import CertificationSession
-    from statecert.conformance.settings import SettingsError, read_pyproject, resolve
+    from statecert.conformance.settings import SettingsError, resolve
     from statecert.spec.errors import StateCertError
 
     cli = {
@@ -105,6 +105,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         "xfail_file": args.xfail,
         "shrink_seconds": args.shrink_seconds,
         "storage_under_test": args.storage_under_test,
+        "report": args.report,
     }
     try:  # fail fast, in one line, on settings or a backend that cannot be loaded
         settings = resolve(cli, Path.cwd())
@@ -114,7 +115,6 @@ def certify(args: argparse.Namespace, console: Console) -> int:
                 "[tool.statecert] of ./pyproject.toml (or certify a storage with --storage-under-test NAME)"
             )
         CertificationSession(settings)
-        configured = read_pyproject(Path.cwd()).get("report")
     except (SettingsError, StateCertError, ValueError) as exc:
         Console(stderr=True).print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
@@ -126,7 +126,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         Console(stderr=True).print(message, markup=False, highlight=False, soft_wrap=True)
         return 2
     temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
-    report = str(args.report or configured or temporary)
+    report = str(settings.report or temporary)
     # The suite runs under its own settings, not the invoking project's pytest configuration; the file holding
     # them lives in a private temporary directory for the run (a fixed name in the shared one could be anyone's).
     settings_dir = tempfile.TemporaryDirectory(prefix="statecert-certify-")

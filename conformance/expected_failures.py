@@ -24,6 +24,8 @@ def load_expected_failures(path: str) -> dict[str, str]:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SettingsError(f"{path}: expected-failures file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: cannot read the expected-failures file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: invalid TOML: {exc}") from None
     entries = data.get("expected-failures")

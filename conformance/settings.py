@@ -136,7 +136,14 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
     if not 0 <= seed < 2**64:
         raise SettingsError(f"--seed: must lie in 0..2**64-1, got {seed}")
     storage = str(pick("storage", "storage", "filesystem"))
-    check_storage(storage, "--storage" if cli.get("storage") else where)
+    check_storage(storage, "--storage" if cli.get("storage") is not None else where)
+    report = pick("report", "report", None)
+    if report is not None:
+        source = "--report" if cli.get("report") is not None else f"{where} report"
+        if not isinstance(report, str) or not report.strip():
+            raise SettingsError(f"{source}: expected a file for the JSON report, got {report!r}")
+        if Path(report).is_dir():
+            raise SettingsError(f"{source}: {report} is a directory; name the report file in it (report.json)")
     capabilities = file.get("capabilities", {})
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")
@@ -144,10 +151,12 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         backend=backend,
         backend_config=config,
         storage=storage,
-        tiers=parse_tiers(pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), "--tier" if cli.get("tiers") else where),
+        tiers=parse_tiers(
+            pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), "--tier" if cli.get("tiers") is not None else where
+        ),
         max_examples=max_examples,
         seed=seed,
-        report=pick("report", "report", None),
+        report=report,
         xfail_file=pick("xfail_file", "xfail", None),
         capabilities=dict(capabilities),
         shrink_seconds=shrink_seconds,
