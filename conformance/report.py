@@ -187,6 +187,15 @@ class Report:
         return path, markdown
 
 
+def _pairs(settings: dict[str, Any] | None) -> str:
+    """`key=value` settings of a run for the certificate (the changelog switch among them): none is `-`."""
+    return ", ".join(f"`{key}={value}`" for key, value in sorted((settings or {}).items())) or "-"
+
+
+def _file(path: str | None) -> str:
+    return f"`{path}`" if path else "-"
+
+
 def certificate(data: dict[str, Any]) -> str:
     """A certificate a person reads and archives: what was tested, with which options, and the verdict."""
     backend = data["backend"]
@@ -210,6 +219,9 @@ def certificate(data: dict[str, Any]) -> str:
         f"| seed | {data['options']['seed']} |",
         f"| options | tiers {', '.join(data['options']['tiers'])}; storage {data['options']['storage']}; "
         f"max examples {data['options']['max_examples']} |",
+        f"| configuration | {_pairs(data['options'].get('backend_config'))} |",
+        f"| capability overrides | {_pairs(data['options'].get('capability_overrides'))} |",
+        f"| expected failures | {_file(data['options'].get('expected_failures'))} |",
         "",
         "## Declared capabilities",
         "",

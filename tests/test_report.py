@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.plugin import without_fixture_arguments
-from statecert.conformance.report import ORDER, Report
+from statecert.conformance.report import ORDER, Report, certificate
 from statecert.conformance.report import TestResult as Result
 from statecert.spec.requirements import Requirement
 
@@ -49,3 +49,36 @@ def test_a_message_keeps_the_drawn_arguments_of_a_failing_call_and_drops_the_fix
     note = "\n".join([*assertion, *fixtures, *drawn, *after])
     kept = without_fixture_arguments(note, ["certification", "tmp_path_factory"]).splitlines()
     assert kept == [*assertion, *drawn, *after], kept
+
+
+def test_the_certificate_says_with_which_configuration_and_known_bugs_the_backend_was_certified() -> None:
+    """A platform team archives the Markdown certificate: a backend certified wrapped in the changelog backend, with
+    a capability overridden or with known bugs excused, must say so there, not only in the JSON."""
+    header = {
+        "statecert_version": "0",
+        "spec_version": "0",
+        "date": "2026-11-27",
+        "python": "3",
+        "contracts": ["state backend"],
+        "backend": {"name": "b", "factory": "m:f", "version": "1", "capabilities": {}},
+        "storage_under_test": None,
+        "options": {
+            "storage": "filesystem",
+            "tiers": ["contract"],
+            "max_examples": 25,
+            "seed": 0,
+            "backend_config": {"state.changelog.enabled": "true"},
+            "expected_failures": "known-bugs.toml",
+            "capability_overrides": {"ttl": False},
+            "shrink_seconds": 30,
+            "storage_under_test": None,
+        },
+    }
+    passed = Result("test_x::test_a", "passed", ("X-1",))
+    rows = certificate(Report(header, REQUIREMENTS, [passed]).to_dict()).splitlines()
+    assert "| configuration | `state.changelog.enabled=true` |" in rows, rows[:20]
+    assert "| capability overrides | `ttl=False` |" in rows, rows[:20]
+    assert "| expected failures | `known-bugs.toml` |" in rows, rows[:20]
+    header["options"] = {**header["options"], "backend_config": {}, "expected_failures": None}
+    rows = certificate(Report(header, REQUIREMENTS, [passed]).to_dict()).splitlines()
+    assert "| configuration | - |" in rows and "| expected failures | - |" in rows, rows[:20]
