@@ -12,6 +12,7 @@ import functools
 import hashlib
 import heapq
 import os
+import shutil
 import struct
 import tempfile
 from collections.abc import Mapping
@@ -1169,6 +1170,14 @@ def _with_timer_queue(queue: type[TimerQueue]) -> type[HeapKeyedStateBackend]:
     return _with_timer_service(type("Service", (KeyedTimerService,), {"queue_class": queue}))
 
 
+# 88. RocksDB: disposing an instance removes the whole local directory, not only its own subdirectory: other
+# backends working in the same local directory lose their databases (KB-LOCAL-1).
+class _DisposeRemovesLocalDir(RocksDBKeyedStateBackend):
+    def release_resources(self) -> None:
+        super().release_resources()
+        shutil.rmtree(self.instance_dir.parent, ignore_errors=True)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1331,6 +1340,7 @@ state_of_another_kind_replaces = _factory(_ReplacesStateOfAnotherKind)
 operator_refusal_drops_restored = _factory(operator=_RefusalDropsRestored)
 ttl_switch_unmigrated = _factory(_TtlSwitchUnmigrated)
 map_iteration_keeps_returned_expired = _factory(_with_state(MapStateImpl, _MapIterationKeepsReturnedExpired))
+rocksdb_dispose_removes_local_dir = _rocksdb_factory(_DisposeRemovesLocalDir)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1421,4 +1431,5 @@ CAUGHT_BY = {
     "operator_refusal_drops_restored": "OS-6",
     "ttl_switch_unmigrated": "TTL-5",
     "map_iteration_keeps_returned_expired": "TTL-3",
+    "rocksdb_dispose_removes_local_dir": "KB-LOCAL-1",
 }

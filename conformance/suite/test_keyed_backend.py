@@ -181,6 +181,14 @@ def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any
     handles = [snapshot_now(b, location_for(storage, i + 1)) for i, b in enumerate((first, second))]
     assert [contents(first), contents(second)] == expected, "KB-LOCAL-1: two backends in one local dir mixed state"
     first.dispose()
+    assert local_dir.is_dir(), f"KB-LOCAL-1: disposing one backend removed the shared local dir {local_dir}"
+    try:
+        after = contents(second)
+        handles.append(snapshot_now(second, location_for(storage, 3)))
+    except Exception as exc:
+        pytest.fail(f"KB-LOCAL-1: disposing one backend broke the other in the same local dir: {exc!r}")
+    assert after == expected[1], "KB-LOCAL-1: disposing one backend changed the other's state in the same local dir"
+    expected.append(after)
     second.dispose()
     leftovers = sorted(str(p.relative_to(local_dir)) for p in local_dir.rglob("*") if p.is_file())
     assert leftovers == [], f"KB-LOCAL-1: disposed backends left files in their local dir: {leftovers[:5]}"
