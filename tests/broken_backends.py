@@ -50,6 +50,7 @@ from statecert.reference.timers.timer_queue import TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import FileStateHandle, OperatorStateHandle
+from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility
@@ -1178,6 +1179,14 @@ class _DisposeRemovesLocalDir(RocksDBKeyedStateBackend):
         shutil.rmtree(self.instance_dir.parent, ignore_errors=True)
 
 
+# 89. RocksDB: a full checkpoint (the first after a NO_CLAIM restore) is taken incrementally, referencing the files
+# of the snapshot the job started from, which its owner may delete once the checkpoint completes (KB-SNAP-10).
+class _FullTakenIncrementally(RocksDBKeyedStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        options = dataclasses.replace(options or CheckpointOptions(), full=False)
+        return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1341,6 +1350,7 @@ operator_refusal_drops_restored = _factory(operator=_RefusalDropsRestored)
 ttl_switch_unmigrated = _factory(_TtlSwitchUnmigrated)
 map_iteration_keeps_returned_expired = _factory(_with_state(MapStateImpl, _MapIterationKeepsReturnedExpired))
 rocksdb_dispose_removes_local_dir = _rocksdb_factory(_DisposeRemovesLocalDir)
+rocksdb_full_checkpoint_incremental = _rocksdb_factory(_FullTakenIncrementally)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1432,4 +1442,5 @@ CAUGHT_BY = {
     "ttl_switch_unmigrated": "TTL-5",
     "map_iteration_keeps_returned_expired": "TTL-3",
     "rocksdb_dispose_removes_local_dir": "KB-LOCAL-1",
+    "rocksdb_full_checkpoint_incremental": "KB-SNAP-10",
 }

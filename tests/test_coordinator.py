@@ -232,3 +232,31 @@ def test_a_generic_decline_counts_like_flinks_checkpoint_declined(
     coordinator.trigger_checkpoint()
     coordinator.decline(1, ("counter", 0), reason)
     assert (len(recorder.failovers) == 1) == counts, (reason, recorder.failovers)
+
+
+@pytest.mark.requirement("COORD-13", "KB-SNAP-10")
+@pytest.mark.parametrize("claim", [False, True])
+def test_checkpoints_are_full_until_the_first_after_a_no_claim_restore_completes(tmp_path: Path, claim: bool) -> None:
+    """NO_CLAIM: every checkpoint is triggered full (an aborted one does not end it) until one completes; savepoints
+    never are. CLAIM: the job owns the snapshot, so its checkpoints may build on it from the first."""
+    coordinator, _, _, storage = make(tmp_path, max_concurrent=1)
+    first = coordinator.trigger_checkpoint().checkpoint_id
+    assert first is not None
+    ack_all(coordinator, first)
+    pointer = coordinator.store.latest.pointer if coordinator.store.latest else ""
+    restored, _, recorder, _ = make(tmp_path / "second", max_concurrent=1)
+    restored.restore_from(pointer, storage.load_checkpoint(pointer), claim=claim)
+    given: dict[int, Any] = {}
+    recorder.trigger = lambda checkpoint_id, _, options: given.__setitem__(checkpoint_id, options)  # type: ignore[method-assign]
+    aborted = restored.trigger_checkpoint().checkpoint_id
+    assert aborted is not None
+    restored.abort(aborted, FailureReason.EXPIRED)
+    savepoint = restored.trigger_savepoint()
+    ack_all(restored, savepoint)
+    completed = restored.trigger_checkpoint().checkpoint_id
+    assert completed is not None
+    ack_all(restored, completed)
+    later = restored.trigger_checkpoint().checkpoint_id
+    full = {checkpoint_id: options.full for checkpoint_id, options in given.items()}
+    expected = {aborted: not claim, savepoint: False, completed: not claim, later: False}
+    assert full == expected, f"full per checkpoint: expected {expected}, got {full}"

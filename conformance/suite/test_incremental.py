@@ -114,6 +114,48 @@ def test_an_aborted_checkpoint_is_never_the_base_of_the_next(state_backend: Any,
         assert contents(restored) == expected, "KB-SNAP-9: the checkpoint after an aborted one restores wrong"
 
 
+@pytest.mark.requirement("KB-SNAP-10")
+def test_a_full_checkpoint_references_no_earlier_file(state_backend: Any, tmp_path: Path) -> None:
+    """NO_CLAIM (COORD-13): a job restored from another job's checkpoint takes its first checkpoint full, after which
+    the other job's checkpoint may be deleted: the full checkpoint, and an incremental one built on it, still
+    restore. In a running backend too, a full checkpoint shares no file with the checkpoints before it."""
+    first_job, second_job = storage_with_files(tmp_path / "first"), storage_with_files(tmp_path / "second")
+    full = CheckpointOptions(SnapshotType.CHECKPOINT, full=True)
+    with keyed_backend(state_backend) as backend:
+        earlier: set[str] = set()
+        for checkpoint_id in (1, 2):
+            write_round(backend, checkpoint_id)
+            started_from = snapshot_now(backend, location_for(first_job, checkpoint_id), checkpoint_id)
+            backend.notify_checkpoint_complete(checkpoint_id)
+            earlier |= files_of(started_from)
+        write_round(backend, 3)
+        in_place = backend.snapshot(3, 0, location_for(first_job, 3), full).run()
+        shared = sorted(files_of(in_place) & earlier)
+        assert not shared, (
+            f"KB-SNAP-10: full checkpoint 3 references {len(shared)} files of checkpoints 1-2: {shared[:3]}"
+        )
+    with keyed_backend(state_backend, restore=[started_from]) as restored:
+        write_round(restored, 3)
+        expected = {"full checkpoint 3": contents(restored)}
+        handles = {"full checkpoint 3": restored.snapshot(3, 0, location_for(second_job, 3), full).run()}
+        restored.notify_checkpoint_complete(3)
+        shared = sorted(files_of(handles["full checkpoint 3"]) & files_of(started_from))
+        assert not shared, (
+            f"KB-SNAP-10: full checkpoint 3 references {len(shared)} files of the checkpoint it was restored from: "
+            f"{shared[:3]}"
+        )
+        write_round(restored, 4)
+        expected["checkpoint 4, after it"] = contents(restored)
+        handles["checkpoint 4, after it"] = snapshot_now(restored, location_for(second_job, 4), 4)
+        restored.notify_checkpoint_complete(4)
+    shutil.rmtree(tmp_path / "first")  # its owner deletes the snapshot the second job started from
+    for name, handle in handles.items():
+        with keyed_backend(state_backend, restore=[handle]) as again:
+            assert contents(again) == expected[name], (
+                f"KB-SNAP-10: {name} restores wrong once the checkpoint the job started from is deleted"
+            )
+
+
 @pytest.mark.requirement("SP-4", "SP-3")
 @pytest.mark.capability("native_savepoint_format")
 def test_native_savepoint_contains_its_own_files(state_backend: Any, tmp_path: Path) -> None:

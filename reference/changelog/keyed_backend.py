@@ -218,6 +218,8 @@ class ChangelogKeyedStateBackend:
         # incremental wrapped backend diffs against its last confirmed snapshot, whose files must still be
         # referenced by retained checkpoints when the new one is used (CL-5, KB-SNAP-9).
         confirmed = base is not None and base.materialization_id <= self._confirmed
+        if options.full:  # a full checkpoint references nothing earlier: a materialization of its own (KB-SNAP-10)
+            base = None
         if base is None or (due and not self._materializing and confirmed):
             self._next_materialization += 1
             materialization_id = self._next_materialization

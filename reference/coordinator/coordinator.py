@@ -15,7 +15,7 @@ from statecert.reference.completed_checkpoint_store import CompletedCheckpoint, 
 from statecert.reference.coordinator.failures import CheckpointFailureManager, FailureReason
 from statecert.reference.coordinator.scheduler import Cancellable, Scheduler
 from statecert.reference.coordinator.settings import CheckpointingSettings, JobStatus
-from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 
 TaskId = tuple[str, int]  # (operator id, subtask index)
@@ -60,6 +60,7 @@ class PendingCheckpoint:
     acknowledged: dict[TaskId, OperatorSubtaskState] = field(default_factory=dict)
     stop_after: bool = False
     timer: Cancellable | None = None
+    options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS
 
     @property
     def is_savepoint(self) -> bool:
@@ -100,6 +101,7 @@ class CheckpointCoordinator:
         self._shutdown = False
         self.stopped_with_savepoint: str | None = None
         self.last_savepoint: str | None = None
+        self.full_checkpoints = False  # until a checkpoint after a NO_CLAIM restore completes (COORD-13)
 
     # -- triggering --------------------------------------------------------------------------------------------------
     def start_periodic(self) -> None:
@@ -149,12 +151,15 @@ class CheckpointCoordinator:
             else self.access.initialize_location_for_checkpoint(checkpoint_id)
         )
         tasks = {t for v in self.vertices for t in v.tasks()}
-        pending = PendingCheckpoint(checkpoint_id, now, kind, location, tasks, stop_after=stop)
+        # Until a checkpoint after a NO_CLAIM restore completes, checkpoints are full: they depend on nothing of
+        # the snapshot the job started from (KB-SNAP-10, Flink's FULL_CHECKPOINT).
+        options = CheckpointOptions(SnapshotType(kind.value), full=self.full_checkpoints and not kind.is_savepoint)
+        pending = PendingCheckpoint(checkpoint_id, now, kind, location, tasks, stop_after=stop, options=options)
         pending.timer = self.scheduler.schedule(
             self.settings.timeout_ms, lambda: self.abort(checkpoint_id, FailureReason.EXPIRED)
         )
         self.pending[checkpoint_id] = pending
-        self.listener.trigger(checkpoint_id, now, CheckpointOptions(SnapshotType(kind.value)))
+        self.listener.trigger(checkpoint_id, now, options)
         return checkpoint_id
 
     # -- acknowledgements --------------------------------------------------------------------------------------------
@@ -197,6 +202,7 @@ class CheckpointCoordinator:
         if pending.is_savepoint:
             self.last_savepoint = pointer
         else:
+            self.full_checkpoints = False
             self.store.add(pointer, metadata)  # subsumes and releases shared state of older ones (CKP-1, CKP-2)
             self.last_completion_ms = self.scheduler.now_ms()
             for older in [
@@ -257,6 +263,7 @@ class CheckpointCoordinator:
             self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
         else:
             self.store.registry.register_not_owned(metadata)
+            self.full_checkpoints = True
 
     def shutdown(self) -> None:
         self._shutdown = True

@@ -89,7 +89,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         self._options = settings.options(slot)
         self._uploaded: dict[int, dict[str, StreamStateHandle]] = {}
         self._base_uploads: dict[str, StreamStateHandle] = {}
-        self._restored_uploads: set[str] = set()  # restored files, uploaded again when not in this job's directory
         self._fast_path = self._fast_path_handle(params.restore_state)
         self._db: rocksdict.Rdict | None = None
         try:
@@ -137,7 +136,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         for meta in metas:
             self._stores[meta.name] = self.create_store(meta)
         self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
-        self._restored_uploads = set(handle.shared_state)
 
     def restore_foreign_handles(self, handles: Sequence[Any]) -> None:
         """Native handles of other ranges: open each, copy the key groups of this range (RDB-3, KB-RESTORE-2)."""
@@ -199,7 +197,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             write = self._canonical_writer(local, metas, key_serializer, stream_factory)
         else:
             incremental = options.snapshot_type is SnapshotType.CHECKPOINT
-            base = dict(self._base_uploads) if incremental else {}
+            # A full checkpoint (KB-SNAP-10) uploads every file; later ones may build on it once it completes.
+            base = dict(self._base_uploads) if incremental and not options.full else {}
             write = self._native_writer(checkpoint_id, local, metas, key_serializer, stream_factory, base, incremental)
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
@@ -254,19 +253,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             shared: dict[str, StreamStateHandle] = {}
             private: dict[str, StreamStateHandle] = {}
             try:
-                own_shared = getattr(factory, "shared_dir", None)
                 for path in sorted(local.iterdir()):
                     if path.suffix == SST_SUFFIX:
                         reused = base.get(path.name)
-                        if (
-                            path.name in self._restored_uploads
-                            and isinstance(reused, FileStateHandle)
-                            and isinstance(own_shared, str)
-                            and not reused.path.startswith(own_shared.rstrip("/") + "/")
-                        ):
-                            # a file of a snapshot this job started from (another job's directory, a savepoint):
-                            # uploaded again, so the job never depends on files it does not own (NO_CLAIM, COORD-13)
-                            reused = None
                         shared[path.name] = reused or upload_file(
                             path, factory, CheckpointedStateScope.SHARED, cancelled
                         )

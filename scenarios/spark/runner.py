@@ -46,7 +46,6 @@ from statecert.scenarios.spark.staged_output import Row, StagedOutput
 from statecert.scenarios.spark.worker import EpochTask, InputSpec, TaskFault
 from statecert.spec import errors
 from statecert.spec.errors import StateCertError
-from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
 
@@ -241,7 +240,7 @@ class _Run:
             job_id=self.job_id,
             checkpoint_id=checkpoint_id,
             location=pending.location,
-            options=CheckpointOptions(SnapshotType(pending.kind.value)),
+            options=pending.options,
             restore_pointer=self.position.pointer,
             restore_id=self.position.checkpoint_id,
             backend_config=self.config,
@@ -322,8 +321,7 @@ class _Run:
         params = OperatorBackendParameters(self.job_id, "source", ())
         with self.backend.create_operator_state_backend(params) as operator:
             operator.get_list_state(OFFSET).update([offset])
-            options = CheckpointOptions(SnapshotType(pending.kind.value))
-            handle = operator.snapshot(checkpoint_id, self.scheduler.now_ms(), pending.location, options).run()
+            handle = operator.snapshot(checkpoint_id, self.scheduler.now_ms(), pending.location, pending.options).run()
         return OperatorSubtaskState((), (handle,) if handle else ())
 
     def _coordinator_crash(self) -> None:
