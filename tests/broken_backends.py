@@ -6,11 +6,13 @@ whose test must fail.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
 import hashlib
 import heapq
+import importlib
 import os
 import shutil
 import struct
@@ -1187,6 +1189,18 @@ class _FullTakenIncrementally(RocksDBKeyedStateBackend):
         return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
 
 
+# 90. The serializers a restored snapshot names are looked up by import path (`module:attr`, as Flink's snapshots
+# name Java classes): a hostile savepoint runs the code of any module it names (SER-4, SER-8).
+class _ImportsNamedSerializers(HeapKeyedStateBackend):
+    def _restored_store(self, meta: Any, source: str) -> Any:
+        for snapshot in (meta.namespace_serializer, *meta.serializers.values()):
+            module, sep, attr = snapshot.serializer_id.partition(":")
+            if sep:
+                with contextlib.suppress(ImportError, AttributeError):
+                    getattr(importlib.import_module(module), attr)
+        return super()._restored_store(meta, source)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1351,6 +1365,7 @@ ttl_switch_unmigrated = _factory(_TtlSwitchUnmigrated)
 map_iteration_keeps_returned_expired = _factory(_with_state(MapStateImpl, _MapIterationKeepsReturnedExpired))
 rocksdb_dispose_removes_local_dir = _rocksdb_factory(_DisposeRemovesLocalDir)
 rocksdb_full_checkpoint_incremental = _rocksdb_factory(_FullTakenIncrementally)
+serializers_imported_by_name = _factory(_ImportsNamedSerializers)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1443,4 +1458,5 @@ CAUGHT_BY = {
     "map_iteration_keeps_returned_expired": "TTL-3",
     "rocksdb_dispose_removes_local_dir": "KB-LOCAL-1",
     "rocksdb_full_checkpoint_incremental": "KB-SNAP-10",
+    "serializers_imported_by_name": "SER-4",
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import re
 import shutil
+import sys
+import uuid
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -18,10 +20,11 @@ from statecert.reference.format.canonical import CanonicalReader, write_key_grou
 from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
-from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.errors import CheckpointFormatError, StateMigrationError
 from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
+from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
 
 GOLDEN = Path(str(resources.files("statecert.scenarios").joinpath("golden")))
@@ -146,6 +149,54 @@ def test_hostile_canonical_entries_are_refused_on_restore(
             state.value()
         raise AssertionError(f"FMT-15: restored {damage.__name__} without CheckpointFormatError")
     assert_nothing_left(local_dir, f"the refused restore of a stream with {damage.__name__.strip('_')}")
+
+
+@pytest.mark.requirement("SER-4", "SER-8")
+@pytest.mark.capability("canonical_savepoints")
+def test_a_serializer_a_snapshot_names_is_never_imported(
+    state_backend: Any, reference_backend: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile savepoint names its value serializer by an importable `module:attr`: restoring it and registering
+    the state fails with StateMigrationError (an unknown id, SER-4) and never imports that module, as a backend
+    resolving serializers by import path (the way Flink's snapshots name Java classes) would."""
+    probe = f"statecert_serializer_probe_{uuid.uuid4().hex}"
+    marker = tmp_path / "imported"
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / f"{probe}.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\nclass Serializer:\n    pass\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "probe"))
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
+    pointer, _ = savepoint(storage, reference_backend, parallelism=1)
+    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
+    assert isinstance(handle, KeyGroupsStateHandle)
+    named = SerializerSnapshot(f"{probe}:Serializer", 1, {})
+    with CanonicalReader(handle) as reader:
+        states = tuple(replace(m, serializers={"value": named}) for m in reader.header.states)
+        header = replace(reader.header, states=states)
+        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
+    out = io.BytesIO()
+    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
+    path = tmp_path / "hostile-stream"
+    path.write_bytes(out.getvalue())
+    stream = FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue()))
+    hostile = KeyGroupsStateHandle(handle.key_group_range, offsets, stream)
+    try:
+        with keyed_backend(state_backend, parallelism=1, index=0, restore=[hostile]) as restored:
+            restored.get_or_create_state(COUNT)
+    except StateMigrationError:
+        pass
+    else:
+        pytest.fail(
+            f"SER-4: get_or_create_state(count, long) over state written by {named.serializer_id!r}: expected "
+            "StateMigrationError, got the state"
+        )
+    assert not marker.exists() and probe not in sys.modules, (
+        f"SER-4: restoring a savepoint that names the serializer {named.serializer_id!r} imported {probe}"
+    )
 
 
 @pytest.mark.requirement("FMT-3", "SP-1")
