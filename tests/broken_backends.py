@@ -13,6 +13,7 @@ import functools
 import hashlib
 import heapq
 import importlib
+import io
 import os
 import shutil
 import struct
@@ -51,7 +52,7 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
-from statecert.spec.handles import FileStateHandle, OperatorStateHandle
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -1201,6 +1202,26 @@ class _ImportsNamedSerializers(HeapKeyedStateBackend):
         return super()._restored_store(meta, source)
 
 
+# 91. Snapshots written into memory and returned as inline bytes, past the checkpoint's stream factory: the state
+# lands in `_metadata` whatever the storage's inline threshold or size limit says (KB-SNAP-1, IF-7).
+class _InMemoryStream(io.BytesIO):
+    def close_and_get_handle(self) -> ByteStreamStateHandle:
+        return ByteStreamStateHandle(f"in-memory-{id(self)}", self.getvalue())
+
+    def discard(self) -> None:
+        pass
+
+
+class _InMemoryStreams:
+    def create_checkpoint_state_output_stream(self, scope: Any) -> _InMemoryStream:
+        return _InMemoryStream()
+
+
+class _BypassesStreamFactory(HeapKeyedStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        return super().snapshot(checkpoint_id, timestamp_ms, _InMemoryStreams(), options or CheckpointOptions())
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1366,6 +1387,7 @@ map_iteration_keeps_returned_expired = _factory(_with_state(MapStateImpl, _MapIt
 rocksdb_dispose_removes_local_dir = _rocksdb_factory(_DisposeRemovesLocalDir)
 rocksdb_full_checkpoint_incremental = _rocksdb_factory(_FullTakenIncrementally)
 serializers_imported_by_name = _factory(_ImportsNamedSerializers)
+snapshot_bypasses_stream_factory = _factory(_BypassesStreamFactory)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1459,4 +1481,5 @@ CAUGHT_BY = {
     "rocksdb_dispose_removes_local_dir": "KB-LOCAL-1",
     "rocksdb_full_checkpoint_incremental": "KB-SNAP-10",
     "serializers_imported_by_name": "SER-4",
+    "snapshot_bypasses_stream_factory": "KB-SNAP-1",
 }
