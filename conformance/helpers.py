@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ from statecert.reference.checkpointing import Subtask, take_snapshot
 from statecert.reference.checkpointing import create_subtasks as _create_subtasks
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.errors import StateCertError
-from statecert.spec.handles import KeyedStateHandle
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyedStateHandle
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorState
@@ -127,3 +128,36 @@ def counts(state_backend: Any, operator: OperatorState, parallelism: int) -> dic
             out[key] = state.value()
         s.dispose()
     return out
+
+
+class RecordingStreamFactory:
+    """A checkpoint's stream factory that keeps every handle its streams returned."""
+
+    def __init__(self, inner: Any, returned: list[Any]) -> None:
+        self._inner = inner
+        self._returned = returned
+
+    def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
+        stream = self._inner.create_checkpoint_state_output_stream(scope)
+        close_and_get_handle, returned = stream.close_and_get_handle, self._returned
+
+        def recorded() -> Any:
+            handle = close_and_get_handle()
+            returned.append(handle)
+            return handle
+
+        stream.close_and_get_handle = recorded
+        return stream
+
+
+def stream_handles(handle: Any) -> list[Any]:
+    """The stream handles (files or inline bytes) a nested keyed state handle references."""
+    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
+        return [handle]
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        return [s for f in dataclasses.fields(handle) for s in stream_handles(getattr(handle, f.name))]
+    if isinstance(handle, dict):
+        return [s for value in handle.values() for s in stream_handles(value)]
+    if isinstance(handle, list | tuple):
+        return [s for value in handle for s in stream_handles(value)]
+    return []

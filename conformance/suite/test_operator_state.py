@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import location_for, run_while
+from statecert.conformance.helpers import RecordingStreamFactory, location_for, run_while
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -39,11 +39,16 @@ def operator_backend(state_backend: Any, restore: tuple[Any, ...] = ()) -> Any:
 @pytest.mark.requirement("OS-4")
 @pytest.mark.capability("operator_state")
 def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, storage: Any) -> None:
+    returned: list[Any] = []
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add_all([1, 2, 3])
         backend.get_union_list_state(UNION).add("a")
-        handle = backend.snapshot(1, 0, location_for(storage)).run()
+        handle = backend.snapshot(1, 0, RecordingStreamFactory(location_for(storage), returned)).run()
     assert isinstance(handle, OperatorStateHandle)
+    assert returned == [handle.delegate], (
+        f"OS-4: the snapshot's one stream is the one its stream factory returned: expected {returned}, got "
+        f"{handle.delegate}"
+    )
     assert {n: (p.mode, len(p.offsets)) for n, p in handle.states.items()} == {
         "offsets": (OperatorStateMode.SPLIT_DISTRIBUTE, 3),
         "names": (OperatorStateMode.UNION, 1),

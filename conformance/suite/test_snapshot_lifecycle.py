@@ -3,19 +3,25 @@ asynchronous part is already writing, and large snapshots, read back key group b
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, owner_of
+from statecert.conformance.helpers import (
+    RecordingStreamFactory,
+    create_subtasks,
+    keyed_backend,
+    location_for,
+    owner_of,
+    stream_handles,
+)
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import SnapshotCancelledError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
+from statecert.spec.handles import ByteStreamStateHandle
 from statecert.spec.state import VOID_NAMESPACE, ValueStateDescriptor
 
 KEYS = StringSerializer()
@@ -137,39 +143,6 @@ def test_large_snapshots_restore_key_group_by_key_group(state_backend: Any, tmp_
     )
 
 
-class _RecordingFactory:
-    """A checkpoint's stream factory that keeps every handle its streams returned."""
-
-    def __init__(self, inner: Any, returned: list[Any]) -> None:
-        self._inner = inner
-        self._returned = returned
-
-    def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
-        stream = self._inner.create_checkpoint_state_output_stream(scope)
-        close_and_get_handle, returned = stream.close_and_get_handle, self._returned
-
-        def recorded() -> Any:
-            handle = close_and_get_handle()
-            returned.append(handle)
-            return handle
-
-        stream.close_and_get_handle = recorded
-        return stream
-
-
-def _stream_handles(handle: Any) -> list[Any]:
-    """The stream handles (files or inline bytes) a nested keyed state handle references."""
-    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
-        return [handle]
-    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
-        return [s for f in dataclasses.fields(handle) for s in _stream_handles(getattr(handle, f.name))]
-    if isinstance(handle, dict):
-        return [s for value in handle.values() for s in _stream_handles(value)]
-    if isinstance(handle, list | tuple):
-        return [s for value in handle for s in _stream_handles(value)]
-    return []
-
-
 @pytest.mark.requirement("KB-SNAP-1", "IF-7")
 def test_a_snapshot_is_written_through_the_stream_factory(state_backend: Any, tmp_path: Path) -> None:
     """Every stream a snapshot's handle references was returned by the stream factory of that snapshot or of an
@@ -184,12 +157,12 @@ def test_a_snapshot_is_written_through_the_stream_factory(state_backend: Any, tm
             for i in range(checkpoint_id * 50):
                 backend.set_current_key(f"k{i}")
                 state.update(i + checkpoint_id)
-            factory = _RecordingFactory(location_for(storage, checkpoint_id), returned)
+            factory = RecordingStreamFactory(location_for(storage, checkpoint_id), returned)
             handle = backend.snapshot(checkpoint_id, 0, factory).run()
             backend.notify_checkpoint_complete(checkpoint_id)
             foreign = [
                 s
-                for s in _stream_handles(handle)
+                for s in stream_handles(handle)
                 if not any(s == r for r in returned)
                 and not (isinstance(s, ByteStreamStateHandle) and not s.data)  # an empty file: no stream returns one
             ]
