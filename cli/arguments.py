@@ -39,3 +39,19 @@ def factory_name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected an entry-point name or module:attr, got {text!r}")
     return text
+
+
+def fsspec_location(text: str) -> str:
+    """An argparse type: a local path or a URL of a file system fsspec can open on this machine (its package, s3fs
+    for `s3://` say, installed); refused in one line before anything runs, not as an ImportError from inside."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path or an fsspec URL, got {text!r}")
+    protocol, sep, _ = text.partition("://")
+    if sep:
+        import fsspec
+
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except (ValueError, ImportError) as exc:
+            raise argparse.ArgumentTypeError(f"no file system for {protocol}:// ({exc})") from None
+    return text

@@ -12,7 +12,7 @@ from importlib.metadata import version
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from statecert.cli.arguments import OneLineArgumentParser, factory_name, int_between
+from statecert.cli.arguments import OneLineArgumentParser, factory_name, fsspec_location, int_between
 from statecert.cli.factories import factory_failure
 from statecert.spec.errors import StateCertError
 
@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
         type=factory_name,
         help="state backend name or module:attr (default: the loader's, hashmap)",
     )
-    demo.add_argument("--checkpoint-dir", default=None, help="fsspec URL (default: a temporary directory)")
+    demo.add_argument(
+        "--checkpoint-dir", default=None, type=fsspec_location, help="fsspec URL (default: a temporary directory)"
+    )
     demo.add_argument("--records", type=int_between(1, MAX_DEMO_RECORDS), default=100_000)
     demo.add_argument("--parallelism", type=int_between(1, MAX_PARALLELISM), default=4)
     demo.add_argument("--rescale-to", type=int_between(1, MAX_PARALLELISM), default=2)
@@ -60,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     add_config(sub)
 
     insp = sub.add_parser("inspect", help="print a checkpoint's or savepoint's metadata")
-    insp.add_argument("path", help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)")
+    insp.add_argument(
+        "path", type=fsspec_location, help="checkpoint/savepoint directory or its _metadata file (any fsspec URL)"
+    )
     insp.add_argument("--json", action="store_true", help="machine-readable output")
     insp.add_argument(
         "--verify",

@@ -206,3 +206,18 @@ def test_a_backend_factory_that_raises_is_one_line_naming_where(tmp_path: Path, 
     left = sorted(p.name for p in work.iterdir() if p.name != "__pycache__")
     assert left == ["broken_factory.py", "job.toml", "scenario.toml"], f"{command} left {left} in its directory"
     assert list(temporary.iterdir()) == [], f"{command} left {list(temporary.iterdir())} behind"
+
+
+@pytest.mark.requirement("ERR-2")
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [("", "argument path: expected a path or an fsspec URL, got ''"), ("nosuchproto://x", "no file system for")],
+)
+def test_a_path_inspect_cannot_open_is_one_line(tmp_path: Path, path: str, problem: str) -> None:
+    """An empty path was read as the working directory, and a URL whose file system package is missing (s3fs for
+    `s3://`) ended in an ImportError traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "inspect", path], cwd=tmp_path, capture_output=True, text=True
+    )
+    line = _one_line_error(result)
+    assert problem in line, line
