@@ -18,7 +18,7 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
-from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError
+from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError, UnsafePathError
 from statecert.spec.storage import (
     METADATA_FILE_NAME,
     TASK_OWNED_STATE_DIR,
@@ -67,15 +67,48 @@ class _UnboundedJobManager(JobManagerCheckpointStorage):
         return access
 
 
+def _resolving_handle_paths(resolve: Any) -> Any:
+    """The file-system storage whose `_metadata` reader resolves handle paths with `resolve(relative, directory,
+    root, metadata_path)` instead of the reference's confinement (FMT-10)."""
+
+    class Storage(FileSystemCheckpointStorage):
+        def load_checkpoint(self, pointer: str) -> Any:
+            original = metadata_codec.resolve_relative
+            metadata_codec.resolve_relative = resolve
+            try:
+                return load_checkpoint_metadata(pointer)
+            finally:
+                metadata_codec.resolve_relative = original
+
+    return Storage
+
+
 # 3. A `_metadata` reader that resolves handle paths without confining them to the checkpoint directory.
-class _FollowsAnyPath(FileSystemCheckpointStorage):
-    def load_checkpoint(self, pointer: str) -> Any:
-        original = metadata_codec.resolve_relative
-        metadata_codec.resolve_relative = lambda rel, directory, root, path: paths.join_url(directory, rel)
-        try:
-            return load_checkpoint_metadata(pointer)
-        finally:
-            metadata_codec.resolve_relative = original
+_FollowsAnyPath = _resolving_handle_paths(lambda rel, directory, root, path: paths.join_url(directory, rel))
+
+
+# 17. A `_metadata` reader that refuses `..` steps but takes an absolute path or a URL as it is (FMT-10).
+def _refuse_parent_steps_only(relative: str, directory: str, root: str, metadata_path: str) -> str:
+    if ".." in relative.split("/"):
+        raise UnsafePathError(metadata_path, f"state handle path {relative!r} escapes the checkpoint directory")
+    return relative if relative.startswith("/") or "://" in relative else paths.join_url(directory, relative)
+
+
+_FollowsAbsolutePaths = _resolving_handle_paths(_refuse_parent_steps_only)
+
+
+# 18. A `_metadata` reader that confines handle paths by their text only: a directory of the checkpoint that is a
+# symbolic link leads outside it (FMT-10: on a local disk the real path counts).
+def _confine_by_text_only(relative: str, directory: str, root: str, metadata_path: str) -> str:
+    original = paths.check_local_confinement
+    paths.check_local_confinement = lambda *args: None
+    try:
+        return paths.resolve_relative(relative, directory, root, metadata_path)
+    finally:
+        paths.check_local_confinement = original
+
+
+_FollowsSymbolicLinks = _resolving_handle_paths(_confine_by_text_only)
 
 
 # 4. Stream files named by a counter per checkpoint location: checkpoint 2's first shared file replaces checkpoint
@@ -347,6 +380,14 @@ def files_named_by_counter_per_access(config: Mapping[str, object]) -> Any:
     return _CountingPerAccess.from_config(config)
 
 
+def follows_absolute_paths(config: Mapping[str, object]) -> Any:
+    return _FollowsAbsolutePaths.from_config(config)
+
+
+def follows_symbolic_links(config: Mapping[str, object]) -> Any:
+    return _FollowsSymbolicLinks.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -364,4 +405,6 @@ CAUGHT_BY = {
     "missing_reported_incomplete": "FMT-5",
     "incomplete_reported_missing": "FMT-5",
     "files_named_by_counter_per_access": "CS-4",
+    "follows_absolute_paths": "FMT-10",
+    "follows_symbolic_links": "FMT-10",
 }

@@ -373,10 +373,23 @@ def test_handle_paths_outside_the_checkpoint_are_refused(storage: Any) -> None:
     magic, version, length = struct.unpack_from(">IIQ", data)
     payload = data[16 : 16 + length]
     assert inside.encode() in payload, f"FMT-9: the handle path is not stored relative in {metadata_path}"
-    for hostile in (
+    hostile_paths = [  # each as long as the path it replaces, so the msgpack payload stays well formed
         "../../../../outside01",
         "../../../../../../../../etc/passwd"[: len(inside)].ljust(len(inside), "x"),
-    ):
+        "/etc/passwd".ljust(len(inside), "x"),  # absolute
+        "file:///etc/passwd".ljust(len(inside), "x"),  # a URL
+        "./" * 10 + ".",  # the checkpoint directory itself
+        f"{inside[:-1]}/",  # a directory
+    ]
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        # A directory of the checkpoint that is a symbolic link to one outside it (FMT-10: the real path counts).
+        directory = metadata_path.rsplit("/", 1)[0]
+        outside = f"{directory.rsplit('/', 2)[0]}-outside"
+        os.makedirs(outside, exist_ok=True)
+        Path(outside, "secret-012345").write_bytes(b"0123456789")
+        os.symlink(outside, f"{directory}/linkdir")
+        hostile_paths.append("linkdir/secret-012345")
+    for hostile in hostile_paths:
         patched = payload.replace(inside.encode(), hostile.encode())
         crafted = struct.pack(">IIQ", magic, version, len(patched)) + patched + struct.pack(">I", zlib.crc32(patched))
         with fs.open(metadata_path, "wb") as f:
