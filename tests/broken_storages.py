@@ -5,6 +5,8 @@ the requirement whose test must fail."""
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -316,6 +318,20 @@ def _count_streams_per_access(access: Any) -> None:
 _CountingPerAccess = _with_access(_count_streams_per_access)
 
 
+# 19. A `_metadata` reader that takes the payload's checksum on trust: a changed byte is read as another checkpoint
+# (here: other inline state bytes) instead of refused (FMT-8, FMT-2).
+class _MetadataChecksumIgnored(FileSystemCheckpointStorage):
+    def load_checkpoint(self, pointer: str) -> Any:
+        location = self.resolve_checkpoint(pointer)
+        with fsspec.open(location.metadata_path, "rb") as f:
+            data = bytearray(f.read())
+        if len(data) >= 16:
+            (length,) = struct.unpack_from(">Q", data, 8)
+            if len(data) == 20 + length:  # the checksum recomputed, whatever the payload became
+                data[16 + length :] = struct.pack(">I", zlib.crc32(bytes(data[16 : 16 + length])))
+        return metadata_codec.decode_metadata(bytes(data), location.metadata_path, location.directory)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -388,6 +404,10 @@ def follows_symbolic_links(config: Mapping[str, object]) -> Any:
     return _FollowsSymbolicLinks.from_config(config)
 
 
+def metadata_checksum_ignored(config: Mapping[str, object]) -> Any:
+    return _MetadataChecksumIgnored.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -407,4 +427,5 @@ CAUGHT_BY = {
     "files_named_by_counter_per_access": "CS-4",
     "follows_absolute_paths": "FMT-10",
     "follows_symbolic_links": "FMT-10",
+    "metadata_checksum_ignored": "FMT-8",
 }

@@ -16,6 +16,7 @@ import pytest
 
 from statecert.spec.errors import (
     CheckpointCorruptedError,
+    CheckpointFormatError,
     CheckpointNotFoundError,
     IllegalConfigurationError,
     IncompleteCheckpointError,
@@ -361,6 +362,39 @@ def test_a_pointer_names_the_directory_or_its_metadata_file(storage: Any, checkp
             pytest.fail(f"FMT-5: checkpoint 1 named by {pointer!r} does not resolve: {type(exc).__name__}: {exc}")
         assert again.metadata_path.endswith("_metadata"), f"FMT-5: resolve_checkpoint({pointer!r}) gave {again}"
         assert loaded == _metadata(1), f"FMT-5: load_checkpoint({pointer!r}): expected checkpoint 1, got {loaded}"
+
+
+@pytest.mark.requirement("FMT-8", "FMT-2")
+@pytest.mark.parametrize("damage", ["a changed byte", "truncated", "another magic number", "empty"])
+def test_a_damaged_metadata_file_is_refused_naming_it(storage: Any, damage: str) -> None:
+    """A `_metadata` file with one payload byte changed (so it still decodes, to other handle bytes), cut short,
+    of another format or empty is refused with CheckpointFormatError naming it, never read as another checkpoint."""
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    pointer = location.write_metadata(_metadata(1))
+    fs, metadata_path = fsspec.core.url_to_fs(storage.resolve_checkpoint(pointer).metadata_path)
+    data = fs.cat_file(metadata_path)
+    at = data.find(b"0123456789")  # the inline handle's bytes
+    damaged = {
+        "a changed byte": data[:at] + b"X" + data[at + 1 :] if at >= 0 else data[:-5] + b"X" + data[-4:],
+        "truncated": data[: len(data) // 2],
+        "another magic number": b"XXXX" + data[4:],
+        "empty": b"",
+    }[damage]
+    with fs.open(metadata_path, "wb") as f:
+        f.write(damaged)
+    try:
+        loaded = storage.load_checkpoint(pointer)
+    except CheckpointFormatError as exc:
+        name = metadata_path.rsplit("/", 1)[0].rsplit("/", 1)[-1]
+        assert name in str(exc) and "_metadata" in str(exc), (
+            f"FMT-8: a _metadata file ({damage}): the error does not name {metadata_path}: {exc}"
+        )
+        return
+    except Exception as exc:
+        pytest.fail(
+            f"FMT-8: load_checkpoint of a _metadata file ({damage}): expected CheckpointFormatError, got {exc!r}"
+        )
+    pytest.fail(f"FMT-8: load_checkpoint of a _metadata file ({damage}): expected CheckpointFormatError, got {loaded}")
 
 
 @pytest.mark.requirement("FMT-10", "FMT-9")
