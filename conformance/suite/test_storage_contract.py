@@ -50,7 +50,7 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
 def _under(pointer: str, directory: str, prefix: str = "") -> bool:
     """Whether `pointer` names an entry of `directory` whose name starts with `prefix`, however the storage spells
     its URLs (`file:///x` or `/x`)."""
-    path = fsspec.core.url_to_fs(pointer)[1].rstrip("/")
+    path: str = fsspec.core.url_to_fs(pointer)[1].rstrip("/")
     return path.startswith(f"{fsspec.core.url_to_fs(directory)[1].rstrip('/')}/{prefix}")
 
 
