@@ -32,7 +32,10 @@ make, and each test that assumed the reference's side would reject a correct bac
   refuses it as Flink 1.x did.
 
 `storage_reading_current_keys_only` is a checkpoint storage factory that reads only Flink 2.x's option names for
-its directories (CS-8); the suite must configure a storage under test by them.
+its directories (CS-8); the suite must configure a storage under test by them. `storage_taking_other_choices` makes
+a checkpoint's directory when its location is initialized, where the reference waits for the first file (FMT-5 then
+calls the checkpoint incomplete rather than not found), and spells its pointers as plain local paths, not `file://`
+URLs (nothing fixes the spelling).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ import heapq
 import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+import fsspec
 
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.heap.state_table import StateTable
@@ -58,6 +63,7 @@ from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperat
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.location import CheckpointStorageLocationImpl
 from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError, StateMigrationError
@@ -301,3 +307,42 @@ def storage_reading_current_keys_only(config: Mapping[str, object]) -> FileSyste
     return FileSystemCheckpointStorage(
         str(config["execution.checkpointing.dir"]), savepoint_dir=None if savepoint_dir is None else str(savepoint_dir)
     )
+
+
+class _EagerPlainPathLocation(CheckpointStorageLocationImpl):
+    """A checkpoint location whose directory exists from the start and whose pointer is a plain local path."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        fs.makedirs(directory, exist_ok=True)
+
+    @property
+    def pointer(self) -> str:
+        return self.directory.removeprefix("file://")
+
+
+class _OtherChoicesStorage(FileSystemCheckpointStorage):
+    """The file-system storage whose checkpoint and savepoint locations are `_EagerPlainPathLocation`s."""
+
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        for name in ("initialize_location_for_checkpoint", "initialize_location_for_savepoint"):
+            initialize = getattr(access, name)
+
+            def eager(*args: Any, initialize: Any = initialize, **kwargs: Any) -> Any:
+                location = initialize(*args, **kwargs)
+                return _EagerPlainPathLocation(
+                    location.checkpoint_id,
+                    location.directory,
+                    location.shared_dir,
+                    location._threshold,
+                    location._max_state_size,
+                )
+
+            setattr(access, name, eager)
+        return access
+
+
+def storage_taking_other_choices(config: Mapping[str, object]) -> FileSystemCheckpointStorage:
+    return _OtherChoicesStorage.from_config(config)

@@ -373,7 +373,13 @@ def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path:
 
 
 @pytest.mark.parametrize(
-    "storage", ["filesystem", "jobmanager", "tests.lenient_backends:storage_reading_current_keys_only"]
+    "storage",
+    [
+        "filesystem",
+        "jobmanager",
+        "tests.lenient_backends:storage_reading_current_keys_only",
+        "tests.lenient_backends:storage_taking_other_choices",
+    ],
 )
 def test_reference_storages_certify_without_a_backend(tmp_path: Path, storage: str) -> None:
     code, report, output = certify("--storage-under-test", storage, "--report", str(tmp_path / "r.json"), cwd=tmp_path)
