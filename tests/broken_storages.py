@@ -332,6 +332,17 @@ class _MetadataChecksumIgnored(FileSystemCheckpointStorage):
         return metadata_codec.decode_metadata(bytes(data), location.metadata_path, location.directory)
 
 
+# 20. `dispose_on_failure` removes the checkpoint's directory as if it must exist: a checkpoint aborted before any
+# task wrote to it, or disposed twice, fails its abort with FileNotFoundError (CS-6).
+class _DisposeExpectsDirectory(CheckpointStorageLocationImpl):
+    def dispose_on_failure(self) -> None:
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        fs.rm(directory, recursive=True)
+
+
+_DisposeExpectsDirectoryStorage = _with_checkpoint_locations(_DisposeExpectsDirectory)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -408,6 +419,10 @@ def metadata_checksum_ignored(config: Mapping[str, object]) -> Any:
     return _MetadataChecksumIgnored.from_config(config)
 
 
+def dispose_expects_directory(config: Mapping[str, object]) -> Any:
+    return _DisposeExpectsDirectoryStorage.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -428,4 +443,5 @@ CAUGHT_BY = {
     "follows_absolute_paths": "FMT-10",
     "follows_symbolic_links": "FMT-10",
     "metadata_checksum_ignored": "FMT-8",
+    "dispose_expects_directory": "CS-6",
 }

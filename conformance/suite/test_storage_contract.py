@@ -253,8 +253,18 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     kept = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     kept.write(b"c" * 50_000)
     kept.close_and_get_handle()
-    location.dispose_on_failure()
-    assert not fs.exists(directory)
+    calls = (
+        ("of checkpoint 2", location),
+        ("again", location),
+        ("of a location nothing was written to", access.initialize_location_for_checkpoint(3)),
+    )
+    for what, disposed in calls:
+        try:
+            disposed.dispose_on_failure()
+        except Exception as exc:
+            pytest.fail(f"CS-6: dispose_on_failure() {what}: expected it to delete what there is, got {exc!r}")
+        if disposed is location:
+            assert not fs.exists(directory), f"CS-6: dispose_on_failure() {what} left {directory}"
     for scope, handle in survivors:
         problem = _misread(handle, scope.value.encode() * 10_000)
         assert problem is None, (
