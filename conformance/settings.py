@@ -123,6 +123,7 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         if not sep or not key:
             raise SettingsError(f"--config: expected key=value, got {item!r}")
         config[key] = value
+    check_config_names_nothing_certification_sets(config, backend, storage_under_test)
     try:
         max_examples = int(pick("max_examples", "max-examples", 25))
         seed = int(pick("seed", "seed", 0))
@@ -162,6 +163,38 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         shrink_seconds=shrink_seconds,
         storage_under_test=storage_under_test,
     )
+
+
+SET_BY_CERTIFICATION = (
+    "execution.checkpointing.dir",
+    "state.checkpoints.dir",
+    "execution.checkpointing.savepoint-dir",
+    "state.savepoints.dir",
+)
+"""Keys certification sets for every test (a fresh directory each, under --storage): a value given for them would be
+overridden unseen."""
+
+
+def check_config_names_nothing_certification_sets(
+    config: dict[str, str], backend: str | None, storage_under_test: str | None
+) -> None:
+    """The configuration (`--config`, `[tool.statecert.config]`) may not name another backend or storage than the one
+    certified, nor the directories certification sets: either would be overridden, and the certificate would not be
+    of what the user asked for (where the checkpoints go is `--storage`)."""
+    named = (
+        (backend, ("state.backend.type", "state.backend"), "the backend certified"),
+        (storage_under_test, ("execution.checkpointing.storage", "state.checkpoint-storage"), "--storage-under-test"),
+    )
+    for name, keys, what in named:
+        for key in keys:
+            if name is not None and key in config and config[key] != name:
+                raise SettingsError(f"configuration {key}={config[key]}: conflicts with {what}, {name!r}")
+    for key in SET_BY_CERTIFICATION:
+        if key in config:
+            raise SettingsError(
+                f"configuration {key}={config[key]}: certification gives every test a directory of its own; "
+                "choose where with --storage URL"
+            )
 
 
 def check_storage(storage: str, where: str) -> None:

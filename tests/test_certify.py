@@ -285,6 +285,18 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         (["hashmap", "--report", ""], "--report: expected a file for the JSON report, got ''"),
         (["hashmap", "--report", "."], "--report: . is a directory; name the report file in it"),
         (["hashmap", "--storage", ""], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
+        (
+            ["hashmap", "--config", "state.backend.type=rocksdb"],
+            "configuration state.backend.type=rocksdb: conflicts with the backend certified, 'hashmap'",
+        ),
+        (
+            ["--storage-under-test", "filesystem", "--config", "execution.checkpointing.storage=jobmanager"],
+            "conflicts with --storage-under-test, 'filesystem'",
+        ),
+        (
+            ["hashmap", "--config", "execution.checkpointing.dir=memory://elsewhere"],
+            "certification gives every test a directory of its own; choose where with --storage URL",
+        ),
         (["--storage-under-test", "bogus"], "unknown checkpoint storage 'bogus'"),
         (["hashmap", "--shrink-seconds", "-1"], "--shrink-seconds: must be at least 0"),
         (["hashmap", "--storage", "bogus"], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
