@@ -31,7 +31,8 @@ class SnapshotType(str, enum.Enum):
 class CheckpointOptions:
     """How to take a snapshot. `full` is Flink's `FULL_CHECKPOINT`: the snapshot references no file of an earlier
     snapshot or of the handles the backend was restored from, as the coordinator asks until the first checkpoint
-    after a NO_CLAIM restore completes (KB-SNAP-10, COORD-13); a backend whose snapshots are always full ignores it."""
+    after a restore from a snapshot completes (KB-SNAP-10, COORD-13); a backend whose snapshots are always full
+    ignores it."""
 
     snapshot_type: SnapshotType = SnapshotType.CHECKPOINT
     full: bool = False

@@ -236,9 +236,10 @@ def test_a_generic_decline_counts_like_flinks_checkpoint_declined(
 
 @pytest.mark.requirement("COORD-13", "KB-SNAP-10")
 @pytest.mark.parametrize("claim", [False, True])
-def test_checkpoints_are_full_until_the_first_after_a_no_claim_restore_completes(tmp_path: Path, claim: bool) -> None:
-    """NO_CLAIM: every checkpoint is triggered full (an aborted one does not end it) until one completes; savepoints
-    never are. CLAIM: the job owns the snapshot, so its checkpoints may build on it from the first."""
+def test_checkpoints_are_full_until_the_first_after_a_restore_completes(tmp_path: Path, claim: bool) -> None:
+    """After a restore from a snapshot every checkpoint is triggered full (an aborted one does not end it) until one
+    completes; savepoints never are. NO_CLAIM: the job may not depend on the snapshot; CLAIM: it owns it, but a
+    checkpoint references only files under its own job's checkpoint directory (FMT-9)."""
     coordinator, _, _, storage = make(tmp_path, max_concurrent=1)
     first = coordinator.trigger_checkpoint().checkpoint_id
     assert first is not None
@@ -258,5 +259,5 @@ def test_checkpoints_are_full_until_the_first_after_a_no_claim_restore_completes
     ack_all(restored, completed)
     later = restored.trigger_checkpoint().checkpoint_id
     full = {checkpoint_id: options.full for checkpoint_id, options in given.items()}
-    expected = {aborted: not claim, savepoint: False, completed: not claim, later: False}
+    expected = {aborted: True, savepoint: False, completed: True, later: False}
     assert full == expected, f"full per checkpoint: expected {expected}, got {full}"

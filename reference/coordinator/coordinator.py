@@ -101,7 +101,7 @@ class CheckpointCoordinator:
         self._shutdown = False
         self.stopped_with_savepoint: str | None = None
         self.last_savepoint: str | None = None
-        self.full_checkpoints = False  # until a checkpoint after a NO_CLAIM restore completes (COORD-13)
+        self.full_checkpoints = False  # until a checkpoint after a restore from a snapshot completes (COORD-13)
 
     # -- triggering --------------------------------------------------------------------------------------------------
     def start_periodic(self) -> None:
@@ -151,8 +151,8 @@ class CheckpointCoordinator:
             else self.access.initialize_location_for_checkpoint(checkpoint_id)
         )
         tasks = {t for v in self.vertices for t in v.tasks()}
-        # Until a checkpoint after a NO_CLAIM restore completes, checkpoints are full: they depend on nothing of
-        # the snapshot the job started from (KB-SNAP-10, Flink's FULL_CHECKPOINT).
+        # Until a checkpoint after a restore from a snapshot completes, checkpoints are full: they depend on nothing
+        # of the snapshot the job started from (KB-SNAP-10, Flink's FULL_CHECKPOINT).
         options = CheckpointOptions(SnapshotType(kind.value), full=self.full_checkpoints and not kind.is_savepoint)
         pending = PendingCheckpoint(checkpoint_id, now, kind, location, tasks, stop_after=stop, options=options)
         pending.timer = self.scheduler.schedule(
@@ -263,7 +263,10 @@ class CheckpointCoordinator:
             self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
         else:
             self.store.registry.register_not_owned(metadata)
-            self.full_checkpoints = True
+        # Full until one completes: with NO_CLAIM so that the job never depends on the snapshot; with CLAIM too,
+        # since a checkpoint references only files under its job's checkpoint directory (FMT-9), where the claimed
+        # snapshot need not lie (KB-SNAP-10).
+        self.full_checkpoints = True
 
     def shutdown(self) -> None:
         self._shutdown = True
