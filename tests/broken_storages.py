@@ -29,23 +29,32 @@ from statecert.spec.storage import (
 )
 
 
-def _with_checkpoint_locations(location_class: type[CheckpointStorageLocationImpl]) -> Any:
-    """The file-system storage whose checkpoint locations behave as `location_class`."""
+def _with_access(patch: Any) -> Any:
+    """The file-system storage whose per-job storage access `patch` changes."""
 
     class Storage(FileSystemCheckpointStorage):
         def create_checkpoint_storage(self, job_id: str) -> Any:
             access = super().create_checkpoint_storage(job_id)
-            original = access.initialize_location_for_checkpoint
-
-            def initialize(checkpoint_id: int) -> Any:
-                location = original(checkpoint_id)
-                location.__class__ = location_class
-                return location
-
-            access.initialize_location_for_checkpoint = initialize  # type: ignore[method-assign]
+            patch(access)
             return access
 
     return Storage
+
+
+def _with_checkpoint_locations(location_class: type[CheckpointStorageLocationImpl]) -> Any:
+    """The file-system storage whose checkpoint locations behave as `location_class`."""
+
+    def patch(access: Any) -> None:
+        original = access.initialize_location_for_checkpoint
+
+        def initialize(checkpoint_id: int) -> Any:
+            location = original(checkpoint_id)
+            location.__class__ = location_class
+            return location
+
+        access.initialize_location_for_checkpoint = initialize
+
+    return _with_access(patch)
 
 
 # 1. `_metadata` written in place: a write that fails half way leaves a torn file that looks complete.
@@ -149,18 +158,18 @@ _WideDisposeStorage = _with_checkpoint_locations(_WideDisposeLocation)
 
 # 6. A savepoint's shared-scope state goes to the job's shared directory, as a checkpoint's does: the savepoint is
 # not self-contained, and moved elsewhere it loses that state.
-class _SavepointSharedInJob(FileSystemCheckpointStorage):
-    def create_checkpoint_storage(self, job_id: str) -> Any:
-        access = super().create_checkpoint_storage(job_id)
-        original = access.initialize_location_for_savepoint
+def _savepoint_shared_in_job_dir(access: Any) -> None:
+    original = access.initialize_location_for_savepoint
 
-        def initialize(checkpoint_id: int, target: str | None = None) -> Any:
-            location = original(checkpoint_id, target)
-            location.shared_dir = access.shared_dir
-            return location
+    def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+        location = original(checkpoint_id, target)
+        location.shared_dir = access.shared_dir
+        return location
 
-        access.initialize_location_for_savepoint = initialize  # type: ignore[method-assign]
-        return access
+    access.initialize_location_for_savepoint = initialize
+
+
+_SavepointSharedInJob = _with_access(_savepoint_shared_in_job_dir)
 
 
 # 7. A failed checkpoint's `dispose_on_failure` deletes the job's task-owned directory with its own, as if the
@@ -172,18 +181,6 @@ class _DisposesTaskOwnedLocation(CheckpointStorageLocationImpl):
 
 
 _DisposesTaskOwnedStorage = _with_checkpoint_locations(_DisposesTaskOwnedLocation)
-
-
-def _with_access(patch: Any) -> Any:
-    """The file-system storage whose per-job storage access `patch` changes."""
-
-    class Storage(FileSystemCheckpointStorage):
-        def create_checkpoint_storage(self, job_id: str) -> Any:
-            access = super().create_checkpoint_storage(job_id)
-            patch(access)
-            return access
-
-    return Storage
 
 
 def _savepoints_at(directory: Any) -> Any:
