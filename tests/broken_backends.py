@@ -1182,8 +1182,8 @@ class _DisposeRemovesLocalDir(RocksDBKeyedStateBackend):
         shutil.rmtree(self.instance_dir.parent, ignore_errors=True)
 
 
-# 89. RocksDB: a full checkpoint (the first after a NO_CLAIM restore) is taken incrementally, referencing the files
-# of the snapshot the job started from, which its owner may delete once the checkpoint completes (KB-SNAP-10).
+# 89. RocksDB: a full checkpoint (the first after a restore from a snapshot) is taken incrementally, referencing the
+# files of the snapshot the job started from, which its owner may delete once the checkpoint completes (KB-SNAP-10).
 class _FullTakenIncrementally(RocksDBKeyedStateBackend):
     def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
         options = dataclasses.replace(options or CheckpointOptions(), full=False)

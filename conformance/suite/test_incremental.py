@@ -4,7 +4,6 @@ savepoint contains all of its files."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now, stream_handles
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.handles import FileStateHandle
@@ -25,19 +24,7 @@ MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value
 
 def files_of(handle: Any) -> set[str]:
     """Every file a (nested) state handle references."""
-    if isinstance(handle, FileStateHandle):
-        return {handle.path}
-    found: set[str] = set()
-    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
-        for f in dataclasses.fields(handle):
-            found |= files_of(getattr(handle, f.name))
-    elif isinstance(handle, dict):
-        for value in handle.values():
-            found |= files_of(value)
-    elif isinstance(handle, list | tuple):
-        for value in handle:
-            found |= files_of(value)
-    return found
+    return {stream.path for stream in stream_handles(handle) if isinstance(stream, FileStateHandle)}
 
 
 def write_round(backend: Any, round_: int, keys: int = 400) -> None:
