@@ -20,7 +20,7 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
-from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError, UnsafePathError
+from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError, StateCertError, UnsafePathError
 from statecert.spec.storage import (
     METADATA_FILE_NAME,
     TASK_OWNED_STATE_DIR,
@@ -340,6 +340,27 @@ class _DisposeExpectsDirectory(CheckpointStorageLocationImpl):
 _DisposeExpectsDirectoryStorage = _with_checkpoint_locations(_DisposeExpectsDirectory)
 
 
+# 21. `_metadata` written to a temporary file and then copied into place, as a file system without a rename would: a
+# failure during the copy leaves a torn `_metadata` that looks complete (FMT-7).
+class _CopiesMetadataIntoPlace(CheckpointStorageLocationImpl):
+    def write_metadata(self, metadata: Any) -> str:
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        final, temporary = (f"{directory.rstrip('/')}/{name}" for name in (METADATA_FILE_NAME, ".metadata.inprogress"))
+        if fs.exists(final):
+            raise StateCertError(f"{self.directory}: refusing to overwrite an existing {METADATA_FILE_NAME}")
+        fs.makedirs(directory, exist_ok=True)
+        with fs.open(temporary, "wb") as out:
+            out.write(encode_metadata(metadata, self.directory))
+        try:
+            fs.copy(temporary, final)
+        finally:
+            fs.rm_file(temporary)
+        return self.pointer
+
+
+_CopiesMetadataStorage = _with_checkpoint_locations(_CopiesMetadataIntoPlace)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -420,6 +441,10 @@ def dispose_expects_directory(config: Mapping[str, object]) -> Any:
     return _DisposeExpectsDirectoryStorage.from_config(config)
 
 
+def metadata_copied_into_place(config: Mapping[str, object]) -> Any:
+    return _CopiesMetadataStorage.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -441,4 +466,5 @@ CAUGHT_BY = {
     "follows_symbolic_links": "FMT-10",
     "metadata_checksum_ignored": "FMT-8",
     "dispose_expects_directory": "CS-6",
+    "metadata_copied_into_place": "FMT-7",
 }

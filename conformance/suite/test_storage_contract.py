@@ -288,7 +288,7 @@ def _metadata_files(fs: Any, root: str) -> list[str]:
 
 
 @pytest.mark.requirement("FMT-7", "FMT-5")
-@pytest.mark.parametrize("fault", ["write", "rename"])
+@pytest.mark.parametrize("fault", ["write", "write of _metadata", "rename"])
 def test_a_failed_metadata_write_leaves_no_metadata(
     storage_factory: Callable[[str], Any], tmp_path: Path, fault: str
 ) -> None:
@@ -297,6 +297,8 @@ def test_a_failed_metadata_write_leaves_no_metadata(
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
     if fault == "write":
         faulty.fail_writes(f"{tmp_path}/*", after_bytes=6, times=-1)
+    elif fault == "write of _metadata":  # what a storage writing it in place, or copying it into place, does
+        faulty.fail_writes(f"{tmp_path}/*/_metadata", after_bytes=6, times=-1)
     else:
         faulty.fail_moves(f"{tmp_path}/*", times=-1)
     failed = False
@@ -311,7 +313,7 @@ def test_a_failed_metadata_write_leaves_no_metadata(
     if not failed:
         return  # the storage does not rename: its write was already complete
     left = _metadata_files(faulty, f"{tmp_path}/c")
-    assert left == [], f"FMT-7: a {fault} failure while writing _metadata left {left}: a torn file looks complete"
+    assert left == [], f"FMT-7: a failure ({fault}) while writing _metadata left {left}: a torn file looks complete"
     with pytest.raises(StateCertError):
         storage.load_checkpoint(location.pointer)
 

@@ -2,7 +2,8 @@
 `faulty+<protocol>://<path>` is `<protocol>://<path>` (`faulty+s3://bucket/x`, `faulty+file:///tmp/x`, ...), so the
 same faults reach checkpoint storage on any file system a cluster uses.
 
-Tests and scenarios use them to make writes fail after some bytes, or renames fail, at chosen paths, and then check
+Tests and scenarios use them to make writes (copies included) fail after some bytes, or renames fail, at chosen
+paths, and then check
 that nothing that looks complete was left behind (FMT-7, CS-6). They never fake success. The rules are one list per
 process, shared by every fault-injecting file system, matched against paths without their protocol.
 """
@@ -102,6 +103,18 @@ class _FaultRules:
         if self._rule("move", self._strip_protocol(path2)):  # type: ignore[attr-defined]
             raise InjectedFault(f"injected failure moving {path1} to {path2}")
         return super().mv(path1, path2, *args, **kwargs)  # type: ignore[misc]
+
+    def cp_file(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
+        """A copy writes its destination: a write rule for it copies `after_bytes` bytes, then fails."""
+        destination = self._strip_protocol(path2)  # type: ignore[attr-defined]
+        rule = self._rule("write", destination)
+        if rule is None:
+            return super().cp_file(path1, path2, *args, **kwargs)  # type: ignore[misc]
+        with super().open(self._strip_protocol(path1), "rb") as source:  # type: ignore[attr-defined,misc]
+            head = source.read(rule.after_bytes)
+        with super().open(destination, "wb") as sink:  # type: ignore[misc]
+            sink.write(head)
+        raise InjectedFault(f"injected write failure copying {path1} to {path2}")
 
 
 class FaultInjectingFileSystem(_FaultRules, LocalFileSystem):  # type: ignore[misc]
