@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+import weakref
 from typing import Any
 
 import pytest
@@ -55,6 +56,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         def __init__(self) -> None:
             super().__init__()
             self.tmp = tempfile.mkdtemp(prefix="statecert-model-")
+            # removed when the machine goes, even if creating a backend below or disposing one in teardown raised
+            weakref.finalize(self, shutil.rmtree, self.tmp, True)
             self.backend = new_backend(self.tmp)
             self.canonical = supports(declared(self.backend), "canonical_savepoints")
             self.rescaling = supports(declared(self.backend), "rescaling")
@@ -319,9 +322,11 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
                     self._check(key, ns)
 
         def teardown(self) -> None:
-            for s in self.subtasks:
-                s.dispose()
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            try:
+                for s in self.subtasks:
+                    s.dispose()
+            finally:
+                shutil.rmtree(self.tmp, ignore_errors=True)
 
     return BackendMachine
 

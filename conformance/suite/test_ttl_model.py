@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+import weakref
 from typing import Any
 
 import pytest
@@ -73,6 +74,8 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             super().__init__()
             self.kind = kind
             self.tmp = tempfile.mkdtemp(prefix="statecert-ttl-model-")
+            # removed when the machine goes, even if creating a backend below or disposing one in teardown raised
+            weakref.finalize(self, shutil.rmtree, self.tmp, True)
             self.state_backend = new_backend(self.tmp)
             self.rescaling = supports(declared(self.state_backend), "rescaling")
             self.canonical = supports(declared(self.state_backend), "canonical_savepoints")
@@ -368,9 +371,11 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self._checkpoint()
 
         def teardown(self) -> None:
-            for b in self.backends:
-                b.dispose()
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            try:
+                for b in self.backends:
+                    b.dispose()
+            finally:
+                shutil.rmtree(self.tmp, ignore_errors=True)
 
     return TtlMachine
 
