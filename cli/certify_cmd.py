@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from statecert.cli.arguments import factory_name
-from statecert.cli.factories import factory_failure
+from statecert.cli.factories import reported_as_one_line
 
 
 def add_parser(sub: Any) -> None:
@@ -114,16 +114,11 @@ def certify(args: argparse.Namespace, console: Console) -> int:
                 "no backend to certify: name one (statecert certify NAME) or set backend in "
                 "[tool.statecert] of ./pyproject.toml (or certify a storage with --storage-under-test NAME)"
             )
-        CertificationSession(settings)
+        named = [repr(name) for name in (settings.backend, settings.storage_under_test) if name]
+        with reported_as_one_line(" and ".join(named)):
+            CertificationSession(settings)
     except (SettingsError, StateCertError, ValueError) as exc:
         Console(stderr=True).print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return 2
-    except Exception as exc:  # the backend's or storage's own factory raised: one line and where, not a traceback
-        subject = (
-            " and ".join(repr(n) for n in (args.backend, args.storage_under_test) if n) or "the configured backend"
-        )
-        message = f"statecert: error: {factory_failure(subject, exc)}"
-        Console(stderr=True).print(message, markup=False, highlight=False, soft_wrap=True)
         return 2
     temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
     report = str(settings.report or temporary)

@@ -1,10 +1,12 @@
-"""A user's state backend created before a command runs, so that one whose factory raises is one line naming it
-(ERR-2) rather than a traceback from deep inside a run. The loader lets the factory's own exception propagate
-(LD-5); the command line reports it."""
+"""A user's state backend or storage created before a command runs, so that one whose factory raises is one line
+naming it (ERR-2) rather than a traceback from deep inside a run. The loader lets the factory's own exception
+propagate (LD-5); the command line reports it."""
 
 from __future__ import annotations
 
+import contextlib
 import traceback
+from collections.abc import Iterator
 
 from statecert.spec.errors import StateCertError
 
@@ -16,14 +18,22 @@ def factory_failure(subject: str, exc: BaseException) -> str:
     return f"creating {subject} failed: {type(exc).__name__}: {exc}{where}"
 
 
-def check_backend(name: str, where: str) -> None:
-    """Create the state backend `name` once through the loader: an unknown name or a documented error propagates
-    as it is, any other exception of its factory becomes a ValueError naming `where` (an option or a file)."""
-    from statecert.reference.loader import load_state_backend
-
+@contextlib.contextmanager
+def reported_as_one_line(subject: str, where: str = "") -> Iterator[None]:
+    """Around creating the backend or storage `subject`: an unknown name or a documented error propagates as it is,
+    any other exception of its factory becomes a ValueError of one line, prefixed by `where` (an option or a file)
+    when given."""
     try:
-        load_state_backend(job_config={"state.backend.type": name})
+        yield
     except (StateCertError, ValueError):
         raise
     except Exception as exc:
-        raise ValueError(f"{where}: {factory_failure(repr(name), exc)}") from None
+        raise ValueError(f"{where}: " * bool(where) + factory_failure(subject, exc)) from None
+
+
+def check_backend(name: str, where: str) -> None:
+    """Create the state backend `name` once through the loader, a failure one line naming `where`."""
+    from statecert.reference.loader import load_state_backend
+
+    with reported_as_one_line(repr(name), where):
+        load_state_backend(job_config={"state.backend.type": name})

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from statecert.cli.arguments import OneLineArgumentParser, factory_name, fsspec_location, int_between
-from statecert.cli.factories import factory_failure
+from statecert.cli.factories import reported_as_one_line
 from statecert.spec.errors import StateCertError
 
 MAX_PARALLELISM = 32768  # Flink's upper bound on max parallelism (KG-3)
@@ -116,13 +116,12 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     if args.backend:
         job_config["state.backend.type"] = args.backend
     try:
-        backend = load_state_backend(job_config=job_config)
-        storage = load_checkpoint_storage(job_config=job_config)
-    except BaseException as exc:  # nothing left behind: the directory made for this run goes with the error
+        with reported_as_one_line(repr(args.backend or "hashmap"), "--backend"):
+            backend = load_state_backend(job_config=job_config)
+            storage = load_checkpoint_storage(job_config=job_config)
+    except BaseException:  # nothing left behind: the directory made for this run goes with the error
         if not args.checkpoint_dir:
             shutil.rmtree(base, ignore_errors=True)
-        if isinstance(exc, Exception) and not isinstance(exc, (StateCertError, ValueError)):
-            raise ValueError(f"--backend: {factory_failure(repr(args.backend), exc)}") from None
         raise
     console.print(f"backend [bold]{backend.name}[/bold], storage {storage.name} at {base}")
     with Progress(
