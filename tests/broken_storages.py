@@ -269,22 +269,25 @@ class _DirectoryPointersOnly(FileSystemCheckpointStorage):
         raise CheckpointNotFoundError(f"{url}: no such checkpoint")
 
 
+def _resolving_as(reported: type[Exception], instead: type[Exception]) -> Any:
+    """The file-system storage whose `resolve_checkpoint` reports `reported` as `instead`."""
+
+    class Storage(FileSystemCheckpointStorage):
+        def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
+            try:
+                return super().resolve_checkpoint(pointer)
+            except reported as exc:
+                raise instead(str(exc)) from None
+
+    return Storage
+
+
 # 14. A path with nothing there is reported as an incomplete checkpoint, not as one not found (FMT-5).
-class _MissingIsIncomplete(FileSystemCheckpointStorage):
-    def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
-        try:
-            return super().resolve_checkpoint(pointer)
-        except CheckpointNotFoundError as exc:
-            raise IncompleteCheckpointError(str(exc)) from None
+_MissingIsIncomplete = _resolving_as(CheckpointNotFoundError, IncompleteCheckpointError)
 
 
 # 15. A directory without `_metadata` is reported as not found, not as an incomplete checkpoint (FMT-5).
-class _IncompleteIsMissing(FileSystemCheckpointStorage):
-    def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
-        try:
-            return super().resolve_checkpoint(pointer)
-        except IncompleteCheckpointError as exc:
-            raise CheckpointNotFoundError(str(exc)) from None
+_IncompleteIsMissing = _resolving_as(IncompleteCheckpointError, CheckpointNotFoundError)
 
 
 # 16. Stream files named by a counter per storage access: every task of a job has its own access (and a restarted

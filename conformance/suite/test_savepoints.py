@@ -7,6 +7,7 @@ import re
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,7 @@ import crc32c
 import pytest
 
 from statecert.conformance.helpers import KEYS, counts, create_subtasks, key_group_of, keyed_backend, savepoint
-from statecert.reference.format.canonical import CanonicalReader, write_key_groups
+from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
 from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -78,6 +79,31 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
         create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
 
 
+def _rewritten_savepoint(
+    reference_backend: Any,
+    tmp_path: Path,
+    change: Callable[[CanonicalHeader, dict[int, list[list[Any]]]], CanonicalHeader],
+) -> KeyGroupsStateHandle:
+    """A canonical savepoint of the reference backend whose stream is written again as `change(header, blocks)`
+    says (it returns the header to write and may change the blocks in place), with its size and checksum recorded
+    anew, so that only what the stream holds can give it away."""
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
+    )
+    pointer, _ = savepoint(storage, reference_backend, parallelism=1)
+    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
+    assert isinstance(handle, KeyGroupsStateHandle)
+    with CanonicalReader(handle) as reader:
+        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
+        header = change(reader.header, blocks)
+    out = io.BytesIO()
+    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
+    path = tmp_path / "hostile-stream"
+    path.write_bytes(out.getvalue())
+    stream = FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue()))
+    return KeyGroupsStateHandle(handle.key_group_range, offsets, stream)
+
+
 def assert_nothing_left(local_dir: Path, what: str) -> None:
     """KB-LOCAL-2: a backend that failed to be created leaves nothing in its working directory."""
     left = sorted(str(p.relative_to(local_dir)) for p in local_dir.rglob("*"))
@@ -120,27 +146,14 @@ def test_hostile_canonical_entries_are_refused_on_restore(
     """A canonical stream whose size and checksum were re-recorded after an entry was moved into another key
     group's block (no lookup would ever find it) or had its long value cut to 3 bytes: restoring it must raise
     CheckpointFormatError, not restore a smaller state or fail later on access; and leave nothing behind."""
-    storage = FileSystemCheckpointStorage(
-        str(tmp_path), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
-    )
-    pointer, _ = savepoint(storage, reference_backend, parallelism=1)
-    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
-    assert isinstance(handle, KeyGroupsStateHandle)
-    with CanonicalReader(handle) as reader:
-        header = reader.header
-        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
-    damage(blocks)
-    out = io.BytesIO()
-    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
-    path = tmp_path / "hostile-stream"
-    path.write_bytes(out.getvalue())
-    hostile = KeyGroupsStateHandle(
-        handle.key_group_range,
-        offsets,
-        FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue())),
-    )
+
+    def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> CanonicalHeader:
+        damage(blocks)
+        return header
+
+    hostile = _rewritten_savepoint(reference_backend, tmp_path, damaged)
     with (
-        pytest.raises(CheckpointFormatError, match=re.escape(path.name)),
+        pytest.raises(CheckpointFormatError, match=re.escape(hostile.delegate.path.rsplit("/", 1)[-1])),
         keyed_backend(state_backend, parallelism=1, index=0, restore=[hostile]) as restored,
     ):
         state = restored.get_or_create_state(COUNT)
@@ -167,23 +180,12 @@ def test_a_serializer_a_snapshot_names_is_never_imported(
         encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path / "probe"))
-    storage = FileSystemCheckpointStorage(
-        str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"), file_state_size_threshold=0
-    )
-    pointer, _ = savepoint(storage, reference_backend, parallelism=1)
-    handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
-    assert isinstance(handle, KeyGroupsStateHandle)
     named = SerializerSnapshot(f"{probe}:Serializer", 1, {})
-    with CanonicalReader(handle) as reader:
-        states = tuple(replace(m, serializers={"value": named}) for m in reader.header.states)
-        header = replace(reader.header, states=states)
-        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
-    out = io.BytesIO()
-    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
-    path = tmp_path / "hostile-stream"
-    path.write_bytes(out.getvalue())
-    stream = FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue()))
-    hostile = KeyGroupsStateHandle(handle.key_group_range, offsets, stream)
+
+    def renamed(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> CanonicalHeader:
+        return replace(header, states=tuple(replace(m, serializers={"value": named}) for m in header.states))
+
+    hostile = _rewritten_savepoint(reference_backend, tmp_path, renamed)
     try:
         with keyed_backend(state_backend, parallelism=1, index=0, restore=[hostile]) as restored:
             restored.get_or_create_state(COUNT)

@@ -3,9 +3,9 @@
 same faults reach checkpoint storage on any file system a cluster uses.
 
 Tests and scenarios use them to make writes (copies included) fail after some bytes, or renames fail, at chosen
-paths, and then check
-that nothing that looks complete was left behind (FMT-7, CS-6). They never fake success. The rules are one list per
-process, shared by every fault-injecting file system, matched against paths without their protocol.
+paths, and then check that nothing that looks complete was left behind (FMT-7, CS-6). They never fake success. The
+rules are one list per process, shared by every fault-injecting file system, matched against paths without their
+protocol.
 """
 
 from __future__ import annotations
