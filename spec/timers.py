@@ -63,7 +63,8 @@ class InternalTimerService(Protocol[N]):
 
     def advance_watermark(self, time: int) -> None:
         """Set the watermark to `time`, then fire every event-time timer with timestamp <= `time` in timestamp order,
-        including those the callbacks register at or before `time`; each fires once (TM-2, TM-5)."""
+        one at a time, including those the callbacks register at or before `time` and none a callback deleted; each
+        fires once, and callbacks read `time` as the current watermark (TM-2, TM-4, TM-5)."""
         ...
 
     def advance_processing_time(self, time: int) -> None:

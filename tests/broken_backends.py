@@ -49,7 +49,7 @@ from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
 from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
-from statecert.reference.timers.timer_queue import TimerQueue
+from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateHandle
@@ -1222,6 +1222,75 @@ class _BypassesStreamFactory(HeapKeyedStateBackend):
         return super().snapshot(checkpoint_id, timestamp_ms, _InMemoryStreams(), options or CheckpointOptions())
 
 
+# 92. Due timers are taken from the queue in a batch and then fired: a timer a callback deletes before its turn (a
+# window's cleanup timer, deleted when the window fires) fires anyway (TM-4).
+class _FiresDueTimersInBatches(KeyedTimerService):
+    def _fire(self, queue: TimerQueue, time: int, target: Any) -> None:
+        self._backend.check_open()
+        while due := list(iter(lambda: queue.poll_due(time), None)):
+            for timer in due:
+                self._backend.set_current_key(timer.key)
+                target(timer)
+
+
+# 93. The time is set after the due timers have fired: callbacks read the time before the advance, so a window
+# operator's lateness or cleanup check sees the old watermark (TM-2).
+class _SetsTimeAfterFiring(KeyedTimerService):
+    def advance_watermark(self, time: int) -> None:
+        self._fire(self._event, max(self._watermark, check_timestamp(time)), self.triggerable.on_event_time)
+        self._watermark = max(self._watermark, time)
+
+    def advance_processing_time(self, time: int) -> None:
+        self._fire(
+            self._processing, max(self._processing_time, check_timestamp(time)), self.triggerable.on_processing_time
+        )
+        self._processing_time = max(self._processing_time, time)
+
+
+# 94. Deletion is lazy: a deleted timer stays in the queue under a tombstone until it surfaces, and registering it
+# again is taken for a duplicate of the queued one, so the new registration is lost (TM-4, TM-3).
+class _TombstonedTimers(TimerQueue):
+    def __init__(self, *args: Any) -> None:
+        self._deleted: set[Any] = set()
+        super().__init__(*args)
+
+    def remove(self, namespace: Any, time: int) -> None:
+        identity = self._identity(self._current_key(), namespace, check_timestamp(time))
+        if identity in self._live and identity not in self._deleted:
+            self._deleted.add(identity)
+            self._state.set_current_namespace(namespace)
+            self._state.remove(time)
+
+    def poll_due(self, time: int) -> Any:
+        while self._heap and self._heap[0][0] <= time:
+            _, _, identity = heapq.heappop(self._heap)
+            timer = self._live.pop(identity, None)
+            if identity in self._deleted:
+                self._deleted.discard(identity)
+            elif timer is not None:
+                self._backend.set_current_key(timer.key)
+                self._state.set_current_namespace(timer.namespace)
+                self._state.remove(timer.timestamp)
+                return timer
+        return None
+
+    def __len__(self) -> int:
+        return len(self._live) - len(self._deleted)
+
+    def __iter__(self) -> Any:
+        return iter([timer for identity, timer in self._live.items() if identity not in self._deleted])
+
+
+# 95. A snapshot holds the timers of the services asked for since the restore only: an operator that creates a timer
+# service lazily loses its restored timers at the first checkpoint before it does (TM-9, KB-RESTORE-3).
+class _SnapshotsAskedTimersOnly(HeapKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        for name in [name for name in self._stores if name.startswith("_timer_state/")]:
+            if name.removeprefix("_timer_state/").split("_", 1)[1] not in self._timer_services:
+                del self._stores[name]
+        return super().snapshot(*args, **kwargs)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1388,6 +1457,10 @@ rocksdb_dispose_removes_local_dir = _rocksdb_factory(_DisposeRemovesLocalDir)
 rocksdb_full_checkpoint_incremental = _rocksdb_factory(_FullTakenIncrementally)
 serializers_imported_by_name = _factory(_ImportsNamedSerializers)
 snapshot_bypasses_stream_factory = _factory(_BypassesStreamFactory)
+timers_fired_in_batches = _factory(_with_timer_service(_FiresDueTimersInBatches))
+timers_time_set_after_firing = _factory(_with_timer_service(_SetsTimeAfterFiring))
+timers_deleted_lazily = _factory(_with_timer_queue(_TombstonedTimers))
+timers_of_unasked_services_dropped = _factory(_SnapshotsAskedTimersOnly)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1482,4 +1555,8 @@ CAUGHT_BY = {
     "rocksdb_full_checkpoint_incremental": "KB-SNAP-10",
     "serializers_imported_by_name": "SER-4",
     "snapshot_bypasses_stream_factory": "KB-SNAP-1",
+    "timers_fired_in_batches": "TM-4",
+    "timers_time_set_after_firing": "TM-2",
+    "timers_deleted_lazily": "TM-4",
+    "timers_of_unasked_services_dropped": "TM-9",
 }

@@ -176,6 +176,40 @@ def test_deleted_and_fired_timers_never_fire(
         assert_fired_in_order(recorder, left, f"{call}, snapshot after the first advance, restore", kind)
 
 
+@pytest.mark.requirement("TM-4", "TM-3", "TM-6")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(timers=TIMERS, actions=st.lists(st.sampled_from(["kept", "deleted", "registered again"]), max_size=40))
+@example(timers=[("a", 0, 1)], actions=["registered again"])
+def test_a_deleted_timer_registered_again_fires_once(
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], actions: list[str]
+) -> None:
+    """A timer deleted and registered again is a timer like any other: counted, snapshotted, fired once; a queue
+    that deletes lazily must not take the new registration for a duplicate of the deleted one (TM-3)."""
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    gone = {timer for timer, action in zip(timers, actions, strict=False) if action != "kept"}
+    back = {timer for timer, action in zip(timers, actions, strict=False) if action == "registered again"}
+    expected = (set(timers) - gone) | back
+    call = f"register {sorted(set(timers))}, delete {sorted(gone)}, register {sorted(back)} again"
+    with keyed_backend(backend_factory) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, timers, kind)
+        for key, namespace, time in sorted(gone):
+            backend.set_current_key(key)
+            getattr(service, f"delete_{kind}_time_timer")(namespace, time)
+        register(backend, service, sorted(back), kind)
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == len(expected), f"num_{kind}_time_timers() after {call}: expected {len(expected)}, got {count}"
+        handle = snapshot_now(backend, location_for(storage))
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind)
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
+        service, recorder = service_of(restored)
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, expected, f"{call}, snapshot, restore, advance to Long.MAX_VALUE", kind)
+
+
 CLOSE_TIMERS = st.lists(
     st.tuples(st.sampled_from([1, True, 2]), st.sampled_from([0, False, 1]), st.integers(0, 1)), max_size=20
 )
@@ -274,6 +308,121 @@ def test_timers_registered_by_callbacks_fire_in_the_same_advance(state_backend: 
         got = set(fired_timers(recorder))
         assert got == expected, f"advance_watermark(100): expected {sorted(expected)}, got {sorted(got)}"
         assert service.num_event_time_timers() == 1, "the timer at 110 stays registered"
+
+
+FEW_KEYS_TIMERS = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 2), st.integers(0, 60)), max_size=30)
+
+
+@pytest.mark.requirement("TM-4", "TM-2")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(
+    timers=FEW_KEYS_TIMERS,
+    deletions=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 29)), max_size=30),
+    now=st.integers(0, 60),
+)
+@example(timers=[("a", 0, 10), ("a", 1, 20)], deletions=[(0, 1)], now=60)
+def test_a_timer_deleted_by_a_callback_never_fires(
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], deletions: list[Any], now: int
+) -> None:
+    """A callback deletes timers of its key, as a window operator's cleanup deletes the window's other timers: one
+    deleted before its turn never fires, in this advance or a later one, as Flink's `InternalTimerServiceImpl` polls
+    one due timer at a time. A callback deletes only timers later than its own (ties fire in any order, TM-2) or
+    its own, which has fired and is gone (TM-4)."""
+    unique = sorted(set(timers))
+    deletes: dict[Timer, set[Timer]] = {timer: set() for timer in unique}
+    for i, j in deletions if unique else []:
+        deleting, deleted = unique[i % len(unique)], unique[j % len(unique)]
+        if deleting[0] == deleted[0] and (deleting == deleted or deleted[2] > deleting[2]):
+            deletes[deleting].add(deleted)
+    alive = set(unique)
+
+    def model_fires(until: int) -> set[Timer]:
+        """Flink's queue: one due timer at a time, in timestamp order, each callback's deletions before the next."""
+        fired: set[Timer] = set()
+        for timer in sorted(unique, key=lambda t: t[2]):
+            if timer in alive and timer[2] <= until:
+                alive.discard(timer)
+                fired.add(timer)
+                alive.difference_update(deletes[timer])
+        return fired
+
+    expected = model_fires(now)
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        service, recorder = service_of(backend)
+        delete = getattr(service, f"delete_{kind}_time_timer")
+
+        def cleanup(fired_kind: str, timer: InternalTimer[Any, Any]) -> None:
+            for _, namespace, time in sorted(deletes[(timer.key, timer.namespace, timer.timestamp)]):
+                delete(namespace, time)
+
+        recorder.on_fire = cleanup
+        register(backend, service, timers, kind)
+        call = f"register {unique}, advance to {now} with callbacks deleting {{timer: deleted}} " + str(
+            {timer: sorted(gone) for timer, gone in deletes.items() if gone}
+        )
+        advance(service, kind, now)
+        assert_fired_in_order(recorder, expected, call, kind)
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == len(alive), f"num_{kind}_time_timers() after {call}: expected {len(alive)}, got {count}"
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, expected | model_fires(MAX_TIMESTAMP), f"{call}, then to Long.MAX_VALUE", kind)
+
+
+@pytest.mark.requirement("TM-2")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(timers=TIMERS, now=st.integers(-60, 210))
+@example(timers=[("a", 0, 5), ("b", 1, 7)], now=10)
+def test_callbacks_see_the_time_their_advance_set(
+    certification: Any, tmp_path_factory: Any, kind: str, timers: list[Timer], now: int
+) -> None:
+    """The advance sets the time before it fires, as Flink's `advanceWatermark` does: a callback deciding whether a
+    window is late, or when to clean it up, reads the time the advance reached, not the one before."""
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        service, recorder = service_of(backend)
+        name = "current_watermark" if kind == "event" else "current_processing_time"
+        current = getattr(service, name)
+        seen: list[tuple[Timer, int]] = []
+        recorder.on_fire = lambda _, timer: seen.append(((timer.key, timer.namespace, timer.timestamp), current()))
+        register(backend, service, timers, kind)
+        advance(service, kind, now)
+        wrong = [(timer, time) for timer, time in seen if time != now]
+        assert not wrong, (
+            f"TM-2: callbacks of an advance to {now} read {name}() as another time: (timer, time read) {wrong[:5]}"
+        )
+
+
+@pytest.mark.requirement("TM-9", "TM-6", "KB-RESTORE-3")
+@pytest.mark.capability("timers")
+@given(first=TIMERS, second=TIMERS, fired_at=st.integers(-60, 210))
+@example(first=[("a", 0, 5)], second=[("b", 1, 7)], fired_at=0)
+def test_timers_of_a_service_not_asked_for_since_the_restore_stay_in_later_snapshots(
+    certification: Any, tmp_path_factory: Any, first: list[Timer], second: list[Timer], fired_at: int
+) -> None:
+    """Two services' timers are snapshotted; the restored backend asks only for the first (an operator that creates
+    its second service lazily, say) before the next snapshot: restored from that, the second fires all its timers,
+    as restored state not registered again stays in later snapshots."""
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    with keyed_backend(backend_factory) as backend:
+        service, _ = service_of(backend, "first")
+        lazy, _ = service_of(backend, "second")
+        register(backend, service, first)
+        register(backend, lazy, second)
+        handle = snapshot_now(backend, location_for(storage, 1), 1)
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
+        service, _ = service_of(restored, "first")
+        service.advance_watermark(fired_at)
+        handle = snapshot_now(restored, location_for(storage, 2), 2)
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as again:
+        service, recorder = service_of(again, "first")
+        lazy, lazy_recorder = service_of(again, "second")
+        service.advance_watermark(MAX_TIMESTAMP)
+        lazy.advance_watermark(MAX_TIMESTAMP)
+        call = "restore with service 'first' only, snapshot, restore, advance both"
+        assert_fired_in_order(lazy_recorder, set(second), f"{call}: service 'second'")
+        assert_fired_in_order(recorder, {t for t in first if t[2] > fired_at}, f"{call}: service 'first'")
 
 
 @pytest.mark.requirement("TM-2", "TM-5")
