@@ -260,7 +260,7 @@ class KeyedStateBackendBase:
         self, name: str, namespace_serializer: TypeSerializer[Any], triggerable: Triggerable[Any, Any]
     ) -> KeyedTimerService:
         """The timer service `name`, kept in this backend's own stores (TM-1, TM-9); asked again, the same service
-        with `triggerable` as its new target, as Flink's timer service manager does."""
+        with `triggerable` as its new target (Flink's `startTimerService` keeps the first; TM-9 allows either)."""
         self.check_open()
         service = self._timer_services.get(name)
         if service is None:
