@@ -1291,6 +1291,39 @@ class _SnapshotsAskedTimersOnly(HeapKeyedStateBackend):
         return super().snapshot(*args, **kwargs)
 
 
+# 96. Restored timers are kept apart from the ones registered since, and de-duplication looks at the latter only: a
+# restored timer registered again (a window operator re-registers its window's timer for every element after a
+# recovery) is queued twice and its window fires twice (TM-3).
+class _RestoredTimersApart(TimerQueue):
+    def _load(self, state_name: str) -> None:
+        super()._load(state_name)
+        self._restored_live = dict(self._live)
+        self._live.clear()
+
+    def poll_due(self, time: int) -> Any:
+        while self._heap and self._heap[0][0] <= time:
+            _, _, identity = heapq.heappop(self._heap)
+            timer = self._live.pop(identity, None) or self._restored_live.pop(identity, None)
+            if timer is not None:
+                self._backend.set_current_key(timer.key)
+                self._state.set_current_namespace(timer.namespace)
+                self._state.remove(timer.timestamp)
+                return timer
+        return None
+
+    def remove(self, namespace: Any, time: int) -> None:
+        identity = self._identity(self._current_key(), namespace, check_timestamp(time))
+        if self._live.pop(identity, None) is not None or self._restored_live.pop(identity, None) is not None:
+            self._state.set_current_namespace(namespace)
+            self._state.remove(time)
+
+    def __len__(self) -> int:
+        return len(self._live) + len(self._restored_live)
+
+    def __iter__(self) -> Any:
+        return iter([*self._live.values(), *self._restored_live.values()])
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1461,6 +1494,7 @@ timers_fired_in_batches = _factory(_with_timer_service(_FiresDueTimersInBatches)
 timers_time_set_after_firing = _factory(_with_timer_service(_SetsTimeAfterFiring))
 timers_deleted_lazily = _factory(_with_timer_queue(_TombstonedTimers))
 timers_of_unasked_services_dropped = _factory(_SnapshotsAskedTimersOnly)
+restored_timers_duplicated = _factory(_with_timer_queue(_RestoredTimersApart))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1559,4 +1593,5 @@ CAUGHT_BY = {
     "timers_time_set_after_firing": "TM-2",
     "timers_deleted_lazily": "TM-4",
     "timers_of_unasked_services_dropped": "TM-9",
+    "restored_timers_duplicated": "TM-3",
 }

@@ -210,6 +210,38 @@ def test_a_deleted_timer_registered_again_fires_once(
         assert_fired_in_order(recorder, expected, f"{call}, snapshot, restore, advance to Long.MAX_VALUE", kind)
 
 
+@pytest.mark.requirement("TM-3", "TM-6")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(restored=TIMERS, again=TIMERS, overlap=st.lists(st.integers(0, 39), max_size=20))
+@example(restored=[("a", 0, 1)], again=[], overlap=[0])
+def test_a_restored_timer_registered_again_is_the_same_timer(
+    certification: Any, tmp_path_factory: Any, kind: str, restored: list[Timer], again: list[Timer], overlap: list[int]
+) -> None:
+    """After a restore, registering a timer the snapshot holds changes nothing (TM-3), as a window operator
+    re-registers its window's timer for every element that arrives after a recovery: it fires once, not once per
+    copy. Timers new after the restore are counted and fire as usual."""
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    repeated = [restored[i] for i in overlap if i < len(restored)]
+    expected = set(restored) | set(again)
+    call = f"register {sorted(set(restored))}, snapshot, restore, register {sorted(set(repeated))} again and {again}"
+    with keyed_backend(backend_factory) as backend:
+        service, _ = service_of(backend)
+        register(backend, service, restored, kind)
+        handle = snapshot_now(backend, location_for(storage))
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, [*repeated, *again], kind)
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == len(expected), f"TM-3: num_{kind}_time_timers() after {call}: {count}, not {len(expected)}"
+        advance(service, kind, MAX_TIMESTAMP)
+        fired = fired_timers(recorder, kind)
+        twice = sorted({timer for timer in fired if fired.count(timer) > 1})
+        assert not twice, f"TM-3: {call}, advance to Long.MAX_VALUE: {twice} fired more than once"
+        assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind)
+
+
 CLOSE_TIMERS = st.lists(
     st.tuples(st.sampled_from([1, True, 2]), st.sampled_from([0, False, 1]), st.integers(0, 1)), max_size=20
 )
