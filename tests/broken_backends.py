@@ -1324,6 +1324,16 @@ class _RestoredTimersApart(TimerQueue):
         return iter([*self._live.values(), *self._restored_live.values()])
 
 
+# 97. The same, with counting and listing looking at the registered timers only: restored timers fire but are not
+# counted or listed until registered again, so an operator that lists its timers after a recovery finds none (TM-6).
+class _RestoredTimersUnlisted(_RestoredTimersApart):
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __iter__(self) -> Any:
+        return iter(list(self._live.values()))
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1495,6 +1505,7 @@ timers_time_set_after_firing = _factory(_with_timer_service(_SetsTimeAfterFiring
 timers_deleted_lazily = _factory(_with_timer_queue(_TombstonedTimers))
 timers_of_unasked_services_dropped = _factory(_SnapshotsAskedTimersOnly)
 restored_timers_duplicated = _factory(_with_timer_queue(_RestoredTimersApart))
+restored_timers_unlisted = _factory(_with_timer_queue(_RestoredTimersUnlisted))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1594,4 +1605,5 @@ CAUGHT_BY = {
     "timers_deleted_lazily": "TM-4",
     "timers_of_unasked_services_dropped": "TM-9",
     "restored_timers_duplicated": "TM-3",
+    "restored_timers_unlisted": "TM-6",
 }

@@ -523,6 +523,16 @@ def test_a_snapshot_holds_exactly_the_timers_at_its_call(
         assert (service.current_watermark(), service.current_processing_time()) == (MIN_TIMESTAMP, MIN_TIMESTAMP), (
             "a restored timer service starts at Long.MIN_VALUE (TM-8)"
         )
+        for kind, held in (("event", at_snapshot), ("processing", set(processing))):
+            listed: list[Timer] = []
+            getattr(service, f"for_each_{kind}_time_timer")(
+                lambda namespace, time, add=listed.append: add((restored.get_current_key(), namespace, time))
+            )
+            count = getattr(service, f"num_{kind}_time_timers")()
+            assert (sorted(listed), count) == (sorted(held), len(held)), (
+                f"TM-6: after the restore, for_each_{kind}_time_timer listed {sorted(listed)} and "
+                f"num_{kind}_time_timers() gave {count}: expected the {len(held)} restored timers {sorted(held)}"
+            )
         service.advance_watermark(MAX_TIMESTAMP)
         service.advance_processing_time(MAX_TIMESTAMP)
         other.advance_watermark(MAX_TIMESTAMP)
