@@ -606,22 +606,28 @@ def test_canonical_savepoint_timers_restore_into_the_reference_backend_and_back(
 
 @pytest.mark.requirement("TM-1")
 @pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
 @pytest.mark.parametrize("time", [MIN_TIMESTAMP - 1, MAX_TIMESTAMP + 1, 1.5, "7"])
-def test_a_time_outside_javas_long_range_is_rejected(state_backend: Any, time: Any) -> None:
+def test_a_time_outside_javas_long_range_is_rejected(state_backend: Any, time: Any, kind: str) -> None:
     with keyed_backend(state_backend) as backend:
         service, _ = service_of(backend)
         backend.set_current_key("k")
         with pytest.raises(REJECTED):
-            service.register_event_time_timer(0, time)
+            getattr(service, f"register_{kind}_time_timer")(0, time)
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == 0, f"TM-1: register_{kind}_time_timer(0, {time!r}) was rejected but left {count} timer(s)"
 
 
 @pytest.mark.requirement("TM-1")
 @pytest.mark.capability("timers")
-def test_registering_without_a_current_key_is_rejected(state_backend: Any) -> None:
+@pytest.mark.parametrize("kind", ["event", "processing"])
+def test_registering_without_a_current_key_is_rejected(state_backend: Any, kind: str) -> None:
     with keyed_backend(state_backend, key_group_range=KeyGroupRange(0, 127)) as backend:
         service, _ = service_of(backend)
         with pytest.raises(REJECTED):
-            service.register_processing_time_timer(0, 5)
+            getattr(service, f"register_{kind}_time_timer")(0, 5)
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == 0, f"TM-1: register_{kind}_time_timer(0, 5) without a current key was rejected but left {count}"
 
 
 @pytest.mark.requirement("TM-11", "SB-3")
