@@ -158,7 +158,7 @@ def test_concurrent_snapshots_each_reflect_their_own_point(state_backend: Any, s
             )
 
 
-@pytest.mark.requirement("KB-SNAP-6")
+@pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
 def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any, tmp_path: Any) -> None:
     from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 
@@ -168,6 +168,7 @@ def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any,
         task = backend.snapshot(1, 0, location_for(storage))
     with pytest.raises(SnapshotCancelledError):
         task.run()
+    assert task.done, "KB-SNAP-2: a snapshot task whose run() raised SnapshotCancelledError is not done"
     leftovers = [p for p in (tmp_path / "c").rglob("*") if p.is_file()] if (tmp_path / "c").exists() else []
     assert leftovers == [], f"a cancelled snapshot left files: {leftovers}"
 
