@@ -65,7 +65,8 @@ class SnapshotTask(Protocol[H]):
         ...
 
     def cancel(self) -> bool:
-        """Ask the task to stop; `run` then raises SnapshotCancelledError and leaves no files (KB-SNAP-6)."""
+        """Ask the task to stop; `run` then raises SnapshotCancelledError and leaves no files, and the answer is True.
+        After `run` has returned, False and nothing changes (KB-SNAP-6)."""
         ...
 
     @property

@@ -1334,6 +1334,24 @@ class _RestoredTimersUnlisted(_RestoredTimersApart):
         return iter(list(self._live.values()))
 
 
+# 98. A snapshot task's `cancel()` answers True and does nothing; only `close()` cancels: a checkpoint aborted while
+# its asynchronous part waits still uploads its files, which nothing will ever delete (KB-SNAP-6).
+class _CancelIgnored(AsyncSnapshotTask[Any]):
+    def cancel(self) -> bool:
+        return not self.done
+
+
+class _IgnoresCancel(HeapKeyedStateBackend):
+    def track_snapshot(self, task: Any) -> Any:
+        task.__class__ = _CancelIgnored
+        return super().track_snapshot(task)
+
+    def close(self) -> None:
+        for task in list(self._pending):
+            task._cancelled.set()
+        super().close()
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1506,6 +1524,7 @@ timers_deleted_lazily = _factory(_with_timer_queue(_TombstonedTimers))
 timers_of_unasked_services_dropped = _factory(_SnapshotsAskedTimersOnly)
 restored_timers_duplicated = _factory(_with_timer_queue(_RestoredTimersApart))
 restored_timers_unlisted = _factory(_with_timer_queue(_RestoredTimersUnlisted))
+snapshot_cancel_ignored = _factory(_IgnoresCancel)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1606,4 +1625,5 @@ CAUGHT_BY = {
     "timers_of_unasked_services_dropped": "TM-9",
     "restored_timers_duplicated": "TM-3",
     "restored_timers_unlisted": "TM-6",
+    "snapshot_cancel_ignored": "KB-SNAP-6",
 }

@@ -173,6 +173,37 @@ def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any,
     assert leftovers == [], f"a cancelled snapshot left files: {leftovers}"
 
 
+@pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
+def test_a_cancelled_snapshot_task_writes_nothing_and_the_backend_goes_on(state_backend: Any, tmp_path: Any) -> None:
+    """`cancel()` of one task (Flink cancels a checkpoint's asynchronous part when the checkpoint is aborted or
+    declined) makes its `run()` raise and leave no file, and leaves the backend and its later snapshots whole;
+    after `run()` returned it changes nothing."""
+    from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(100))
+        expected = contents(backend)
+        task = backend.snapshot(1, 0, location_for(storage, 1))
+        cancelled = task.cancel()
+        assert cancelled is True, f"KB-SNAP-6: cancel() of a task not yet run returned {cancelled!r}, not True"
+        with pytest.raises(SnapshotCancelledError):
+            task.run()
+        assert task.done, "KB-SNAP-2: a snapshot task whose run() raised SnapshotCancelledError is not done"
+        leftovers = [p for p in (tmp_path / "c").rglob("*") if p.is_file()] if (tmp_path / "c").exists() else []
+        assert leftovers == [], f"KB-SNAP-6: a snapshot task cancelled before run() left files: {leftovers}"
+        later = backend.snapshot(2, 0, location_for(storage, 2))
+        handle = later.run()
+        cancelled = later.cancel()
+        assert cancelled is False, f"KB-SNAP-6: cancel() after run() returned gave {cancelled!r}, not False"
+        assert contents(backend) == expected, "KB-SNAP-6: cancelling a snapshot task changed the backend's state"
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        got = contents(restored)
+        assert got == expected, (
+            f"KB-SNAP-6: the snapshot after a cancelled one restored {len(got)} entries, not the {len(expected)} taken"
+        )
+
+
 @pytest.mark.requirement("KB-LOCAL-1")
 def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any, storage: Any, local_dir: Any) -> None:
     first, second = keyed_backend(state_backend), keyed_backend(state_backend)

@@ -144,6 +144,30 @@ def test_mode_change_fails(state_backend: Any, storage: Any, restored: bool) -> 
         refused_and_kept(restored_backend)
 
 
+@pytest.mark.requirement("OS-9", "KB-SNAP-6")
+@pytest.mark.capability("operator_state")
+def test_a_cancelled_operator_snapshot_task_writes_nothing_and_the_backend_goes_on(
+    state_backend: Any, tmp_path: Path
+) -> None:
+    """`cancel()` of one operator snapshot task before its `run()`: the run raises and leaves no file, and the
+    backend's next snapshot holds its state."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with operator_backend(state_backend) as backend:
+        backend.get_list_state(SPLIT).add_all([1, 2, 3])
+        backend.get_union_list_state(UNION).add_all(["a", "b"])
+        task = backend.snapshot(1, 0, location_for(storage, 1))
+        cancelled = task.cancel()
+        assert cancelled is True, f"OS-9: cancel() of an operator snapshot task not yet run returned {cancelled!r}"
+        with pytest.raises(SnapshotCancelledError):
+            task.run()
+        leftovers = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+        assert leftovers == [], f"OS-9: an operator snapshot task cancelled before run() left {leftovers}"
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+    with operator_backend(state_backend, (handle,)) as restored:
+        got = (restored.get_list_state(SPLIT).get(), restored.get_union_list_state(UNION).get())
+        assert got == ([1, 2, 3], ["a", "b"]), f"OS-9: the snapshot after a cancelled one restored {got}"
+
+
 @pytest.mark.requirement("OS-9")
 @pytest.mark.capability("operator_state")
 def test_a_closed_operator_backend_refuses_everything_and_cancels_its_snapshots(
