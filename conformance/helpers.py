@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import io
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import crc32c
 
 from statecert.reference.checkpointing import Subtask, take_snapshot
 from statecert.reference.checkpointing import create_subtasks as _create_subtasks
+from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.errors import StateCertError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyedStateHandle
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyedStateHandle, KeyGroupsStateHandle
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorState
@@ -161,3 +166,21 @@ def stream_handles(handle: Any) -> list[Any]:
     if isinstance(handle, list | tuple):
         return [s for value in handle for s in stream_handles(value)]
     return []
+
+
+def rewritten_canonical_stream(
+    handle: KeyGroupsStateHandle,
+    path: Path,
+    change: Callable[[CanonicalHeader, dict[int, list[list[Any]]]], CanonicalHeader],
+) -> KeyGroupsStateHandle:
+    """The canonical stream of `handle` written again to `path` as `change(header, blocks)` says (it returns the
+    header to write and may change the IF-4 entries of the blocks in place), with its size and checksum recorded
+    anew, so that only what the stream holds can give a damage away."""
+    with CanonicalReader(handle) as reader:
+        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
+        header = change(reader.header, blocks)
+    out = io.BytesIO()
+    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
+    path.write_bytes(out.getvalue())
+    stream = FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue()))
+    return KeyGroupsStateHandle(handle.key_group_range, offsets, stream)

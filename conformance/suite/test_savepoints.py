@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 import shutil
 import sys
@@ -16,8 +15,16 @@ from typing import Any
 import crc32c
 import pytest
 
-from statecert.conformance.helpers import KEYS, counts, create_subtasks, key_group_of, keyed_backend, savepoint
-from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
+from statecert.conformance.helpers import (
+    KEYS,
+    counts,
+    create_subtasks,
+    key_group_of,
+    keyed_backend,
+    rewritten_canonical_stream,
+    savepoint,
+)
+from statecert.reference.format.canonical import CanonicalHeader
 from statecert.reference.serializers import LongSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -93,15 +100,7 @@ def _rewritten_savepoint(
     pointer, _ = savepoint(storage, reference_backend, parallelism=1)
     handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
     assert isinstance(handle, KeyGroupsStateHandle)
-    with CanonicalReader(handle) as reader:
-        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in handle.key_group_range}
-        header = change(reader.header, blocks)
-    out = io.BytesIO()
-    offsets = write_key_groups(out, header, handle.key_group_range, lambda kg: blocks[kg])  # type: ignore[arg-type]
-    path = tmp_path / "hostile-stream"
-    path.write_bytes(out.getvalue())
-    stream = FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue()))
-    return KeyGroupsStateHandle(handle.key_group_range, offsets, stream)
+    return rewritten_canonical_stream(handle, tmp_path / "hostile-stream", change)
 
 
 def assert_nothing_left(local_dir: Path, what: str) -> None:

@@ -19,12 +19,13 @@ from statecert.conformance.helpers import (
     keyed_backend,
     location_for,
     owner_of,
+    rewritten_canonical_stream,
     snapshot_now,
 )
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BooleanSerializer, LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.errors import UnsupportedFeatureError
+from statecert.spec.errors import CheckpointFormatError, UnsupportedFeatureError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
@@ -734,6 +735,47 @@ def test_canonical_savepoint_holds_timers_as_the_interchange_chapter_says(
                 found += [(key, namespace, time, value) for time, value in state.items()]
             expected = sorted((k, n, t, True) for k, n, t in timers)
             assert sorted(found) == expected, f"IF-8: the state {name!r} holds {sorted(found)}, expected {expected}"
+
+
+def _cut_first_timestamp(pair: list[bytes]) -> None:
+    pair[0] = pair[0][:3]
+
+
+def _first_value_not_a_bool(pair: list[bytes]) -> None:
+    pair[1] = b"\x07"
+
+
+@pytest.mark.requirement("FMT-15", "FMT-8", "IF-8")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("damage", [_cut_first_timestamp, _first_value_not_a_bool], ids=["timestamp-cut", "not-a-bool"])
+def test_hostile_canonical_timers_are_refused_on_restore(
+    state_backend: Any, reference_backend: Any, storage: Any, tmp_path: Any, damage: Any
+) -> None:
+    """A canonical savepoint whose first timer's timestamp was cut to 3 bytes, or whose value is not the bool
+    serializer's encoding, with the stream's size and checksum recorded anew: restoring it raises
+    CheckpointFormatError naming the stream, when the backend is created or at the latest when the timer service is
+    asked for and advanced; never fewer timers, nor another error."""
+    timers = [(f"k{i}", i % 2, 100 + i) for i in range(20)]
+    with keyed_backend(reference_backend) as backend:
+        service, _ = service_of(backend)
+        register(backend, service, timers)
+        options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        handle = backend.snapshot(1, 0, location_for(storage), options).run()
+
+    def damaged(header: Any, blocks: dict[int, list[list[Any]]]) -> Any:
+        index = [state.name for state in header.states].index("_timer_state/event_user-timers")
+        first = min(kg for kg, entries in blocks.items() if any(entry[0] == index for entry in entries))
+        damage(next(entry for entry in blocks[first] if entry[0] == index)[3][0])
+        return header
+
+    hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-timers", damaged)
+    fired: Any = "nothing: the restore raised"
+    with pytest.raises(CheckpointFormatError, match="hostile-timers"):
+        with keyed_backend(state_backend, restore=[hostile]) as restored:
+            service, recorder = service_of(restored)
+            service.advance_watermark(MAX_TIMESTAMP)
+            fired = sorted(fired_timers(recorder))
+        raise AssertionError(f"FMT-15: a canonical savepoint with {damage.__name__} restored; it fired {fired}")
 
 
 @pytest.mark.requirement("KB-LIFE-2", "TM-9")

@@ -56,6 +56,8 @@ class VoidNamespaceSerializer(_PlainSerializer):
         return b""
 
     def deserialize(self, data: bytes) -> Any:
+        if data:
+            raise ValueError(f"the void namespace is no bytes, got {len(data)} (FMT-15)")
         return VOID_NAMESPACE
 
 
@@ -85,6 +87,8 @@ class BoolSerializer(_PlainSerializer):
         return b"\x01" if value else b"\x00"
 
     def deserialize(self, data: bytes) -> Any:
+        if bytes(data) not in (b"\x00", b"\x01"):
+            raise ValueError(f"not a bool's byte: {bytes(data)!r} (FMT-15)")
         return bytes(data) == b"\x01"
 
 
