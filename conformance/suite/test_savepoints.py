@@ -21,19 +21,21 @@ from statecert.conformance.helpers import (
     create_subtasks,
     key_group_of,
     keyed_backend,
+    location_for,
     rewritten_canonical_stream,
     savepoint,
 )
 from statecert.reference.format.canonical import CanonicalHeader
-from statecert.reference.serializers import LongSerializer
+from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import CheckpointFormatError, StateMigrationError
 from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.serializers import SerializerSnapshot
-from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, ValueStateDescriptor
+from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
 GOLDEN = Path(str(resources.files("statecert.scenarios").joinpath("golden")))
 COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
@@ -161,6 +163,78 @@ def test_hostile_canonical_entries_are_refused_on_restore(
             state.value()
         raise AssertionError(f"FMT-15: restored {damage.__name__} without CheckpointFormatError")
     assert_nothing_left(local_dir, f"the refused restore of a stream with {damage.__name__.strip('_')}")
+
+
+SEEN = ListStateDescriptor("seen", element_serializer=LongSerializer())
+TAGS = MapStateDescriptor("tags", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+
+
+def _first_entry(header: CanonicalHeader, blocks: dict[int, list[list[Any]]], state: str) -> list[Any]:
+    index = [meta.name for meta in header.states].index(state)
+    return next(entry for kg in sorted(blocks) for entry in blocks[kg] if entry[0] == index)
+
+
+def _duplicate_first_entry(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> None:
+    key_group = min(kg for kg, entries in blocks.items() if entries)
+    blocks[key_group].append(list(blocks[key_group][0]))
+
+
+def _repeat_first_user_key(pairs: list[list[bytes]]) -> None:
+    """The map entry's first user key again, with another value: a reader keeping the last would lose the first."""
+    pairs.append([pairs[0][0], LongSerializer().serialize(-1)])
+
+
+HOSTILE_ENTRIES: dict[str, Callable[[CanonicalHeader, dict[int, list[list[Any]]]], None]] = {
+    "key-not-a-string": lambda h, b: _first_entry(h, b, "count").__setitem__(1, b"\xff\xfe\xfd"),
+    "namespace-not-void": lambda h, b: _first_entry(h, b, "count").__setitem__(2, b"x"),
+    "entry-twice": _duplicate_first_entry,
+    "list-element-cut": lambda h, b: _first_entry(h, b, "seen")[3].__setitem__(0, b"abc"),
+    "map-user-key-not-a-string": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(0, b"\xff\xfe\xfd"),
+    "map-user-value-cut": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(1, b"abc"),
+    "map-user-key-twice": lambda h, b: _repeat_first_user_key(_first_entry(h, b, "tags")[3]),
+}
+
+
+@pytest.mark.requirement("FMT-15", "FMT-8")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("damage", sorted(HOSTILE_ENTRIES))
+def test_hostile_canonical_entries_of_every_kind_are_refused_on_restore(
+    state_backend: Any, reference_backend: Any, tmp_path: Path, damage: str
+) -> None:
+    """A canonical savepoint of value, list and map state whose stream was written again with one entry damaged (a
+    key or a map user key that is not a string's encoding, a namespace of non-windowed state that is not the void
+    namespace's, an entry given twice, a list element or map value cut to 3 bytes, a map user key given twice in
+    one entry) and its size and checksum recorded anew: restoring it and reading every state raises
+    CheckpointFormatError naming the stream (FMT-15 names each check), never a smaller or other state."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with keyed_backend(reference_backend) as backend:
+        count, seen, tags = (backend.get_or_create_state(d) for d in (COUNT, SEEN, TAGS))
+        for i in range(40):
+            backend.set_current_key(f"k{i}")
+            count.update(i)
+            seen.add_all([i, i + 1])
+            tags.put(f"t{i}", i)
+        options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        handle = backend.snapshot(1, 0, location_for(storage), options).run()
+
+    def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> CanonicalHeader:
+        HOSTILE_ENTRIES[damage](header, blocks)
+        return header
+
+    hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-stream", damaged)
+    read: dict[str, Any] = {}
+    with pytest.raises(CheckpointFormatError, match="hostile-stream"):
+        with keyed_backend(state_backend, restore=[hostile]) as restored:
+            for descriptor in (COUNT, SEEN, TAGS):
+                state = restored.get_or_create_state(descriptor)
+                for key in list(restored.get_keys(descriptor.name, VOID_NAMESPACE)):
+                    restored.set_current_key(key)
+                    read[f"{descriptor.name}[{key!r}]"] = (
+                        list(state.items())
+                        if descriptor is TAGS
+                        else (state.value() if descriptor is COUNT else state.get())
+                    )
+        raise AssertionError(f"FMT-15: a canonical stream with {damage} restored; read {len(read)} entries")
 
 
 @pytest.mark.requirement("SER-4", "SER-8")

@@ -682,8 +682,16 @@ class SpecOnlyKeyedBackend:
                     for index, key, ns, payload in stream.block(group):
                         self._check_key(stream.name, group, key)
                         table = tables[index]
+                        if (group, key, ns) in table.entries:  # FMT-15: one would overwrite the other
+                            raise CheckpointFormatError(
+                                stream.name, f"key group {group}: state {table.name!r} holds a key and namespace twice"
+                            )
                         if table.kind is StateKind.MAP:
-                            payload = {k: v for k, v in payload}
+                            pairs, payload = payload, {k: v for k, v in payload}
+                            if len(payload) != len(pairs):
+                                raise CheckpointFormatError(
+                                    stream.name, f"key group {group}: state {table.name!r} holds a user key twice"
+                                )
                         table.entries[(group, key, ns)] = payload
             finally:
                 stream.file.close()
