@@ -1352,6 +1352,14 @@ class _IgnoresCancel(HeapKeyedStateBackend):
         super().close()
 
 
+# 99. The backend remembers only its latest pending snapshot: `close()` cancels that one, and an earlier one still
+# waiting to run writes its files after the backend is gone (KB-SNAP-6). Found by mutating the spec-only example.
+class _TracksLatestSnapshot(HeapKeyedStateBackend):
+    def track_snapshot(self, task: Any) -> Any:
+        self._pending.clear()
+        return super().track_snapshot(task)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1525,6 +1533,7 @@ timers_of_unasked_services_dropped = _factory(_SnapshotsAskedTimersOnly)
 restored_timers_duplicated = _factory(_with_timer_queue(_RestoredTimersApart))
 restored_timers_unlisted = _factory(_with_timer_queue(_RestoredTimersUnlisted))
 snapshot_cancel_ignored = _factory(_IgnoresCancel)
+close_cancels_latest_snapshot_only = _factory(_TracksLatestSnapshot)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1626,4 +1635,5 @@ CAUGHT_BY = {
     "restored_timers_duplicated": "TM-3",
     "restored_timers_unlisted": "TM-6",
     "snapshot_cancel_ignored": "KB-SNAP-6",
+    "close_cancels_latest_snapshot_only": "KB-SNAP-6",
 }

@@ -165,10 +165,17 @@ def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any,
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     with keyed_backend(state_backend) as backend:
         fill(backend, range(100))
-        task = backend.snapshot(1, 0, location_for(storage))
-    with pytest.raises(SnapshotCancelledError):
-        task.run()
-    assert task.done, "KB-SNAP-2: a snapshot task whose run() raised SnapshotCancelledError is not done"
+        tasks = [backend.snapshot(i, 0, location_for(storage, i)) for i in (1, 2)]  # two pending at close
+    for checkpoint_id, task in enumerate(tasks, 1):
+        try:
+            outcome: Any = task.run()
+        except SnapshotCancelledError:
+            outcome = "cancelled"
+        assert outcome == "cancelled", (
+            f"KB-SNAP-6: run() of snapshot {checkpoint_id} of the 2 pending at close() returned {outcome!r}: "
+            "expected SnapshotCancelledError"
+        )
+        assert task.done, f"KB-SNAP-2: snapshot {checkpoint_id}'s task raised SnapshotCancelledError, but is not done"
     leftovers = [p for p in (tmp_path / "c").rglob("*") if p.is_file()] if (tmp_path / "c").exists() else []
     assert leftovers == [], f"a cancelled snapshot left files: {leftovers}"
 

@@ -188,6 +188,7 @@ HOSTILE_ENTRIES: dict[str, Callable[[CanonicalHeader, dict[int, list[list[Any]]]
     "key-not-a-string": lambda h, b: _first_entry(h, b, "count").__setitem__(1, b"\xff\xfe\xfd"),
     "namespace-not-void": lambda h, b: _first_entry(h, b, "count").__setitem__(2, b"x"),
     "entry-twice": _duplicate_first_entry,
+    "entry-without-payload": lambda h, b: _first_entry(h, b, "count").pop(),
     "list-element-cut": lambda h, b: _first_entry(h, b, "seen")[3].__setitem__(0, b"abc"),
     "map-user-key-not-a-string": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(0, b"\xff\xfe\xfd"),
     "map-user-value-cut": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(1, b"abc"),
@@ -203,9 +204,10 @@ def test_hostile_canonical_entries_of_every_kind_are_refused_on_restore(
 ) -> None:
     """A canonical savepoint of value, list and map state whose stream was written again with one entry damaged (a
     key or a map user key that is not a string's encoding, a namespace of non-windowed state that is not the void
-    namespace's, an entry given twice, a list element or map value cut to 3 bytes, a map user key given twice in
-    one entry) and its size and checksum recorded anew: restoring it and reading every state raises
-    CheckpointFormatError naming the stream (FMT-15 names each check), never a smaller or other state."""
+    namespace's, an entry given twice or without its payload, a list element or map value cut to 3 bytes, a map
+    user key given twice in one entry) and its size and checksum recorded anew: restoring it and reading every
+    state raises CheckpointFormatError naming the stream (FMT-15 names each check), never a smaller or other
+    state."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     with keyed_backend(reference_backend) as backend:
         count, seen, tags = (backend.get_or_create_state(d) for d in (COUNT, SEEN, TAGS))
