@@ -189,6 +189,11 @@ HOSTILE_ENTRIES: dict[str, Callable[[CanonicalHeader, dict[int, list[list[Any]]]
     "namespace-not-void": lambda h, b: _first_entry(h, b, "count").__setitem__(2, b"x"),
     "entry-twice": _duplicate_first_entry,
     "entry-without-payload": lambda h, b: _first_entry(h, b, "count").pop(),
+    "state-index-out-of-range": lambda h, b: _first_entry(h, b, "count").__setitem__(0, len(h.states)),
+    "key-not-bytes": lambda h, b: _first_entry(h, b, "count").__setitem__(1, "k0"),
+    "list-without-elements": lambda h, b: _first_entry(h, b, "seen").__setitem__(3, []),
+    "list-element-not-bytes": lambda h, b: _first_entry(h, b, "seen")[3].__setitem__(0, 5),
+    "map-pair-without-value": lambda h, b: _first_entry(h, b, "tags")[3][0].pop(),
     "list-element-cut": lambda h, b: _first_entry(h, b, "seen")[3].__setitem__(0, b"abc"),
     "map-user-key-not-a-string": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(0, b"\xff\xfe\xfd"),
     "map-user-value-cut": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(1, b"abc"),
@@ -196,18 +201,19 @@ HOSTILE_ENTRIES: dict[str, Callable[[CanonicalHeader, dict[int, list[list[Any]]]
 }
 
 
-@pytest.mark.requirement("FMT-15", "FMT-8")
+@pytest.mark.requirement("FMT-15", "FMT-8", "IF-4")
 @pytest.mark.capability("canonical_savepoints")
 @pytest.mark.parametrize("damage", sorted(HOSTILE_ENTRIES))
 def test_hostile_canonical_entries_of_every_kind_are_refused_on_restore(
     state_backend: Any, reference_backend: Any, tmp_path: Path, damage: str
 ) -> None:
-    """A canonical savepoint of value, list and map state whose stream was written again with one entry damaged (a
-    key or a map user key that is not a string's encoding, a namespace of non-windowed state that is not the void
-    namespace's, an entry given twice or without its payload, a list element or map value cut to 3 bytes, a map
-    user key given twice in one entry) and its size and checksum recorded anew: restoring it and reading every
-    state raises CheckpointFormatError naming the stream (FMT-15 names each check), never a smaller or other
-    state."""
+    """A canonical savepoint of value, list and map state whose stream was written again with one entry damaged, its
+    size and checksum recorded anew: a key or map user key that is not a string's encoding, a namespace of
+    non-windowed state that is not the void namespace's, an entry given twice, a list element or map value cut to 3
+    bytes, a map user key given twice in one entry (FMT-15), or an entry not shaped as IF-4 says (without its
+    payload, naming no state of the header, a key that is not bytes, a list without elements or with an element
+    that is not bytes, a map pair without its value). Restoring it and reading every state raises
+    CheckpointFormatError naming the stream (FMT-8), never a smaller or other state, nor another error."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     with keyed_backend(reference_backend) as backend:
         count, seen, tags = (backend.get_or_create_state(d) for d in (COUNT, SEEN, TAGS))

@@ -494,9 +494,28 @@ class CanonicalStream:
             entries = msgpack.unpackb(self._read(size), raw=False)
         except (ValueError, msgpack.UnpackException) as exc:
             raise CheckpointFormatError(self.name, f"corrupt key group {group}: {exc}") from None
-        if not isinstance(entries, list) or not all(isinstance(e, list) and len(e) == 4 for e in entries):
+        if not isinstance(entries, list) or not all(self._well_formed(e) for e in entries):
             raise CheckpointFormatError(self.name, f"malformed key group {group}")
         return entries
+
+    def _well_formed(self, entry: Any) -> bool:
+        """IF-4: `[state index, key bytes, namespace bytes, payload]`, the payload shaped as the state's kind says:
+        bytes, a non-empty list of bytes (list), or a non-empty list of `[user key, user value]` bytes pairs (map)."""
+        if not (isinstance(entry, list) and len(entry) == 4 and type(entry[0]) is int):
+            return False
+        index, key, ns, payload = entry
+        if not (0 <= index < len(self.tables) and isinstance(key, bytes) and isinstance(ns, bytes)):
+            return False
+        kind = self.tables[index].kind
+        if kind is StateKind.LIST:
+            return isinstance(payload, list) and bool(payload) and all(isinstance(e, bytes) for e in payload)
+        if kind is StateKind.MAP:
+            return (
+                isinstance(payload, list)
+                and bool(payload)
+                and all(isinstance(p, list) and len(p) == 2 and all(isinstance(b, bytes) for b in p) for p in payload)
+            )
+        return isinstance(payload, bytes)
 
 
 # -- the keyed backend -------------------------------------------------------------------------------------------
