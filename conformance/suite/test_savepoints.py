@@ -214,6 +214,58 @@ def test_hostile_canonical_entries_of_every_kind_are_refused_on_restore(
     payload, naming no state of the header, a key that is not bytes, a list without elements or with an element
     that is not bytes, a map pair without its value). Restoring it and reading every state raises
     CheckpointFormatError naming the stream (FMT-8), never a smaller or other state, nor another error."""
+
+    def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> CanonicalHeader:
+        HOSTILE_ENTRIES[damage](header, blocks)
+        return header
+
+    _assert_refused(state_backend, _every_kind_savepoint(reference_backend, tmp_path), tmp_path, damaged, damage)
+
+
+class _PlainHeader:
+    """A header written as the plain msgpack value it holds, however malformed."""
+
+    def __init__(self, plain: Any) -> None:
+        self._plain = plain
+
+    def to_plain(self) -> Any:
+        return self._plain
+
+
+def _state_of(plain: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(state for state in plain["states"] if state["name"] == name)
+
+
+HOSTILE_HEADERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "header-not-a-map": lambda plain: [plain],
+    "key-serializer-missing": lambda plain: {k: v for k, v in plain.items() if k != "key_serializer"},
+    "state-kind-unknown": lambda plain: _state_of(plain, "count").__setitem__("kind", "set") or plain,
+    "map-without-user-value-role": lambda plain: _state_of(plain, "tags")["serializers"].pop("user_value") and plain,
+    "ttl-not-a-bool": lambda plain: _state_of(plain, "seen").__setitem__("ttl", "no") or plain,
+    "state-name-twice": lambda plain: plain["states"].__setitem__(1, {**plain["states"][1], "name": "count"}) or plain,
+}
+
+
+@pytest.mark.requirement("FMT-8", "IF-3")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("damage", sorted(HOSTILE_HEADERS))
+def test_hostile_canonical_headers_are_refused_on_restore(
+    state_backend: Any, reference_backend: Any, tmp_path: Path, damage: str
+) -> None:
+    """The same savepoint with its header not as IF-3 says (not a map, no key serializer, a state of an unknown kind,
+    a map state without its user value serializer, a TTL flag that is not a bool, two states of one name), its
+    entries untouched and size and checksum recorded anew: restoring it and reading every state raises
+    CheckpointFormatError naming the stream, never a smaller or other state, nor another error."""
+
+    def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> Any:
+        return _PlainHeader(HOSTILE_HEADERS[damage](header.to_plain()))
+
+    _assert_refused(state_backend, _every_kind_savepoint(reference_backend, tmp_path), tmp_path, damaged, damage)
+
+
+def _every_kind_savepoint(reference_backend: Any, tmp_path: Path) -> KeyGroupsStateHandle:
+    """A canonical savepoint of the reference backend holding value (`count`), list (`seen`) and map (`tags`)
+    state of 40 keys."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     with keyed_backend(reference_backend) as backend:
         count, seen, tags = (backend.get_or_create_state(d) for d in (COUNT, SEEN, TAGS))
@@ -222,14 +274,16 @@ def test_hostile_canonical_entries_of_every_kind_are_refused_on_restore(
             count.update(i)
             seen.add_all([i, i + 1])
             tags.put(f"t{i}", i)
-        options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
-        handle = backend.snapshot(1, 0, location_for(storage), options).run()
+        handle = backend.snapshot(
+            1, 0, location_for(storage), CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        ).run()
+    assert isinstance(handle, KeyGroupsStateHandle)
+    return handle
 
-    def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> CanonicalHeader:
-        HOSTILE_ENTRIES[damage](header, blocks)
-        return header
 
-    hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-stream", damaged)
+def _assert_refused(state_backend: Any, handle: KeyGroupsStateHandle, tmp_path: Path, change: Any, damage: str) -> None:
+    """Restore `handle` rewritten by `change` and read every state: CheckpointFormatError naming the stream."""
+    hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-stream", change)
     read: dict[str, Any] = {}
     with pytest.raises(CheckpointFormatError, match="hostile-stream"):
         with keyed_backend(state_backend, restore=[hostile]) as restored:
@@ -242,7 +296,7 @@ def test_hostile_canonical_entries_of_every_kind_are_refused_on_restore(
                         if descriptor is TAGS
                         else (state.value() if descriptor is COUNT else state.get())
                     )
-        raise AssertionError(f"FMT-15: a canonical stream with {damage} restored; read {len(read)} entries")
+        raise AssertionError(f"FMT-8: a canonical stream with {damage} restored; read {len(read)} entries")
 
 
 @pytest.mark.requirement("SER-4", "SER-8")

@@ -477,6 +477,10 @@ class CanonicalStream:
             ]
             if not all(type(t.ttl) is bool for t in self.tables):
                 raise TypeError("a state's ttl flag is not a boolean")
+            if any(set(t.serializers) != set(ROLES[t.kind]) for t in self.tables):
+                raise ValueError("a state's serializer roles are not those of its kind (IF-3)")
+            if len({t.name for t in self.tables}) != len(self.tables):
+                raise ValueError("two states of one name")
             self.key_serializer = SerializerSnapshot.from_plain(self.header["key_serializer"])
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise CheckpointFormatError(self.name, f"malformed header: {exc}") from None
