@@ -236,13 +236,23 @@ def _state_of(plain: dict[str, Any], name: str) -> dict[str, Any]:
     return next(state for state in plain["states"] if state["name"] == name)
 
 
+def _edited(edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """A header damage that edits the plain header in place."""
+
+    def apply(plain: dict[str, Any]) -> Any:
+        edit(plain)
+        return plain
+
+    return apply
+
+
 HOSTILE_HEADERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "header-not-a-map": lambda plain: [plain],
-    "key-serializer-missing": lambda plain: {k: v for k, v in plain.items() if k != "key_serializer"},
-    "state-kind-unknown": lambda plain: _state_of(plain, "count").__setitem__("kind", "set") or plain,
-    "map-without-user-value-role": lambda plain: _state_of(plain, "tags")["serializers"].pop("user_value") and plain,
-    "ttl-not-a-bool": lambda plain: _state_of(plain, "seen").__setitem__("ttl", "no") or plain,
-    "state-name-twice": lambda plain: plain["states"].__setitem__(1, {**plain["states"][1], "name": "count"}) or plain,
+    "key-serializer-missing": _edited(lambda plain: plain.pop("key_serializer")),
+    "state-kind-unknown": _edited(lambda plain: _state_of(plain, "count").update(kind="set")),
+    "map-without-user-value-role": _edited(lambda plain: _state_of(plain, "tags")["serializers"].pop("user_value")),
+    "ttl-not-a-bool": _edited(lambda plain: _state_of(plain, "seen").update(ttl="no")),
+    "state-name-twice": _edited(lambda plain: _state_of(plain, "seen").update(name="count")),
 }
 
 
