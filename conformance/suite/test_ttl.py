@@ -8,11 +8,19 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import (
+    create_subtasks,
+    keyed_backend,
+    location_for,
+    rewritten_canonical_stream,
+    snapshot_now,
+)
 from statecert.conformance.suite.test_keyed_state_properties import Sequence_
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
-from statecert.spec.errors import StateMigrationError
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import CheckpointFormatError, StateMigrationError
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -512,3 +520,44 @@ def test_ttl_state_migrates_and_keeps_its_timestamps(state_backend: Any, storage
         assert got == {"name": "ada", "visits": 0}, f"SER-5: TTL state after migration reads {got!r}"
         clock.advance(50)
         assert state.value() is None, "TTL-6: migrating TTL state reset its timestamp"
+
+
+@pytest.mark.requirement("FMT-15", "IF-5", "TTL-6")
+@pytest.mark.capability("ttl", "canonical_savepoints")
+@pytest.mark.parametrize("kind", ["value", "list", "map"])
+def test_a_ttl_entry_without_its_timestamp_is_refused_on_restore(
+    state_backend: Any, reference_backend: Any, clock: ManualClock, tmp_path: Any, kind: str
+) -> None:
+    """A canonical savepoint of TTL state whose first value (list element, map value) was cut to 5 bytes, shorter
+    than the 8-byte last-access timestamp IF-5 puts before it, stream size and checksum recorded anew: restoring it
+    and reading the state raises CheckpointFormatError naming the stream, never a value read without its timestamp
+    (it would never expire) or another error."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    ttl_descriptor = descriptor(kind, TtlConfig(60_000))
+    with ttl_backend(reference_backend, clock) as backend:
+        state = backend.get_or_create_state(ttl_descriptor)
+        for i in range(20):
+            backend.set_current_key(f"k{i}")
+            WRITE[kind](state, i)
+        options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        handle = backend.snapshot(1, 0, location_for(storage), options).run()
+
+    def cut(header: Any, blocks: dict[int, list[list[Any]]]) -> Any:
+        entry = next(entry for kg in sorted(blocks) for entry in blocks[kg])
+        if kind == "value":
+            entry[3] = entry[3][:5]
+        elif kind == "list":
+            entry[3][0] = entry[3][0][:5]
+        else:
+            entry[3][0][1] = entry[3][0][1][:5]
+        return header
+
+    hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-ttl", cut)
+    read: list[Any] = []
+    with pytest.raises(CheckpointFormatError, match="hostile-ttl"):
+        with ttl_backend(state_backend, clock, restore=[hostile]) as restored:
+            state = restored.get_or_create_state(ttl_descriptor)
+            for i in range(20):
+                restored.set_current_key(f"k{i}")
+                read.append(READ[kind](state))
+        raise AssertionError(f"FMT-15: TTL {kind} state with a value shorter than its timestamp restored as {read}")
