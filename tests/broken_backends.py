@@ -1262,16 +1262,11 @@ class _TombstonedTimers(TimerQueue):
             self._state.remove(time)
 
     def poll_due(self, time: int) -> Any:
-        while self._heap and self._heap[0][0] <= time:
-            _, _, identity = heapq.heappop(self._heap)
-            timer = self._live.pop(identity, None)
-            if identity in self._deleted:
-                self._deleted.discard(identity)
-            elif timer is not None:
-                self._backend.set_current_key(timer.key)
-                self._state.set_current_namespace(timer.namespace)
-                self._state.remove(timer.timestamp)
+        while (timer := super().poll_due(time)) is not None:
+            identity = self._identity(timer.key, timer.namespace, timer.timestamp)
+            if identity not in self._deleted:
                 return timer
+            self._deleted.discard(identity)  # surfaced under its tombstone: skipped
         return None
 
     def __len__(self) -> int:
@@ -1294,44 +1289,34 @@ class _SnapshotsAskedTimersOnly(HeapKeyedStateBackend):
 # 96. Restored timers are kept apart from the ones registered since, and de-duplication looks at the latter only: a
 # restored timer registered again (a window operator re-registers its window's timer for every element after a
 # recovery) is queued twice and its window fires twice (TM-3).
+class _RegisteredFirst(dict[Any, Any]):
+    """Timers registered since the restore; `pop` falls back on the restored ones, which `in` does not see."""
+
+    def __init__(self, restored: dict[Any, Any]) -> None:
+        super().__init__()
+        self.restored = restored
+
+    def pop(self, identity: Any, default: Any = None) -> Any:
+        return super().pop(identity, None) or self.restored.pop(identity, default)
+
+
 class _RestoredTimersApart(TimerQueue):
     def _load(self, state_name: str) -> None:
         super()._load(state_name)
-        self._restored_live = dict(self._live)
-        self._live.clear()
-
-    def poll_due(self, time: int) -> Any:
-        while self._heap and self._heap[0][0] <= time:
-            _, _, identity = heapq.heappop(self._heap)
-            timer = self._live.pop(identity, None) or self._restored_live.pop(identity, None)
-            if timer is not None:
-                self._backend.set_current_key(timer.key)
-                self._state.set_current_namespace(timer.namespace)
-                self._state.remove(timer.timestamp)
-                return timer
-        return None
-
-    def remove(self, namespace: Any, time: int) -> None:
-        identity = self._identity(self._current_key(), namespace, check_timestamp(time))
-        if self._live.pop(identity, None) is not None or self._restored_live.pop(identity, None) is not None:
-            self._state.set_current_namespace(namespace)
-            self._state.remove(time)
+        self._live = self._registered = _RegisteredFirst(self._live)
 
     def __len__(self) -> int:
-        return len(self._live) + len(self._restored_live)
+        return len(self._registered) + len(self._registered.restored)
 
     def __iter__(self) -> Any:
-        return iter([*self._live.values(), *self._restored_live.values()])
+        return iter([*self._registered.values(), *self._registered.restored.values()])
 
 
 # 97. The same, with counting and listing looking at the registered timers only: restored timers fire but are not
 # counted or listed until registered again, so an operator that lists its timers after a recovery finds none (TM-6).
 class _RestoredTimersUnlisted(_RestoredTimersApart):
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __iter__(self) -> Any:
-        return iter(list(self._live.values()))
+    __len__ = TimerQueue.__len__
+    __iter__ = TimerQueue.__iter__
 
 
 # 98. A snapshot task's `cancel()` answers True and does nothing; only `close()` cancels: a checkpoint aborted while
