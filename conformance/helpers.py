@@ -184,3 +184,9 @@ def rewritten_canonical_stream(
     path.write_bytes(out.getvalue())
     stream = FileStateHandle(path.as_uri(), len(out.getvalue()), crc32c.crc32c(out.getvalue()))
     return KeyGroupsStateHandle(handle.key_group_range, offsets, stream)
+
+
+def first_canonical_entry(header: CanonicalHeader, blocks: dict[int, list[list[Any]]], state: str) -> list[Any]:
+    """The first IF-4 entry of `state` in the lowest key group holding one, for a damage to change in place."""
+    index = [meta.name for meta in header.states].index(state)
+    return next(entry for kg in sorted(blocks) for entry in blocks[kg] if entry[0] == index)

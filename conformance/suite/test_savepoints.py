@@ -19,6 +19,7 @@ from statecert.conformance.helpers import (
     KEYS,
     counts,
     create_subtasks,
+    first_canonical_entry,
     key_group_of,
     keyed_backend,
     location_for,
@@ -169,11 +170,6 @@ SEEN = ListStateDescriptor("seen", element_serializer=LongSerializer())
 TAGS = MapStateDescriptor("tags", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
 
 
-def _first_entry(header: CanonicalHeader, blocks: dict[int, list[list[Any]]], state: str) -> list[Any]:
-    index = [meta.name for meta in header.states].index(state)
-    return next(entry for kg in sorted(blocks) for entry in blocks[kg] if entry[0] == index)
-
-
 def _duplicate_first_entry(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> None:
     key_group = min(kg for kg, entries in blocks.items() if entries)
     blocks[key_group].append(list(blocks[key_group][0]))
@@ -185,19 +181,19 @@ def _repeat_first_user_key(pairs: list[list[bytes]]) -> None:
 
 
 HOSTILE_ENTRIES: dict[str, Callable[[CanonicalHeader, dict[int, list[list[Any]]]], None]] = {
-    "key-not-a-string": lambda h, b: _first_entry(h, b, "count").__setitem__(1, b"\xff\xfe\xfd"),
-    "namespace-not-void": lambda h, b: _first_entry(h, b, "count").__setitem__(2, b"x"),
+    "key-not-a-string": lambda h, b: first_canonical_entry(h, b, "count").__setitem__(1, b"\xff\xfe\xfd"),
+    "namespace-not-void": lambda h, b: first_canonical_entry(h, b, "count").__setitem__(2, b"x"),
     "entry-twice": _duplicate_first_entry,
-    "entry-without-payload": lambda h, b: _first_entry(h, b, "count").pop(),
-    "state-index-out-of-range": lambda h, b: _first_entry(h, b, "count").__setitem__(0, len(h.states)),
-    "key-not-bytes": lambda h, b: _first_entry(h, b, "count").__setitem__(1, "k0"),
-    "list-without-elements": lambda h, b: _first_entry(h, b, "seen").__setitem__(3, []),
-    "list-element-not-bytes": lambda h, b: _first_entry(h, b, "seen")[3].__setitem__(0, 5),
-    "map-pair-without-value": lambda h, b: _first_entry(h, b, "tags")[3][0].pop(),
-    "list-element-cut": lambda h, b: _first_entry(h, b, "seen")[3].__setitem__(0, b"abc"),
-    "map-user-key-not-a-string": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(0, b"\xff\xfe\xfd"),
-    "map-user-value-cut": lambda h, b: _first_entry(h, b, "tags")[3][0].__setitem__(1, b"abc"),
-    "map-user-key-twice": lambda h, b: _repeat_first_user_key(_first_entry(h, b, "tags")[3]),
+    "entry-without-payload": lambda h, b: first_canonical_entry(h, b, "count").pop(),
+    "state-index-out-of-range": lambda h, b: first_canonical_entry(h, b, "count").__setitem__(0, len(h.states)),
+    "key-not-bytes": lambda h, b: first_canonical_entry(h, b, "count").__setitem__(1, "k0"),
+    "list-without-elements": lambda h, b: first_canonical_entry(h, b, "seen").__setitem__(3, []),
+    "list-element-not-bytes": lambda h, b: first_canonical_entry(h, b, "seen")[3].__setitem__(0, 5),
+    "map-pair-without-value": lambda h, b: first_canonical_entry(h, b, "tags")[3][0].pop(),
+    "list-element-cut": lambda h, b: first_canonical_entry(h, b, "seen")[3].__setitem__(0, b"abc"),
+    "map-user-key-not-a-string": lambda h, b: first_canonical_entry(h, b, "tags")[3][0].__setitem__(0, b"\xff\xfe\xfd"),
+    "map-user-value-cut": lambda h, b: first_canonical_entry(h, b, "tags")[3][0].__setitem__(1, b"abc"),
+    "map-user-key-twice": lambda h, b: _repeat_first_user_key(first_canonical_entry(h, b, "tags")[3]),
 }
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from statecert.conformance.helpers import (
     REJECTED,
     create_subtasks,
+    first_canonical_entry,
     key_group_of,
     keyed_backend,
     location_for,
@@ -763,9 +764,7 @@ def test_hostile_canonical_timers_are_refused_on_restore(
         handle = backend.snapshot(1, 0, location_for(storage), options).run()
 
     def damaged(header: Any, blocks: dict[int, list[list[Any]]]) -> Any:
-        index = [state.name for state in header.states].index("_timer_state/event_user-timers")
-        first = min(kg for kg, entries in blocks.items() if any(entry[0] == index for entry in entries))
-        damage(next(entry for entry in blocks[first] if entry[0] == index)[3][0])
+        damage(first_canonical_entry(header, blocks, "_timer_state/event_user-timers")[3][0])
         return header
 
     hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-timers", damaged)

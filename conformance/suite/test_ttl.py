@@ -10,6 +10,7 @@ import pytest
 
 from statecert.conformance.helpers import (
     create_subtasks,
+    first_canonical_entry,
     keyed_backend,
     location_for,
     rewritten_canonical_stream,
@@ -543,7 +544,7 @@ def test_a_ttl_entry_without_its_timestamp_is_refused_on_restore(
         handle = backend.snapshot(1, 0, location_for(storage), options).run()
 
     def cut(header: Any, blocks: dict[int, list[list[Any]]]) -> Any:
-        entry = next(entry for kg in sorted(blocks) for entry in blocks[kg])
+        entry = first_canonical_entry(header, blocks, ttl_descriptor.name)
         if kind == "value":
             entry[3] = entry[3][:5]
         elif kind == "list":
