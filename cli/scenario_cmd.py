@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from statecert.cli.arguments import factory_name
+from statecert.cli.arguments import factory_name, output_file, spark_master, work_directory
 from statecert.cli.factories import check_backend
 
 
@@ -34,9 +34,13 @@ def add_parser(sub: Any) -> None:
         type=factory_name,
         help="the backend under test, replacing the scenarios' own (name or module:attr)",
     )
-    run.add_argument("--master", default=None, help="Spark master (default local[2,4]: 2 cores, task retries)")
-    run.add_argument("--report", help="write the JSON report here, and a PNG summary beside it")
-    run.add_argument("--workdir", help="keep checkpoints and savepoints here (default: a temporary directory)")
+    run.add_argument(
+        "--master", type=spark_master, default=None, help="Spark master (default local[2,4]: 2 cores, task retries)"
+    )
+    run.add_argument("--report", type=output_file, help="write the JSON report here, and a PNG summary beside it")
+    run.add_argument(
+        "--workdir", type=work_directory, help="keep checkpoints and savepoints here (default: a temporary directory)"
+    )
     run.add_argument(
         "--checkpoint-dir",
         metavar="URL",
@@ -129,9 +133,16 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
 
 
 def _spark(master: str | None) -> Any:
+    """The Spark session; a master that parses but where Spark cannot start (no such host, a JVM that exits) is one
+    line naming `--master`, not Py4J's traceback."""
     from statecert.scenarios.spark.session import DEFAULT_MASTER, spark_session
 
-    return spark_session(master or DEFAULT_MASTER)
+    try:
+        return spark_session(master or DEFAULT_MASTER)
+    except Exception as exc:  # pyspark raises its own PySparkRuntimeError, Py4J's errors or RuntimeError
+        java = getattr(exc, "java_exception", None)  # Py4J's error says only which call failed; Java says why
+        lines = (str(java.toString()) if java is not None else str(exc)).strip().splitlines() or [type(exc).__name__]
+        raise ValueError(f"--master {master or DEFAULT_MASTER!r}: Spark could not start: {lines[0]}") from None
 
 
 def _checkpoint_dir(args: argparse.Namespace) -> str | None:

@@ -18,6 +18,7 @@ else:  # pragma: no cover
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from statecert.cli.arguments import output_file
 from statecert.cli.factories import check_backend
 
 
@@ -25,8 +26,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("simulate", help="simulate the barrier protocol with faults on real backends (TOML job file)")
     p.add_argument("file", help="a scenario file (its first run) or a low-level simulator job file (TOML)")
     p.add_argument("--seed", type=int, default=0, help="the seed of every random choice (default 0)")
-    p.add_argument("--report", help="write the JSON report here")
-    p.add_argument("--plot", help="write a timeline PNG here")
+    p.add_argument("--report", type=output_file, help="write the JSON report here")
+    p.add_argument("--plot", type=output_file, help="write a timeline PNG here")
 
 
 def _is_scenario(path: Path) -> bool:

@@ -9,6 +9,8 @@ from typing import Any
 
 import fsspec
 
+from statecert.cli.arguments import output_file_problem
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -90,8 +92,10 @@ def read_pyproject(directory: Path) -> dict[str, Any]:
 def parse_tiers(value: Any, where: str) -> tuple[str, ...]:
     tiers = tuple(t.strip() for t in (value.split(",") if isinstance(value, str) else value) if t.strip())
     bad = [t for t in tiers if t not in TIERS]
-    if bad or not tiers:
-        raise SettingsError(f"{where}: unknown tier(s) {bad or tiers}; tiers are {list(TIERS)}")
+    if not tiers:
+        raise SettingsError(f"{where}: no tier given; tiers are {list(TIERS)}")
+    if bad:
+        raise SettingsError(f"{where}: unknown tier(s) {bad}; tiers are {list(TIERS)}")
     return tiers
 
 
@@ -145,6 +149,9 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
             raise SettingsError(f"{source}: expected a file for the JSON report, got {report!r}")
         if Path(report).is_dir():
             raise SettingsError(f"{source}: {report} is a directory; name the report file in it (report.json)")
+        problem = output_file_problem(report)
+        if problem is not None:
+            raise SettingsError(f"{source}: {problem}")
     capabilities = file.get("capabilities", {})
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")

@@ -284,6 +284,8 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         (["hashmap", "--xfail", "."], ".: cannot read the expected-failures file: "),
         (["hashmap", "--report", ""], "--report: expected a file for the JSON report, got ''"),
         (["hashmap", "--report", "."], "--report: . is a directory; name the report file in it"),
+        (["hashmap", "--report", "/dev/null/r.json"], "--report: /dev/null is not a directory, so /dev/null/r.json"),
+        (["hashmap", "--tier", ","], "--tier: no tier given"),
         (["hashmap", "--storage", ""], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
         (
             ["hashmap", "--config", "state.backend.type=rocksdb"],

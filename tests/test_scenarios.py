@@ -217,14 +217,25 @@ def test_cli_rejects_an_unknown_backend_before_running() -> None:
     [
         (["--runner", "sim", "--checkpoint-dir", "/tmp/x"], "--checkpoint-dir: only the Spark runner takes it"),
         (["--runner", "spark", "--checkpoint-dir", "ftp://host/x"], "no fault-injecting wrapper for ftp://"),
+        (["--runner", "spark", "--master", "bogus://x"], "argument --master: not a Spark master URL: 'bogus://x'"),
+        (["--runner", "spark", "--master", "local[0]"], "argument --master: not a Spark master URL: 'local[0]'"),
+        (["--workdir", ""], "argument --workdir: expected a directory, got ''"),
+        (["--workdir", "{tmp}/file"], "argument --workdir: {tmp}/file is not a directory"),
+        (["--workdir", "{tmp}/file/w"], "argument --workdir: {tmp}/file is not a directory, so {tmp}/file/w cannot"),
+        (["--report", "{tmp}/file/r.json"], "argument --report: {tmp}/file is not a directory, so"),
+        (["--report", "{tmp}"], "argument --report: {tmp} is a directory; name the file in it"),
     ],
 )
-def test_cli_rejects_a_bad_checkpoint_dir_or_a_spark_only_option_before_running(
-    tmp_path: Path, args: list[str], problem: str
-) -> None:
-    done = _cli("scenario", "run", "storage-outage", *args)
+def test_cli_rejects_a_bad_option_value_before_running(tmp_path: Path, args: list[str], problem: str) -> None:
+    """ERR-2: one line naming the option, status 2, before anything runs (a report path that cannot be written
+    failed only after every scenario had run; a master Spark cannot parse ended in Py4J's traceback, status 1; an
+    empty --workdir, an unset shell variable, was taken for none)."""
+    (tmp_path / "file").write_text("a file, not a directory")
+    before = sorted(tmp_path.rglob("*"))
+    done = _cli("scenario", "run", "storage-outage", *(a.format(tmp=tmp_path) for a in args))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert problem in done.stderr and "passed" not in done.stdout
+    assert problem.format(tmp=tmp_path) in done.stderr and "passed" not in done.stdout, done.stderr
+    assert sorted(tmp_path.rglob("*")) == before, "a refused command left files behind"
 
 
 @pytest.mark.requirement("SCN-9", "SB-3")

@@ -129,6 +129,25 @@ def test_invalid_simulation_file(tmp_path: Path, content: str, problem: str) -> 
     assert done.returncode == 2 and len(lines) == 1 and problem in lines[0], done.stderr
 
 
+@pytest.mark.requirement("ERR-2")
+@pytest.mark.parametrize("option", ["--report", "--plot"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path, option: str) -> None:
+    """A report or plot under a regular file was found only after the simulation, as an OSError without the option's
+    name; it is one line naming the option before anything runs, and nothing is written."""
+    (tmp_path / "file").write_text("a file, not a directory")
+    target = tmp_path / "file" / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "simulate", str(JOBS / "crash-aligned.toml"), option, str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
+    assert f"argument {option}: {tmp_path / 'file'} is not a directory" in lines[0], lines[0]
+    assert done.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_fault_dataclass_defaults_are_harmless() -> None:
     assert Fault("task-crash").at_ms == 0.0
     assert json.dumps(dataclasses.asdict(Fault("task-crash")))
