@@ -122,3 +122,14 @@ def spark_master(text: str) -> str:
             "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://URL"
         )
     return text.strip()
+
+
+def fsspec_directory(text: str) -> str:
+    """An argparse type: a directory to write under, a URL as `fsspec_location` checks it; a local one (a plain path
+    or `file://`) must also be a directory or creatable and writable (`work_directory`), so a demo does not fail
+    half way with an OSError that names no option."""
+    text = fsspec_location(text)
+    protocol, sep, rest = text.partition("://")
+    if not sep or protocol == "file":
+        work_directory(rest if sep else text)
+    return text

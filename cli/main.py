@@ -12,7 +12,13 @@ from importlib.metadata import version
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from statecert.cli.arguments import OneLineArgumentParser, factory_name, fsspec_location, int_between
+from statecert.cli.arguments import (
+    OneLineArgumentParser,
+    factory_name,
+    fsspec_directory,
+    fsspec_location,
+    int_between,
+)
 from statecert.cli.factories import reported_as_one_line
 from statecert.spec.errors import StateCertError
 
@@ -37,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         help="state backend name or module:attr (default: the loader's, hashmap)",
     )
     demo.add_argument(
-        "--checkpoint-dir", default=None, type=fsspec_location, help="fsspec URL (default: a temporary directory)"
+        "--checkpoint-dir", default=None, type=fsspec_directory, help="fsspec URL (default: a temporary directory)"
     )
     demo.add_argument("--records", type=int_between(1, MAX_DEMO_RECORDS), default=100_000)
     demo.add_argument("--parallelism", type=int_between(1, MAX_PARALLELISM), default=4)

@@ -96,6 +96,8 @@ def test_bad_file_is_one_line_naming_file_and_problem(tmp_path: Path, content: b
         (["--parallelism", "200"], "argument --parallelism: 200 exceeds --max-parallelism 128"),
         (["--max-parallelism", "40000"], "argument --max-parallelism: must lie in 1..32768, got 40000"),
         (["--checkpoint-dir", "nosuchproto://x"], "nosuchproto"),
+        (["--checkpoint-dir", "/dev/null/x"], "argument --checkpoint-dir: /dev/null is not a directory, so"),
+        (["--checkpoint-dir", "file:///dev/null"], "argument --checkpoint-dir: /dev/null is not a directory"),
     ],
 )
 def test_bad_demo_values_are_one_line(tmp_path: Path, args: list[str], problem: str) -> None:
