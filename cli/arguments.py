@@ -70,7 +70,7 @@ def _creatable_problem(text: str, what: str) -> str | None:
         return f"{text} is a directory; name the file in it"
     if what == "directory" and path.exists() and not path.is_dir():
         return f"{text} is not a directory"
-    ancestor = path if path.exists() else path.parent
+    ancestor = path if what == "directory" and path.exists() else path.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():

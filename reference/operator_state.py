@@ -206,26 +206,23 @@ class DefaultOperatorStateBackend:
         """Synchronous part copies the element lists (operator state is small); restored but unregistered
         states are carried over unchanged (OS-6)."""
         self._check_open()
-        captured = {
-            n: (s.mode, s.serializer.snapshot_configuration(), list(s.elements)) for n, s in self._states.items()
-        }
-        captured.update({n: (m, snap, list(e)) for n, (m, snap, e) in self._restored.items()})
+        captured = self.captured_states()
 
         def write(cancelled: Callable[[], bool]) -> OperatorStateHandle | None:
-            if not captured:
-                return None
-            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-                partitions = write_operator_states(out, captured)
-                if cancelled():
-                    out.discard()
-                    return None
-                delegate = out.close_and_get_handle()
-            assert delegate is not None
-            return OperatorStateHandle(partitions, delegate)
+            return write_operator_snapshot(stream_factory, captured, cancelled) if captured else None
 
         task: AsyncSnapshotTask[OperatorStateHandle] = AsyncSnapshotTask(write, self._pending.discard)
         self._pending.add(task)
         return task
+
+    def captured_states(self) -> dict[str, tuple[OperatorStateMode, Any, list[bytes]]]:
+        """Each registered or restored state's mode, serializer snapshot and a copy of its elements, as a snapshot
+        holds them (OS-10)."""
+        captured = {
+            n: (s.mode, s.serializer.snapshot_configuration(), list(s.elements)) for n, s in self._states.items()
+        }
+        captured.update({n: (m, snap, list(e)) for n, (m, snap, e) in self._restored.items()})
+        return captured
 
     def close(self) -> None:
         self._closed = True
@@ -258,3 +255,20 @@ def _resolve(
         reader = restore_serializer(old)
         return new, [new.serialize(reader.deserialize(e)) for e in elements]
     return new, elements
+
+
+def write_operator_snapshot(
+    stream_factory: CheckpointStreamFactory,
+    captured: dict[str, tuple[OperatorStateMode, Any, list[bytes]]],
+    cancelled: Callable[[], bool],
+) -> OperatorStateHandle | None:
+    """The asynchronous part of an operator state snapshot: `captured` as one exclusive stream (IF-6, OS-4); None,
+    the stream discarded, when the snapshot was cancelled meanwhile."""
+    with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        partitions = write_operator_states(out, captured)
+        if cancelled():
+            out.discard()
+            return None
+        delegate = out.close_and_get_handle()
+    assert delegate is not None
+    return OperatorStateHandle(partitions, delegate)

@@ -28,9 +28,9 @@ import msgpack
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
-from statecert.reference.format.operator_stream import write_operator_states
+from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.heap.backend import HashMapStateBackend
-from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
+from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.heap.ttl import TtlPolicy
 from statecert.reference.keyed_backend_base import descriptor_serializers
@@ -42,7 +42,12 @@ from statecert.reference.keyed_states import (
     ValueStateImpl,
 )
 from statecert.reference.loader import load_state_backend
-from statecert.reference.operator_state import BroadcastStateImpl, DefaultOperatorStateBackend, OperatorListStateImpl
+from statecert.reference.operator_state import (
+    BroadcastStateImpl,
+    DefaultOperatorStateBackend,
+    OperatorListStateImpl,
+    write_operator_snapshot,
+)
 from statecert.reference.rescale import restricted
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
@@ -52,13 +57,12 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateHandle
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility
 from statecert.spec.state import StateKind, TtlUpdateType
-from statecert.spec.storage import CheckpointedStateScope
 from statecert.spec.timers import InternalTimer
 
 
@@ -1046,9 +1050,7 @@ class _SharesElementLists(DefaultOperatorStateBackend):
         captured.update(self._restored)
 
         def write(cancelled: Any) -> Any:
-            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-                partitions = write_operator_states(out, captured)
-                return OperatorStateHandle(partitions, out.close_and_get_handle())
+            return write_operator_snapshot(stream_factory, captured, cancelled)
 
         task = AsyncSnapshotTask(write, self._pending.discard)
         self._pending.add(task)
@@ -1345,6 +1347,44 @@ class _TracksLatestSnapshot(HeapKeyedStateBackend):
         return super().track_snapshot(task)
 
 
+# 100. The snapshot captures each state's tables copy-on-write in its synchronous part, but lists the states when
+# its asynchronous part writes: a state first registered after the call (a window operator's, on its first element)
+# joins the snapshot with what was written to it since, which the replay after a restore writes again (KB-SNAP-3).
+class _ListsStatesWhenWriting(HeapKeyedStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        self.check_open()
+        early = {n: t.capture() for n, t in self._stores.items() if len(t)}
+        key_group_range = self.key_group_range
+
+        def write(cancelled: Any) -> Any:
+            names = sorted(n for n, t in self._stores.items() if n in early or len(t))
+            if not names:
+                return None
+            captured = [early[n] if n in early else self._stores[n].capture() for n in names]
+            metas = tuple(self._stores[n].meta for n in names)
+            header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+            blocks = entry_blocks(captured, key_group_range.start)
+            return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
+
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+
+# 101. The operator backend copies its states' elements in the synchronous part, but adds the states registered by
+# the time the asynchronous part writes: a state first registered after the call is in the snapshot (OS-10).
+class _ListsOperatorStatesWhenWriting(DefaultOperatorStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        self._check_open()
+        early = self.captured_states()
+
+        def write(cancelled: Any) -> Any:
+            captured = {**self.captured_states(), **early}
+            return write_operator_snapshot(stream_factory, captured, cancelled) if captured else None
+
+        task = AsyncSnapshotTask(write, self._pending.discard)
+        self._pending.add(task)
+        return task
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1519,6 +1559,8 @@ restored_timers_duplicated = _factory(_with_timer_queue(_RestoredTimersApart))
 restored_timers_unlisted = _factory(_with_timer_queue(_RestoredTimersUnlisted))
 snapshot_cancel_ignored = _factory(_IgnoresCancel)
 close_cancels_latest_snapshot_only = _factory(_TracksLatestSnapshot)
+late_states_in_snapshot = _factory(_ListsStatesWhenWriting)
+late_operator_states_in_snapshot = _factory(operator=_ListsOperatorStatesWhenWriting)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1621,4 +1663,6 @@ CAUGHT_BY = {
     "restored_timers_unlisted": "TM-6",
     "snapshot_cancel_ignored": "KB-SNAP-6",
     "close_cancels_latest_snapshot_only": "KB-SNAP-6",
+    "late_states_in_snapshot": "KB-SNAP-3",
+    "late_operator_states_in_snapshot": "OS-10",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import os
@@ -223,3 +224,23 @@ def test_a_path_inspect_cannot_open_is_one_line(tmp_path: Path, path: str, probl
     )
     line = _one_line_error(result)
     assert problem in line, line
+
+
+def test_output_checks_accept_what_can_be_written_and_name_what_cannot(tmp_path: Path) -> None:
+    """The checks run before a command's work (ERR-2): an existing report is overwritten, missing directories are
+    made later; a file under a regular file, a directory named as the file, and a directory that is a file are not."""
+    from statecert.cli.arguments import output_file_problem, work_directory
+
+    (tmp_path / "report.json").write_text("{}")
+    (tmp_path / "file").write_text("")
+    assert output_file_problem(str(tmp_path / "report.json")) is None
+    assert output_file_problem(str(tmp_path / "new" / "deeper" / "report.json")) is None
+    assert work_directory(str(tmp_path)) == str(tmp_path)
+    assert work_directory(str(tmp_path / "new" / "dir")) == str(tmp_path / "new" / "dir")
+    assert output_file_problem(str(tmp_path)) == f"{tmp_path} is a directory; name the file in it"
+    assert output_file_problem(str(tmp_path / "file" / "r.json")) == (
+        f"{tmp_path / 'file'} is not a directory, so {tmp_path / 'file' / 'r.json'} cannot be created"
+    )
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a directory"):
+        work_directory(str(tmp_path / "file"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "report.json"], "a check created something"

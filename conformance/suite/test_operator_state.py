@@ -96,6 +96,47 @@ def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storag
     assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"
 
 
+@pytest.mark.requirement("OS-10")
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize("at_the_call", ["a state with elements", "no state"])
+def test_states_registered_after_the_snapshot_call_are_not_in_it(
+    state_backend: Any, storage: Any, at_the_call: str
+) -> None:
+    """Split, union and broadcast state first registered after `snapshot` returned, and written before or while the
+    asynchronous part runs, are not in the snapshot: Flink's `DefaultOperatorStateBackend` copies the registered
+    states in the synchronous part. A backend that lists its states when the asynchronous part runs restores them,
+    and their registration's elements (a source's first offsets, say) come back next to the replayed ones."""
+    late_split = ListStateDescriptor("late-offsets", element_serializer=LongSerializer())
+    late_union = ListStateDescriptor("late-names", element_serializer=StringSerializer())
+    late_rules = MapStateDescriptor("late-rules", user_key_serializer=MSGPACK, user_value_serializer=StringSerializer())
+    with operator_backend(state_backend) as backend:
+        if at_the_call == "a state with elements":
+            backend.get_list_state(SPLIT).add_all([1, 2, 3])
+        task = backend.snapshot(1, 0, location_for(storage))
+        backend.get_list_state(late_split).add_all([7, 8])  # before the asynchronous part starts
+
+        def write_more() -> None:  # and while it runs
+            backend.get_union_list_state(late_union).add("late")
+            backend.get_broadcast_state(late_rules).put("r", "late")
+
+        handle = run_while(task, write_more)
+    with operator_backend(state_backend, (handle,) if handle is not None else ()) as restored:
+        names = set(restored.registered_state_names)
+        late = sorted(names & {"late-offsets", "late-names", "late-rules"})
+        assert not late, f"OS-10: states first registered after snapshot() returned were restored: {late}"
+        got = {
+            "late-offsets": list(restored.get_list_state(late_split).get()),
+            "late-names": list(restored.get_union_list_state(late_union).get()),
+            "late-rules": sorted(restored.get_broadcast_state(late_rules).items(), key=repr),
+        }
+        assert got == {"late-offsets": [], "late-names": [], "late-rules": []}, (
+            f"OS-10: states first registered after snapshot() returned ({at_the_call} at the call), restored: {got}"
+        )
+        if at_the_call == "a state with elements":
+            kept = list(restored.get_list_state(SPLIT).get())
+            assert kept == [1, 2, 3], f"OS-10: {SPLIT.name!r} restored as {kept}, expected [1, 2, 3]"
+
+
 @pytest.mark.requirement("OS-5")
 @pytest.mark.capability("operator_state")
 def test_none_elements_are_rejected(state_backend: Any) -> None:

@@ -15,6 +15,26 @@ from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointO
 from statecert.spec.storage import CheckpointStreamFactory
 
 
+def entry_blocks(captured: list[list[dict[Any, Any]]], start: int) -> Callable[[int], list[Entry]]:
+    """The canonical entries of one key group from the captured key-group dicts of each snapshotted state (in the
+    header's order), for `write_canonical_snapshot`; `start` is the first key group of the captured range."""
+
+    def blocks(key_group: int) -> list[Entry]:
+        # to_payload inlined (the hot loop of a snapshot); a captured list cell is never written again (a later
+        # write copies it), so its list goes to the packer as it is
+        entries: list[Entry] = []
+        append = entries.append
+        for index, maps in enumerate(captured):
+            for (key, ns), stored in maps[key_group - start].items():
+                if type(stored) is Cell:
+                    data = stored.data
+                    stored = [[k, v] for k, v in data.items()] if type(data) is dict else data
+                append([index, key, ns, stored])
+        return entries
+
+    return blocks
+
+
 class HeapKeyedStateBackend(KeyedStateBackendBase):
     """Keyed state of one subtask on the heap; see `state_table` for snapshot isolation."""
 
@@ -44,22 +64,11 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         key_group_range = self.key_group_range
         start = key_group_range.start
 
-        def blocks(key_group: int) -> list[Entry]:
-            # to_payload inlined (the hot loop of a snapshot); a captured list cell is never written again (a later
-            # write copies it), so its list goes to the packer as it is
-            entries: list[Entry] = []
-            append = entries.append
-            for index, maps in enumerate(captured):
-                for (key, ns), stored in maps[key_group - start].items():
-                    if type(stored) is Cell:
-                        data = stored.data
-                        stored = [[k, v] for k, v in data.items()] if type(data) is dict else data
-                    append([index, key, ns, stored])
-            return entries
-
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not captured:
                 return None  # an empty backend snapshots to nothing (KB-SNAP-7)
-            return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
+            return write_canonical_snapshot(
+                stream_factory, header, key_group_range, entry_blocks(captured, start), cancelled
+            )
 
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
