@@ -50,17 +50,20 @@ class OperatorListStateImpl:
     def add(self, value: Any) -> None:
         self.add_all([value])
 
-    def add_all(self, values: Iterable[Any]) -> None:
+    def _encode_all(self, values: Iterable[Any]) -> list[bytes]:
+        """The elements serialized, every one checked before any is stored (OS-5)."""
         self._backend._check_open()
         values = list(values)
         if any(v is None for v in values):
             raise InvalidStateValueError("operator list state does not accept None elements (OS-5)")
-        self._state.elements.extend(self._state.serializer.serialize(v) for v in values)
+        return [self._state.serializer.serialize(v) for v in values]
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        self._state.elements.extend(self._encode_all(values))
 
     def update(self, values: Iterable[Any]) -> None:
-        self._backend._check_open()
-        self._state.elements.clear()
-        self.add_all(values)
+        """Replaces the elements once the new ones are checked: a refused update leaves the list (OS-5)."""
+        self._state.elements[:] = self._encode_all(values)
 
     def clear(self) -> None:
         self._backend._check_open()

@@ -773,12 +773,17 @@ class _UpdateAppends(OperatorListStateImpl):
         self.add_all(values)
 
 
-class _UpdateAppendsBackend(DefaultOperatorStateBackend):
-    def get_list_state(self, descriptor: Any) -> Any:
-        return _UpdateAppends(self, super().get_list_state(descriptor)._state)
+def _with_operator_list(list_class: type[OperatorListStateImpl]) -> type[DefaultOperatorStateBackend]:
+    """The reference operator backend whose split and union list states behave as `list_class`."""
 
-    def get_union_list_state(self, descriptor: Any) -> Any:
-        return _UpdateAppends(self, super().get_union_list_state(descriptor)._state)
+    class Operator(DefaultOperatorStateBackend):
+        def get_list_state(self, descriptor: Any) -> Any:
+            return list_class(self, super().get_list_state(descriptor)._state)
+
+        def get_union_list_state(self, descriptor: Any) -> Any:
+            return list_class(self, super().get_union_list_state(descriptor)._state)
+
+    return Operator
 
 
 # 54. Restored operator elements are not checked: a damaged one fails only when read, as the decoder's ValueError
@@ -1385,6 +1390,15 @@ class _ListsOperatorStatesWhenWriting(DefaultOperatorStateBackend):
         return task
 
 
+# 102. An operator list's `update` clears the list and then adds the new elements (as Flink's
+# `PartitionableListState` does), which are checked only then: an update refused for a None element has lost the
+# list (OS-5). The reference did this; the suite checked the refusal on an empty list only.
+class _UpdateClearsFirst(OperatorListStateImpl):
+    def update(self, values: Any) -> None:
+        self._state.elements.clear()
+        self.add_all(values)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1501,7 +1515,7 @@ timers_forget_restored = _factory(_with_timer_queue(_ForgetsRestoredQueue))
 timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
 timers_past_wait_for_later_time = _factory(_with_timer_service(_FiresOnlyWhenTimeMoves))
 broadcast_keys_by_equality = _factory(operator=_BroadcastByEqualityBackend)
-operator_update_appends = _factory(operator=_UpdateAppendsBackend)
+operator_update_appends = _factory(operator=_with_operator_list(_UpdateAppends))
 operator_restore_skips_element_check = _factory(operator=_SkipsElementCheckBackend)
 value_serializer_not_reconfigured = _factory(_ValueSerializerNotReconfigured)
 operator_serializer_not_reconfigured = _factory(operator=_OperatorSerializerNotReconfigured)
@@ -1561,6 +1575,7 @@ snapshot_cancel_ignored = _factory(_IgnoresCancel)
 close_cancels_latest_snapshot_only = _factory(_TracksLatestSnapshot)
 late_states_in_snapshot = _factory(_ListsStatesWhenWriting)
 late_operator_states_in_snapshot = _factory(operator=_ListsOperatorStatesWhenWriting)
+operator_update_clears_first = _factory(operator=_with_operator_list(_UpdateClearsFirst))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1665,4 +1680,5 @@ CAUGHT_BY = {
     "close_cancels_latest_snapshot_only": "KB-SNAP-6",
     "late_states_in_snapshot": "KB-SNAP-3",
     "late_operator_states_in_snapshot": "OS-10",
+    "operator_update_clears_first": "OS-5",
 }

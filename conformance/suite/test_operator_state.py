@@ -139,14 +139,26 @@ def test_states_registered_after_the_snapshot_call_are_not_in_it(
 
 @pytest.mark.requirement("OS-5")
 @pytest.mark.capability("operator_state")
-def test_none_elements_are_rejected(state_backend: Any) -> None:
+@pytest.mark.parametrize("mode", ["split", "union"])
+def test_none_elements_are_rejected_and_the_list_stays_as_it_was(state_backend: Any, mode: str) -> None:
+    """A write with a None element, first or after others, in a list or a one-shot generator, is refused and
+    leaves the elements as they were: an `update` that clears before it checks loses the list to a rejected call."""
     with operator_backend(state_backend) as backend:
-        state = backend.get_list_state(SPLIT)
-        with pytest.raises(InvalidStateValueError):
-            state.add(None)
-        with pytest.raises(InvalidStateValueError):
-            state.update([1, None])
-        assert state.get() == []
+        state = backend.get_list_state(SPLIT) if mode == "split" else backend.get_union_list_state(SPLIT)
+        state.add_all([5, 6])
+        calls: list[tuple[str, Callable[[], Any]]] = [
+            ("add(None)", lambda: state.add(None)),
+            ("update([1, None])", lambda: state.update([1, None])),
+            ("update([None])", lambda: state.update([None])),
+            ("add_all([2, None])", lambda: state.add_all([2, None])),
+            ("update(generator of 1, None)", lambda: state.update(v for v in (1, None))),
+            ("add_all(generator of 2, None)", lambda: state.add_all(v for v in (2, None))),
+        ]
+        for call, write in calls:
+            with pytest.raises(InvalidStateValueError):
+                write()
+            got = state.get()
+            assert got == [5, 6], f"OS-5: {mode} list state [5, 6], {call} was refused and left {got}"
 
 
 @pytest.mark.requirement("OS-6")
