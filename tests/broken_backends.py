@@ -57,7 +57,7 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateMode
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -1399,6 +1399,34 @@ class _UpdateClearsFirst(OperatorListStateImpl):
         self.add_all(values)
 
 
+# 103. Broadcast states kept in a registry of their own, as Flink's `DefaultOperatorStateBackend` keeps them: a list
+# state and a broadcast state of one name sit side by side, and the snapshot, whose stream names each state once
+# (IF-6), keeps only the list state (OS-6).
+class _SeparateBroadcastRegistry(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        super().__init__(params)
+        self._broadcasts = DefaultOperatorStateBackend(OperatorBackendParameters(params.job_id, params.operator_id))
+
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        self._check_open()
+        if descriptor.name in self._restored or descriptor.name in self._broadcasts.registered_state_names:
+            return (super() if descriptor.name in self._restored else self._broadcasts).get_broadcast_state(descriptor)
+        if descriptor.name in self._states and self._states[descriptor.name].mode is OperatorStateMode.BROADCAST:
+            return super().get_broadcast_state(descriptor)
+        return self._broadcasts.get_broadcast_state(descriptor)
+
+    @property
+    def registered_state_names(self) -> set[str]:
+        return super().registered_state_names | self._broadcasts.registered_state_names
+
+    def captured_states(self) -> dict[str, Any]:
+        return {**self._broadcasts.captured_states(), **super().captured_states()}
+
+    def close(self) -> None:
+        self._broadcasts.close()
+        super().close()
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1576,6 +1604,7 @@ close_cancels_latest_snapshot_only = _factory(_TracksLatestSnapshot)
 late_states_in_snapshot = _factory(_ListsStatesWhenWriting)
 late_operator_states_in_snapshot = _factory(operator=_ListsOperatorStatesWhenWriting)
 operator_update_clears_first = _factory(operator=_with_operator_list(_UpdateClearsFirst))
+broadcast_registry_apart = _factory(operator=_SeparateBroadcastRegistry)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1681,4 +1710,5 @@ CAUGHT_BY = {
     "late_states_in_snapshot": "KB-SNAP-3",
     "late_operator_states_in_snapshot": "OS-10",
     "operator_update_clears_first": "OS-5",
+    "broadcast_registry_apart": "OS-6",
 }

@@ -3,6 +3,7 @@ operations against a model, live and after a restore; the stream; None elements;
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -174,27 +175,63 @@ def test_unregistered_restored_state_is_carried_over(state_backend: Any, storage
         assert final.get_list_state(SPLIT).get() == [4, 5]
 
 
+_MODE_STATES: dict[str, tuple[str, Any]] = {
+    "split": ("get_list_state", ListStateDescriptor("x", element_serializer=LongSerializer())),
+    "union": ("get_union_list_state", ListStateDescriptor("x", element_serializer=LongSerializer())),
+    "broadcast": (
+        "get_broadcast_state",
+        MapStateDescriptor("x", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer()),
+    ),
+}
+
+
+def _in_mode(backend: Any, mode: str) -> Any:
+    method, descriptor = _MODE_STATES[mode]
+    return getattr(backend, method)(descriptor)
+
+
+def _read_in_mode(backend: Any, mode: str) -> Any:
+    state = _in_mode(backend, mode)
+    return sorted(state.items()) if mode == "broadcast" else list(state.get())
+
+
 @pytest.mark.requirement("OS-6")
 @pytest.mark.capability("operator_state")
 @pytest.mark.parametrize("restored", [False, True], ids=["registered", "restored"])
-def test_mode_change_fails(state_backend: Any, storage: Any, restored: bool) -> None:
-    """Split list state asked for again as union list state, in the backend that registered it or one restored
-    from its snapshot: refused (Flink: "Incompatible state assignment modes"), and the elements stay."""
-
-    def refused_and_kept(backend: Any) -> None:
+@pytest.mark.parametrize(
+    ("first", "then"), [(a, b) for a in _MODE_STATES for b in _MODE_STATES if a != b], ids=lambda mode: mode
+)
+def test_a_state_asked_for_in_another_mode_is_refused_and_kept(
+    state_backend: Any, storage: Any, restored: bool, first: str, then: str
+) -> None:
+    """A state asked for again in another mode (split, union, broadcast), in the backend that registered it or one
+    restored from its snapshot: refused (Flink: "Incompatible state assignment modes"), and its elements stay. A
+    backend keeping broadcast states apart from list states (Flink has two registries; IF-6's stream names each
+    state once) holds two states of one name, and its snapshot keeps one of them."""
+    expected = [("k", 1)] if first == "broadcast" else [1]
+    with contextlib.ExitStack() as stack:
+        backend = stack.enter_context(operator_backend(state_backend))
+        state = _in_mode(backend, first)
+        if first == "broadcast":
+            state.put("k", 1)
+        else:
+            state.add(1)
+        if restored:
+            handle = backend.snapshot(1, 0, location_for(storage)).run()
+            backend = stack.enter_context(operator_backend(state_backend, (handle,)))
         with pytest.raises((StateMigrationError, IllegalStateError)):
-            backend.get_union_list_state(SPLIT)
-        got = backend.get_list_state(SPLIT).get()
-        assert got == [1], f"OS-6: after asking for split list state as union state, it reads {got!r}, not [1]"
-
-    with operator_backend(state_backend) as backend:
-        backend.get_list_state(SPLIT).add(1)
-        if not restored:
-            refused_and_kept(backend)
-            return
-        handle = backend.snapshot(1, 0, location_for(storage)).run()
-    with operator_backend(state_backend, (handle,)) as restored_backend:
-        refused_and_kept(restored_backend)
+            _in_mode(backend, then)
+        got = _read_in_mode(backend, first)
+        assert got == expected, (
+            f"OS-6: {first} state x asked for as {then} state ({'restored' if restored else 'registered'}): "
+            f"refused, but then reads {got!r}, not {expected!r}"
+        )
+        again = backend.snapshot(2, 0, location_for(storage, 2)).run()
+    with operator_backend(state_backend, (again,)) as after:
+        got = _read_in_mode(after, first)
+        assert got == expected, (
+            f"OS-6: {first} state x, refused as {then} state, restored from the next snapshot: {got!r}"
+        )
 
 
 @pytest.mark.requirement("OS-9", "KB-SNAP-6")
