@@ -26,6 +26,7 @@ from statecert.conformance import capabilities as caps
 from statecert.conformance.expected_failures import load_expected_failures, test_id
 from statecert.conformance.report import Report, TestResult, root_cause
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
+from statecert.conformance.suite_inventory import SUITE_DIR, SUITE_PACKAGE, UncollectedTest, uncollected_tests
 from statecert.spec import SPEC_VERSION
 from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
@@ -89,6 +90,9 @@ class CertificationSession:
         outcome, or the run is incomplete."""
         self.excluded: dict[str, tuple[str, str]] = {}
         """Requirement -> (outcome, reason) for a requirement whose suite tests the run's options left out."""
+        self.uncollected: list[str] = []
+        """Suite tests the run did not collect (it named only some of the suite's files or tests), though its
+        options select them: they are in `selected`, and never run."""
         self.stale: list[str] = []
         self.hypothesis_home = ""
         self.started = time.time()
@@ -264,9 +268,6 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     ]
 
 
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
-
-
 def _in_suite(item: pytest.Item) -> bool:
     """Whether a collected test belongs to the conformance suite (by file, whatever name it was imported under)."""
     return Path(str(item.path)).resolve().parent == SUITE_DIR
@@ -286,7 +287,7 @@ def _requirements_of(item: pytest.Item) -> tuple[str, ...]:
     return tuple(marker.args) if marker else ()
 
 
-def _exclusion(session: CertificationSession, item: pytest.Item) -> tuple[str, str] | None:
+def _exclusion(session: CertificationSession, item: pytest.Item | UncollectedTest) -> tuple[str, str] | None:
     """Why the run's options leave a suite test out, as the (outcome, reason) its requirements then get; None if
     the test belongs to the run."""
     tier_marker = item.get_closest_marker("tier")
@@ -338,6 +339,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             session.matched_expected.add(tid)
             item.add_marker(pytest.mark.xfail(reason=f"known bug: {reason}", strict=True))
     items[:] = keep
+    collected = {(Path(str(i.path)).stem, getattr(i, "originalname", i.name)) for i in keep if _in_suite(i)}
+    for test in uncollected_tests(collected):
+        excluded = _exclusion(session, test)
+        marker = test.get_closest_marker("requirement")
+        rids = tuple(marker.args) if marker is not None else ()
+        if excluded is not None:
+            for rid in rids:
+                if session.excluded.get(rid, ("",))[0] != "skipped":
+                    session.excluded[rid] = excluded
+            continue
+        tid = test_id(test.module, test.name)
+        session.uncollected.append(tid)
+        session.selected[tid] = rids
     session.stale = sorted(set(session.expected_failures) - session.matched_expected)
 
 
@@ -400,6 +414,13 @@ def _why_not_run(session: pytest.Session) -> str:
     """What kept selected tests from running, as far as pytest tells: its selection options, or a stop."""
     option = session.config.option
     causes = []
+    cert = _session(session.config)
+    if cert is not None and cert.uncollected:
+        modules = sorted({tid.split("::")[0] for tid in cert.uncollected})
+        causes.append(
+            f"not collected: the run named only part of the suite ({len(cert.uncollected)} tests of "
+            f"{', '.join(modules)}); run all of it with `statecert certify` or `pytest --pyargs {SUITE_PACKAGE}`"
+        )
     if getattr(option, "keyword", ""):
         causes.append(f"deselected by -k {option.keyword!r}")
     if getattr(option, "markexpr", ""):

@@ -76,6 +76,49 @@ def test_reference_backends_certify(tmp_path: Path, backend: str, extra: list[st
     assert title == f"# statecert certificate: {name}", f"expected the certificate to name {name}, got {title!r}"
 
 
+@pytest.mark.parametrize(
+    "selection",
+    ["test_keys_and_loader.py", "test_keys_and_loader.py::test_current_key_group_is_flinks"],
+    ids=["one file", "one test"],
+)
+def test_a_run_of_part_of_the_suite_certifies_nothing(tmp_path: Path, selection: str) -> None:
+    """pytest with the plugin on one of the suite's files (a tox.ini naming a path, say) wrote CERTIFIED, with every
+    requirement of the files it did not name "not a backend obligation": the run lists the suite tests it did not
+    collect as not run, names them as the cause, and certifies nothing."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "conformance" / "suite" / selection),
+            "--statecert-backend",
+            "hashmap",
+            "--statecert-report",
+            str(tmp_path / "r.json"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr  # what ran passed; the report says what it proves
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdict"] == "not certified", report["verdict"]
+    incomplete = report["incomplete"]
+    assert incomplete is not None and incomplete["cause"].startswith("not collected: the run named only part"), (
+        incomplete
+    )
+    not_run = {tid.split("::")[0] for tid in incomplete["tests_not_run"]}
+    assert {"test_ttl", "test_rescale", "test_model"} <= not_run, sorted(not_run)
+    assert "test_changelog" not in not_run and "test_scenarios" not in not_run, "excluded by options, not missing"
+    assert report["requirements"]["KB-SNAP-3"]["outcome"] == "not-run", report["requirements"]["KB-SNAP-3"]
+    if "::" in selection:
+        assert any(t.startswith("test_keys_and_loader::") for t in incomplete["tests_not_run"]), incomplete
+
+
 def citing_modules(requirement: str) -> str:
     """A `-k` expression selecting the suite modules whose tests cite `requirement`: only their tests can name it
     violated, and certifying a broken backend against the rest of the contract doubled this file's time."""
