@@ -31,7 +31,7 @@ from statecert.reference.changelog.replay import read_changes
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
-from statecert.reference.heap.state_table import StateTable
+from statecert.reference.heap.state_table import Cell, StateTable
 from statecert.reference.heap.ttl import TtlPolicy
 from statecert.reference.keyed_backend_base import descriptor_serializers
 from statecert.reference.keyed_states import (
@@ -1427,6 +1427,30 @@ class _SeparateBroadcastRegistry(DefaultOperatorStateBackend):
         super().close()
 
 
+# 104. The TTL cleanup of a list read writes the unexpired elements back, also when none is left: an empty list
+# entry stays, counted and listed, and snapshots hold it, which no reader accepts (IF-4; FLINK-21413, Flink's
+# TtlListState on the heap backend).
+class _ListCleanupLeavesEmpty(ListStateImpl):
+    def get(self) -> Any:
+        key, key_group = self._entry_key()
+        stored = self.store.get_list(key_group, key)
+        if self._ttl.enabled and stored and all(self._ttl.expired(e) for e in stored):
+            self.store._write(key_group)[key] = Cell(self.store.version, [])
+            return None
+        return super().get()
+
+
+# 105. The same for map state: the cleanup of the last expired entry leaves the map entry without user keys
+# (FLINK-21413, Flink's TtlMapState on the heap backend).
+class _MapCleanupLeavesEmpty(MapStateImpl):
+    def _read(self, key_group: int, key: Any, user_key: bytes, stored: bytes) -> Any:
+        cell = self.store._read(key_group).get(key)
+        if self._ttl.expired(stored) and cell is not None and list(cell.data) == [user_key]:
+            self.store._write(key_group)[key] = Cell(self.store.version, {})
+            return self._ttl.payload(stored) if self._ttl.return_expired else None
+        return super()._read(key_group, key, user_key, stored)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1605,6 +1629,8 @@ late_states_in_snapshot = _factory(_ListsStatesWhenWriting)
 late_operator_states_in_snapshot = _factory(operator=_ListsOperatorStatesWhenWriting)
 operator_update_clears_first = _factory(operator=_with_operator_list(_UpdateClearsFirst))
 broadcast_registry_apart = _factory(operator=_SeparateBroadcastRegistry)
+ttl_list_cleanup_leaves_empty = _factory(_with_state(ListStateImpl, _ListCleanupLeavesEmpty))
+ttl_map_cleanup_leaves_empty = _factory(_with_state(MapStateImpl, _MapCleanupLeavesEmpty))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1711,4 +1737,6 @@ CAUGHT_BY = {
     "late_operator_states_in_snapshot": "OS-10",
     "operator_update_clears_first": "OS-5",
     "broadcast_registry_apart": "OS-6",
+    "ttl_list_cleanup_leaves_empty": "KS-LIST-2",
+    "ttl_map_cleanup_leaves_empty": "KS-MAP-4",
 }

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.helpers import (
     create_subtasks,
     first_canonical_entry,
@@ -24,6 +25,7 @@ from statecert.spec.errors import CheckpointFormatError, StateMigrationError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import (
+    VOID_NAMESPACE,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     ManualClock,
@@ -318,6 +320,69 @@ def test_return_expired_if_not_cleaned_up(
             f"TTL-3: the read that returned {first!r} should have cleaned the expired {kind} entry up; the next "
             f"read returned {second!r}"
         )
+
+
+@pytest.mark.requirement("TTL-3", "KS-LIST-2", "KS-MAP-4", "IF-4")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("visibility", list(TtlStateVisibility), ids=lambda v: v.value)
+@pytest.mark.parametrize("kind", ["list", "map"])
+def test_a_read_of_only_expired_elements_leaves_no_empty_entry(
+    state_backend: Any, reference_backend: Any, storage: Any, clock: ManualClock, kind: str, visibility: Any
+) -> None:
+    """Lists whose elements all expired, and maps whose every entry expired, are read: a read may clean them up
+    (it must with `RETURN_EXPIRED_IF_NOT_CLEANED_UP`, TTL-3), but never into an entry without elements, which no
+    list or map state has (KS-LIST-2, KS-MAP-4) and a canonical savepoint cannot hold (IF-4); Flink's TTL list and
+    map states left such entries on the heap (FLINK-21413). The keys cleaned up are no longer listed, and the
+    checkpoint and the canonical savepoint taken after the reads restore, here and in statecert's heap backend."""
+    ttl = TtlConfig(100, TtlUpdateType.ON_CREATE_AND_WRITE, visibility)
+    ttl_descriptor = descriptor(kind, ttl)
+    keys = [f"k{i}" for i in range(10)]
+    with ttl_backend(state_backend, clock) as backend:
+        state = backend.get_or_create_state(ttl_descriptor)
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            for j in range(1 + i % 3):
+                if kind == "list":
+                    state.add(j)
+                else:
+                    state.put(f"u{j}", j)
+        clock.advance(500)
+        for key in keys:
+            backend.set_current_key(key)
+            if kind == "list":
+                state.get()
+            else:
+                for j in range(3):
+                    state.get(f"u{j}")
+        listed = sorted(backend.get_keys(ttl_descriptor.name, VOID_NAMESPACE))
+        if visibility is TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP:
+            assert listed == [], (
+                f"TTL-3: {kind} state of 10 keys, every element expired and read (which cleans it up): "
+                f"get_keys still lists {listed}"
+            )
+        handles = {"checkpoint": backend.snapshot(1, 0, location_for(storage, 1)).run()}
+        if supports(declared(state_backend), "canonical_savepoints"):
+            options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+            handles["canonical savepoint"] = backend.snapshot(2, 0, location_for(storage, 2), options).run()
+    restores = [("checkpoint", state_backend)]
+    if "canonical savepoint" in handles:
+        restores += [("canonical savepoint", state_backend), ("canonical savepoint", reference_backend)]
+    for taken, into in restores:
+        where = f"the {taken} after the reads, restored into {'statecert' if into is reference_backend else 'it'}"
+        handle = handles[taken]
+        try:
+            with ttl_backend(into, clock, restore=[handle] if handle else []) as restored:
+                state = restored.get_or_create_state(ttl_descriptor)
+                for key in keys:
+                    restored.set_current_key(key)
+                    got = state.get() if kind == "list" else sorted(state.items())
+                    assert got in (None, []), f"TTL-3: {kind} state of {key}, expired, {where}: read {got!r}"
+        except CheckpointFormatError as exc:
+            rule = "KS-LIST-2" if kind == "list" else "KS-MAP-4"
+            raise AssertionError(
+                f"IF-4, {rule}: {kind} state read with every element expired ({visibility.value}): {where} failed: "
+                f"{exc}"
+            ) from None
 
 
 # A map iteration of one entry "u" -> 1, as a list, and what it may hold when it returns that entry.
