@@ -155,6 +155,31 @@ class RecordingStreamFactory:
         return stream
 
 
+class FailingStreamFactory:
+    """A checkpoint's stream factory whose streams fail as a storage does (a full disk, a lost connection): an
+    OSError at their first `write` (`when="write"`) or at `close_and_get_handle` (`when="close"`), after discarding
+    what they wrote. `failures` counts the errors raised."""
+
+    def __init__(self, inner: Any, when: str) -> None:
+        self._inner = inner
+        self._when = when
+        self.failures = 0
+
+    def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
+        stream = self._inner.create_checkpoint_state_output_stream(scope)
+
+        def fail(*_: Any) -> Any:
+            stream.discard()
+            self.failures += 1
+            raise OSError(f"injected storage failure at {self._when}")
+
+        if self._when == "write":
+            stream.write = fail
+        else:
+            stream.close_and_get_handle = fail
+        return stream
+
+
 def stream_handles(handle: Any) -> list[Any]:
     """The stream handles (files or inline bytes) a nested keyed state handle references."""
     if isinstance(handle, FileStateHandle | ByteStreamStateHandle):

@@ -1451,6 +1451,33 @@ class _MapCleanupLeavesEmpty(MapStateImpl):
         return super()._read(key_group, key, user_key, stored)
 
 
+# 106. The asynchronous part catches a storage error and reports that there was nothing to snapshot (None): the
+# checkpoint completes without the keyed state, which the next recovery loses (KB-SNAP-1). Only the changelog
+# chapter's materialization-failure test saw it, and only with --changelog.
+def _forgiving(write: Any) -> Any:
+    def forgiving(cancelled: Any) -> Any:
+        try:
+            return write(cancelled)
+        except OSError:
+            return None
+
+    return forgiving
+
+
+class _SwallowsStorageErrors(HeapKeyedStateBackend):
+    def track_snapshot(self, task: Any) -> Any:
+        task._write = _forgiving(task._write)
+        return super().track_snapshot(task)
+
+
+# 107. The same in the operator backend: the operator state is missing from the completed checkpoint (OS-4).
+class _OperatorSwallowsStorageErrors(DefaultOperatorStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        task = super().snapshot(checkpoint_id, timestamp_ms, stream_factory)
+        task._write = _forgiving(task._write)
+        return task
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1631,6 +1658,8 @@ operator_update_clears_first = _factory(operator=_with_operator_list(_UpdateClea
 broadcast_registry_apart = _factory(operator=_SeparateBroadcastRegistry)
 ttl_list_cleanup_leaves_empty = _factory(_with_state(ListStateImpl, _ListCleanupLeavesEmpty))
 ttl_map_cleanup_leaves_empty = _factory(_with_state(MapStateImpl, _MapCleanupLeavesEmpty))
+snapshot_swallows_storage_errors = _factory(_SwallowsStorageErrors)
+operator_snapshot_swallows_storage_errors = _factory(operator=_OperatorSwallowsStorageErrors)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1739,4 +1768,6 @@ CAUGHT_BY = {
     "broadcast_registry_apart": "OS-6",
     "ttl_list_cleanup_leaves_empty": "KS-LIST-2",
     "ttl_map_cleanup_leaves_empty": "KS-MAP-4",
+    "snapshot_swallows_storage_errors": "KB-SNAP-1",
+    "operator_snapshot_swallows_storage_errors": "OS-4",
 }

@@ -10,6 +10,7 @@ import pytest
 
 from statecert.conformance.helpers import (
     REJECTED,
+    FailingStreamFactory,
     key_group_of,
     keyed_backend,
     location_for,
@@ -187,6 +188,38 @@ def test_a_state_registered_after_the_synchronous_part_is_not_in_the_snapshot(
         if expected:
             got = contents(restored)
             assert got == expected, f"KB-SNAP-3: restored: {diff(expected, got)}"
+
+
+@pytest.mark.requirement("KB-SNAP-1")
+@pytest.mark.parametrize("when", ["write", "close"])
+def test_a_snapshot_the_storage_fails_to_write_fails_and_the_next_is_whole(
+    state_backend: Any, storage: Any, when: str
+) -> None:
+    """Every stream of a snapshot fails (an OSError at its first write, or when it is closed): `run()` raises, and
+    never returns a handle or None for state it could not write, which would complete a checkpoint without it (a
+    backend that catches the error and reports nothing to snapshot loses the state at the next recovery). The
+    backend goes on, and its next snapshot restores whole."""
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(30))
+        failing = FailingStreamFactory(location_for(storage, 1), when)
+        task = backend.snapshot(1, 0, failing)
+        try:
+            returned = task.run()
+        except Exception:  # the storage's OSError, or the backend's own error for it
+            pass
+        else:
+            pytest.fail(
+                f"KB-SNAP-1: every stream of the snapshot failed at {when} ({failing.failures} failures), but run() "
+                f"returned {returned!r} instead of raising"
+            )
+        assert task.done, "KB-SNAP-2: done is False after run() raised"
+        backend.notify_checkpoint_aborted(1)
+        fill(backend, range(20, 40), tag="after-")
+        expected = contents(backend)
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
+    with restore(state_backend, handle) as restored:
+        got = contents(restored)
+        assert got == expected, f"KB-SNAP-1: the snapshot after a failed one, restored: {diff(expected, got)}"
 
 
 @pytest.mark.requirement("KB-SNAP-5", "KB-SNAP-3")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import RecordingStreamFactory, location_for, run_while
+from statecert.conformance.helpers import FailingStreamFactory, RecordingStreamFactory, location_for, run_while
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -136,6 +136,34 @@ def test_states_registered_after_the_snapshot_call_are_not_in_it(
         if at_the_call == "a state with elements":
             kept = list(restored.get_list_state(SPLIT).get())
             assert kept == [1, 2, 3], f"OS-10: {SPLIT.name!r} restored as {kept}, expected [1, 2, 3]"
+
+
+@pytest.mark.requirement("OS-4")
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize("when", ["write", "close"])
+def test_an_operator_snapshot_the_storage_fails_to_write_fails(state_backend: Any, storage: Any, when: str) -> None:
+    """The snapshot's stream fails (at its first write, or when closed): `run()` raises rather than return a handle
+    or None for state it could not write, and the next snapshot restores whole (KB-SNAP-1 for operator state)."""
+    with operator_backend(state_backend) as backend:
+        backend.get_list_state(SPLIT).add_all([1, 2, 3])
+        backend.get_broadcast_state(RULES).put("r1", "x")
+        failing = FailingStreamFactory(location_for(storage, 1), when)
+        task = backend.snapshot(1, 0, failing)
+        try:
+            returned = task.run()
+        except Exception:  # the storage's OSError, or the backend's own error for it
+            pass
+        else:
+            pytest.fail(
+                f"OS-4: the snapshot's stream failed at {when} ({failing.failures} failures), but run() returned "
+                f"{returned!r} instead of raising"
+            )
+        backend.get_list_state(SPLIT).add(4)
+        expected = _operator_contents(backend)
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+    with operator_backend(state_backend, (handle,)) as restored:
+        got = _operator_contents(restored)
+    assert got == expected, f"OS-4: the snapshot after a failed one restored {got}, expected {expected}"
 
 
 @pytest.mark.requirement("OS-5")
