@@ -25,6 +25,7 @@ from typing import Any
 import fsspec
 import msgpack
 
+from statecert.conformance.helpers import stream_handles
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
@@ -1478,6 +1479,22 @@ class _OperatorSwallowsStorageErrors(DefaultOperatorStateBackend):
         return task
 
 
+# 108. Restore leaves out a handle one of whose files is gone, as if that subtask had had no state: a checkpoint
+# whose file was deleted (by hand, or by a cleanup racing the restore) restores the other key groups only, a smaller
+# state instead of an error (FMT-12).
+class _SkipsHandlesWithMissingFiles(HeapKeyedStateBackend):
+    def restore_handles(self, handles: Any) -> None:
+        def present(handle: Any) -> bool:
+            for stream in stream_handles(handle):
+                if isinstance(stream, FileStateHandle):
+                    fs, path = fsspec.core.url_to_fs(stream.path)
+                    if not fs.exists(path):
+                        return False
+            return True
+
+        super().restore_handles([handle for handle in handles if present(handle)])
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1660,6 +1677,7 @@ ttl_list_cleanup_leaves_empty = _factory(_with_state(ListStateImpl, _ListCleanup
 ttl_map_cleanup_leaves_empty = _factory(_with_state(MapStateImpl, _MapCleanupLeavesEmpty))
 snapshot_swallows_storage_errors = _factory(_SwallowsStorageErrors)
 operator_snapshot_swallows_storage_errors = _factory(operator=_OperatorSwallowsStorageErrors)
+restore_skips_missing_files = _factory(_SkipsHandlesWithMissingFiles)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1770,4 +1788,5 @@ CAUGHT_BY = {
     "ttl_map_cleanup_leaves_empty": "KS-MAP-4",
     "snapshot_swallows_storage_errors": "KB-SNAP-1",
     "operator_snapshot_swallows_storage_errors": "OS-4",
+    "restore_skips_missing_files": "FMT-12",
 }

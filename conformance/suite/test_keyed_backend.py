@@ -16,15 +16,19 @@ from statecert.conformance.helpers import (
     location_for,
     run_while,
     snapshot_now,
+    stream_handles,
 )
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import (
     BackendClosedError,
+    CheckpointFormatError,
     IllegalStateError,
     SnapshotCancelledError,
     StateMigrationError,
     UnsupportedSnapshotError,
 )
+from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
     VOID_NAMESPACE,
@@ -346,6 +350,33 @@ def test_empty_backend_snapshots_to_nothing_and_restores(state_backend: Any, sto
             restored.set_current_key("k")
             got = restored.get_or_create_state(VALUE).value()
             assert got is None, f"KB-SNAP-7: restored from {restored_from or 'no handles'}: k reads {got!r}"
+
+
+@pytest.mark.requirement("FMT-12", "KB-RESTORE-1")
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_a_snapshot_missing_a_state_file_fails_to_restore(state_backend: Any, tmp_path: Any, parallelism: int) -> None:
+    """One state file of a snapshot is gone (deleted by hand, or by a cleanup that raced the restore): restoring it,
+    alone or with another subtask's handle into one backend, fails with CheckpointFormatError; a backend that skips
+    what it cannot find restores the other key groups only, a smaller state instead of an error."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    handles = []
+    for index in range(parallelism):
+        with keyed_backend(state_backend, parallelism=parallelism, index=index) as backend:
+            state = backend.get_or_create_state(VALUE)
+            for i in range(200):
+                key = f"k{i}"
+                if key_group_of(key, 128) in backend.key_group_range:
+                    backend.set_current_key(key)
+                    state.update(i)
+            handles.append(snapshot_now(backend, location_for(storage, 1), 1))
+    files = sorted(s.path for s in stream_handles(handles[0]) if isinstance(s, FileStateHandle))
+    assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handles[0]}"
+    fs, path = fsspec.core.url_to_fs(files[0])
+    fs.rm(path)
+    restored_entries = None
+    with pytest.raises(CheckpointFormatError), keyed_backend(state_backend, restore=handles) as restored:
+        restored_entries = restored.num_state_entries()
+    assert restored_entries is None, f"FMT-12: restored {restored_entries} entries from a snapshot missing {path}"
 
 
 @pytest.mark.requirement("KB-RESTORE-1")
