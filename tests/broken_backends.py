@@ -58,7 +58,7 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateMode
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateHandle, OperatorStateMode
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -1495,6 +1495,19 @@ class _SkipsHandlesWithMissingFiles(HeapKeyedStateBackend):
         super().restore_handles([handle for handle in handles if present(handle)])
 
 
+# 109. The same in the operator backend: a subtask's stream whose file is gone is left out of the restore (FMT-12).
+class _OperatorSkipsMissingStreams(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        def present(handle: OperatorStateHandle) -> bool:
+            if not isinstance(handle.delegate, FileStateHandle):
+                return True
+            fs, path = fsspec.core.url_to_fs(handle.delegate.path)
+            return bool(fs.exists(path))
+
+        kept = tuple(handle for handle in params.restore_state if present(handle))
+        super().__init__(dataclasses.replace(params, restore_state=kept))
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1678,6 +1691,7 @@ ttl_map_cleanup_leaves_empty = _factory(_with_state(MapStateImpl, _MapCleanupLea
 snapshot_swallows_storage_errors = _factory(_SwallowsStorageErrors)
 operator_snapshot_swallows_storage_errors = _factory(operator=_OperatorSwallowsStorageErrors)
 restore_skips_missing_files = _factory(_SkipsHandlesWithMissingFiles)
+operator_restore_skips_missing_streams = _factory(operator=_OperatorSkipsMissingStreams)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1789,4 +1803,5 @@ CAUGHT_BY = {
     "snapshot_swallows_storage_errors": "KB-SNAP-1",
     "operator_snapshot_swallows_storage_errors": "OS-4",
     "restore_skips_missing_files": "FMT-12",
+    "operator_restore_skips_missing_streams": "FMT-12",
 }

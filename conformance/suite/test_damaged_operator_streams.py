@@ -217,3 +217,29 @@ def test_a_damaged_operator_stream_is_refused_naming_the_stream(state_backend: A
     except Exception as exc:
         raise AssertionError(f"OS-8: {name}: expected CheckpointFormatError, got {exc!r}") from exc
     raise AssertionError(f"OS-8: {name}: restored {got} without CheckpointFormatError")
+
+
+@pytest.mark.requirement("OS-8", "FMT-12")
+@pytest.mark.capability("operator_state")
+def test_an_operator_stream_whose_file_is_gone_is_refused(state_backend: Any, tmp_path: Path) -> None:
+    """Two subtasks' streams restored into one backend (a rescale to parallelism 1), the file of the second gone:
+    CheckpointFormatError naming it, not the first subtask's elements alone (a backend that leaves out what it
+    cannot find restores a smaller state instead of an error)."""
+    handles = []
+    for name in ("first-operator-stream", "second-operator-stream"):
+        data, partitions = _intact().encode()
+        path = tmp_path / name
+        path.write_bytes(data)
+        handles.append(OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data))))
+    (tmp_path / "second-operator-stream").unlink()
+    params = OperatorBackendParameters("job", "op", tuple(handles))
+    got: Any = None
+    try:
+        with state_backend.create_operator_state_backend(params) as restored:
+            got = list(restored.get_list_state(OFFSETS).get()), list(restored.get_union_list_state(NAMES).get())
+    except CheckpointFormatError as exc:
+        assert "second-operator-stream" in str(exc), f"OS-8: the error does not name the missing file: {exc}"
+        return
+    except Exception as exc:
+        raise AssertionError(f"FMT-12: a missing operator stream: expected CheckpointFormatError, got {exc!r}") from exc
+    raise AssertionError(f"FMT-12: restored {got} from two streams, the second of them missing")
