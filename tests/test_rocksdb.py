@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.key_layout import composite_key, key_group_prefix, split_composite_key
+from statecert.reference.rocksdb.predefined_options import PredefinedOptions
 from statecert.reference.serializers import BytesSerializer, LongSerializer, StringSerializer
 from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -85,6 +87,59 @@ def test_loader_gives_rocksdb_with_configuration(tmp_path: Path) -> None:
     app = EmbeddedRocksDBStateBackend(incremental=False)
     configured: Any = load_state_backend(app, job_config={"state.backend.incremental": "true"})
     assert configured.settings.incremental is False, "the application's explicit setting must win (LD-2)"
+
+
+# Each setting an application may give EmbeddedRocksDBStateBackend: its value there, the configuration's key and
+# value, and how `settings` shows either.
+EXPLICIT_SETTINGS: dict[str, tuple[Any, str, str, Any]] = {
+    "incremental": (False, "execution.checkpointing.incremental", "true", lambda s: s.incremental),
+    "memory_budget_bytes": (
+        16 * 1024 * 1024,
+        "state.backend.rocksdb.memory.fixed-per-slot",
+        "8mb",
+        lambda s: s.memory_budget_bytes,
+    ),
+    "write_buffer_ratio": (
+        0.2,
+        "state.backend.rocksdb.memory.write-buffer-ratio",
+        "0.3",
+        lambda s: s.write_buffer_ratio,
+    ),
+    "predefined_options": (
+        PredefinedOptions.SPINNING_DISK_OPTIMIZED,
+        "state.backend.rocksdb.predefined-options",
+        "FLASH_SSD_OPTIMIZED",
+        lambda s: s.predefined_options,
+    ),
+    "options_factory": (
+        "tests.rocksdb_options_factories:MoreWriteBuffers",
+        "state.backend.rocksdb.options-factory",
+        "tests.rocksdb_options_factories:ConfigurableWriteBuffers",
+        lambda s: s.options_factory,
+    ),
+}
+
+
+@pytest.mark.requirement("LD-2", "RDB-6")
+@pytest.mark.parametrize("field", sorted(EXPLICIT_SETTINGS))
+def test_an_application_setting_wins_and_an_unset_one_comes_from_configuration(field: str) -> None:
+    """Each RocksDB setting through the loader's configure(): set on the application's object it wins over the
+    configuration, left unset the configuration's value is used (an `or` turned `and` in configure() made the
+    configuration win over an explicit write-buffer ratio, and no test saw it)."""
+    explicit, key, value, read = EXPLICIT_SETTINGS[field]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        configured: Any = load_state_backend(EmbeddedRocksDBStateBackend(**{field: explicit}), job_config={key: value})
+        unset: Any = load_state_backend(EmbeddedRocksDBStateBackend(), job_config={key: value})
+        from_config = read(load_state_backend(job_config={"state.backend.type": "rocksdb", key: value}).settings)
+    assert read(configured.settings) == explicit, (
+        f"LD-2: {field}={explicit!r} on the application's backend, {key}={value}: settings show "
+        f"{read(configured.settings)!r}"
+    )
+    assert read(unset.settings) == from_config != read(EmbeddedRocksDBStateBackend().settings), (
+        f"LD-2: {field} unset on the application's backend, {key}={value}: settings show {read(unset.settings)!r}, "
+        f"the configuration gives {from_config!r}"
+    )
 
 
 def sst_bytes(directory: Path) -> int:
