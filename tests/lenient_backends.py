@@ -24,7 +24,8 @@ make, and each test that assumed the reference's side would reject a correct bac
   where the reference counts one entry per key and namespace (the spec fixes only zero for nothing stored, KS-4);
 - expired values of every key cleaned up at each access to value, reducing or aggregating state with TTL, as
   Flink's incremental cleanup (`cleanupIncrementally`) removes entries nobody reads (TTL-3 only forbids returning
-  them);
+  them), while expired list elements and map entries are passed over by reads and left stored under
+  `NEVER_RETURN_EXPIRED` (only `RETURN_EXPIRED_IF_NOT_CLEANED_UP` asks a read to clean up);
 - a map state whose restored user keys need migration refused with `StateMigrationError`, as Flink's RocksDB
   backend refuses it (SER-5: migrating them is the backend's choice);
 - a state asked for as another kind, and operator state asked for in another mode, refused with `IllegalStateError`,
@@ -113,8 +114,31 @@ class _MapEmptyWhenNothingStored(MapStateImpl):
         key, key_group = self._entry_key()
         return not self.store.map_items(key_group, key)
 
+    def _read(self, key_group: int, key: EntryKey, user_key: bytes, stored: bytes) -> bytes | None:
+        """With NEVER_RETURN_EXPIRED an expired entry is passed over and left stored (TTL-3 only forbids returning
+        it; only RETURN_EXPIRED_IF_NOT_CLEANED_UP asks the read to clean it up)."""
+        if self._ttl.expired(stored) and not self._ttl.return_expired:
+            return None
+        return super()._read(key_group, key, user_key, stored)
+
 
 class _ListMergesSourcesFirst(ListStateImpl):
+    def get(self) -> list[Any] | None:
+        """With NEVER_RETURN_EXPIRED the expired elements are passed over and left stored (refreshed are only the
+        live ones), where the reference removes them (TTL-3 only forbids returning them)."""
+        if not self._ttl.enabled or self._ttl.return_expired:
+            return super().get()
+        key, key_group = self._entry_key()
+        stored = self.store.get_list(key_group, key)
+        if stored is None:
+            return None
+        if self._ttl.update_on_read:
+            kept = [e if self._ttl.expired(e) else self._ttl.wrap(self._ttl.payload(e)) for e in stored]
+            if kept != stored:
+                self.store.set_list(key_group, key, kept)
+        live = [self._ser.deserialize(self._ttl.payload(e)) for e in stored if not self._ttl.expired(e)]
+        return live or None
+
     def merge_namespaces(self, target: Any, sources: Any) -> None:
         """The reference's merge into an emptied target, then the target's own elements (timestamps kept) after."""
         _, key_group = self._backend.current_key_bytes_and_group()
