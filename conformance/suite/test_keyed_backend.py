@@ -352,12 +352,15 @@ def test_empty_backend_snapshots_to_nothing_and_restores(state_backend: Any, sto
             assert got is None, f"KB-SNAP-7: restored from {restored_from or 'no handles'}: k reads {got!r}"
 
 
-@pytest.mark.requirement("FMT-12", "KB-RESTORE-1")
+@pytest.mark.requirement("FMT-12", "KB-RESTORE-1", "KB-LOCAL-2")
 @pytest.mark.parametrize("parallelism", [1, 2])
-def test_a_snapshot_missing_a_state_file_fails_to_restore(state_backend: Any, tmp_path: Any, parallelism: int) -> None:
+def test_a_snapshot_missing_a_state_file_fails_to_restore(
+    state_backend: Any, tmp_path: Any, local_dir: Any, parallelism: int
+) -> None:
     """One state file of a snapshot is gone (deleted by hand, or by a cleanup that raced the restore): restoring it,
-    alone or with another subtask's handle into one backend, fails with CheckpointFormatError; a backend that skips
-    what it cannot find restores the other key groups only, a smaller state instead of an error."""
+    alone or with another subtask's handle into one backend, fails with CheckpointFormatError, and leaves nothing
+    in the local directory; a backend that skips what it cannot find restores the other key groups only, a smaller
+    state instead of an error."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     handles = []
     for index in range(parallelism):
@@ -373,10 +376,13 @@ def test_a_snapshot_missing_a_state_file_fails_to_restore(state_backend: Any, tm
     assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handles[0]}"
     fs, path = fsspec.core.url_to_fs(files[0])
     fs.rm(path)
+    before = set(local_dir.rglob("*"))
     restored_entries = None
     with pytest.raises(CheckpointFormatError), keyed_backend(state_backend, restore=handles) as restored:
         restored_entries = restored.num_state_entries()
     assert restored_entries is None, f"FMT-12: restored {restored_entries} entries from a snapshot missing {path}"
+    left = sorted(str(p.relative_to(local_dir)) for p in set(local_dir.rglob("*")) - before)
+    assert left == [], f"KB-LOCAL-2: the failed restore of a snapshot missing a file left {left[:5]} in local_dir"
 
 
 @pytest.mark.requirement("KB-RESTORE-1")
