@@ -1508,6 +1508,27 @@ class _OperatorSkipsMissingStreams(DefaultOperatorStateBackend):
         super().__init__(dataclasses.replace(params, restore_state=kept))
 
 
+# 110. Restore reads state files without the handle's checksum (as a reader opening the path itself would, checking
+# the size at most): a byte changed after the file was written restores as a different value (FMT-12).
+def _without_checksum(handle: Any) -> Any:
+    delegate = getattr(handle, "delegate", None)
+    if isinstance(delegate, FileStateHandle):
+        return dataclasses.replace(handle, delegate=dataclasses.replace(delegate, checksum=None))
+    return handle
+
+
+class _ReadsWithoutChecksum(HeapKeyedStateBackend):
+    def restore_handles(self, handles: Any) -> None:
+        super().restore_handles([_without_checksum(handle) for handle in handles])
+
+
+# 111. The same for operator state: a changed byte gives another element (FMT-12, OS-8).
+class _OperatorReadsWithoutChecksum(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        unchecked = tuple(_without_checksum(handle) for handle in params.restore_state)
+        super().__init__(dataclasses.replace(params, restore_state=unchecked))
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1692,6 +1713,8 @@ snapshot_swallows_storage_errors = _factory(_SwallowsStorageErrors)
 operator_snapshot_swallows_storage_errors = _factory(operator=_OperatorSwallowsStorageErrors)
 restore_skips_missing_files = _factory(_SkipsHandlesWithMissingFiles)
 operator_restore_skips_missing_streams = _factory(operator=_OperatorSkipsMissingStreams)
+restore_reads_without_checksum = _factory(_ReadsWithoutChecksum)
+operator_restore_reads_without_checksum = _factory(operator=_OperatorReadsWithoutChecksum)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1804,4 +1827,6 @@ CAUGHT_BY = {
     "operator_snapshot_swallows_storage_errors": "OS-4",
     "restore_skips_missing_files": "FMT-12",
     "operator_restore_skips_missing_streams": "FMT-12",
+    "restore_reads_without_checksum": "FMT-12",
+    "operator_restore_reads_without_checksum": "FMT-12",
 }

@@ -15,6 +15,7 @@ import msgpack
 import pytest
 
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import FileStateHandle, OperatorStateHandle, OperatorStateMode, OperatorStatePartitions
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -243,3 +244,29 @@ def test_an_operator_stream_whose_file_is_gone_is_refused(state_backend: Any, tm
     except Exception as exc:
         raise AssertionError(f"FMT-12: a missing operator stream: expected CheckpointFormatError, got {exc!r}") from exc
     raise AssertionError(f"FMT-12: restored {got} from two streams, the second of them missing")
+
+
+@pytest.mark.requirement("OS-8", "FMT-12")
+@pytest.mark.capability("operator_state")
+def test_an_operator_stream_with_changed_bytes_is_refused(state_backend: Any, tmp_path: Path) -> None:
+    """One byte of an element changed in the file after it was written, size unchanged and the recorded CRC-32C no
+    longer matching: the restore (or the read of the state) fails with CheckpointFormatError, never gives another
+    element, as a backend reading the file without the handle's checks would."""
+    mark = 0x5A17C0DE00000000
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    with state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op")) as backend:
+        backend.get_list_state(OFFSETS).add_all([mark + i for i in range(20)])
+        handle = backend.snapshot(1, 0, location).run()
+    assert isinstance(handle.delegate, FileStateHandle), f"threshold 0 gave no file: {handle.delegate}"
+    path = Path(handle.delegate.path.removeprefix("file://"))
+    data = bytearray(path.read_bytes())
+    position = data.find(LongSerializer().serialize(mark + 7))
+    position = position + 7 if position >= 0 else len(data) // 2
+    data[position] ^= 0x01
+    path.write_bytes(bytes(data))
+    got: Any = None
+    with pytest.raises(CheckpointFormatError):
+        with state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op", (handle,))) as restored:
+            got = [v - mark for v in restored.get_list_state(OFFSETS).get()]
+        raise AssertionError(f"FMT-12: an operator stream with byte {position} changed restored as {got}")

@@ -385,6 +385,53 @@ def test_a_snapshot_missing_a_state_file_fails_to_restore(
     assert left == [], f"KB-LOCAL-2: the failed restore of a snapshot missing a file left {left[:5]} in local_dir"
 
 
+MARK = 0x5A17C0DE00000000  # values whose 8 bytes are unlikely anywhere else in a state file
+
+
+@pytest.mark.requirement("FMT-12", "KB-RESTORE-1")
+def test_a_state_file_with_changed_bytes_fails_to_restore(state_backend: Any, tmp_path: Any) -> None:
+    """One byte of a checkpoint's state file changed after it was written (bit rot, a partial overwrite), size
+    unchanged, its recorded CRC-32C no longer matching: the restore fails with CheckpointFormatError
+    (CheckpointCorruptedError), never restores a different value. The byte changed is the last of a stored value's
+    eight bytes where the file holds them as written, so a backend that reads state files without the handle's
+    checks (`FileStateHandle.open()`) restores that value changed and decodes everything else."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with keyed_backend(state_backend) as backend:
+        state = backend.get_or_create_state(VALUE)
+        for i in range(200):
+            backend.set_current_key(f"k{i}")
+            state.update(MARK + i)
+        handle = snapshot_now(backend, location_for(storage, 1), 1)
+    files = sorted(s.path for s in stream_handles(handle) if isinstance(s, FileStateHandle))
+    assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    target = LongSerializer().serialize(MARK + 7)
+    fs, where, position = None, "", -1
+    for url in files:
+        fs, where = fsspec.core.url_to_fs(url)
+        position = fs.cat_file(where).find(target)
+        if position >= 0:
+            position += len(target) - 1
+            break
+    if position < 0:  # compressed or encoded otherwise: a byte in the middle of the largest file
+        fs, where = fsspec.core.url_to_fs(max(files, key=lambda url: fsspec.core.url_to_fs(url)[0].size(url)))
+        position = fs.size(where) // 2
+    assert fs is not None
+    data = bytearray(fs.cat_file(where))
+    data[position] ^= 0x01
+    fs.pipe_file(where, bytes(data))
+    read: dict[str, Any] = {}
+    with pytest.raises(CheckpointFormatError):
+        with keyed_backend(state_backend, restore=[handle]) as restored:
+            state = restored.get_or_create_state(VALUE)
+            for i in range(200):
+                restored.set_current_key(f"k{i}")
+                read[f"k{i}"] = state.value()
+        changed = {k: v - MARK for k, v in read.items() if v != MARK + int(k[1:])}
+        raise AssertionError(
+            f"FMT-12: a state file with byte {position} changed restored without error; values changed: {changed}"
+        )
+
+
 @pytest.mark.requirement("KB-RESTORE-1")
 def test_restore_into_fresh_backend_keeps_no_stale_entries(state_backend: Any, storage: Any) -> None:
     with keyed_backend(state_backend) as backend:
