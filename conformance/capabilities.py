@@ -51,10 +51,23 @@ def declared(backend: Any) -> BackendCapabilities:
 
 
 def with_overrides(capabilities: BackendCapabilities, overrides: Mapping[str, Any], where: str) -> BackendCapabilities:
-    """Settings may narrow the manifest (e.g. `[tool.statecert.capabilities] ttl = false`)."""
-    for name in overrides:
+    """Settings may narrow the manifest (e.g. `[tool.statecert.capabilities] ttl = false`). A value of another type
+    is refused: the string "false" is true in Python, so `ttl = "false"` would have left the TTL tests on while the
+    certificate printed it as the override."""
+    values: dict[str, Any] = {}
+    for name, value in overrides.items():
         check_name(name, where)
-    return replace(capabilities, **dict(overrides))
+        if name == "native_savepoint_format":
+            if value is not False and not (isinstance(value, str) and value.strip()):
+                raise UnknownCapabilityError(
+                    f"{where}: {name} must be the format's name or false (none), got {value!r}"
+                )
+            values[name] = value or None
+        elif not isinstance(value, bool):
+            raise UnknownCapabilityError(f"{where}: {name} must be true or false, got {value!r}")
+        else:
+            values[name] = value
+    return replace(capabilities, **values)
 
 
 def supports(capabilities: BackendCapabilities, name: str) -> bool:

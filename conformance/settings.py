@@ -10,6 +10,8 @@ from typing import Any
 import fsspec
 
 from statecert.cli.arguments import output_file_problem
+from statecert.conformance.capabilities import UnknownCapabilityError, with_overrides
+from statecert.spec.backend import BackendCapabilities
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,6 +157,12 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
     capabilities = file.get("capabilities", {})
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")
+    try:  # names and value types, before anything is loaded
+        with_overrides(
+            BackendCapabilities(), capabilities, f"{directory / 'pyproject.toml'} [tool.statecert.capabilities]"
+        )
+    except UnknownCapabilityError as exc:
+        raise SettingsError(str(exc)) from None
     return CertifySettings(
         backend=backend,
         backend_config=config,

@@ -247,12 +247,25 @@ def test_expected_failures_are_strict_and_stale_entries_reported(tmp_path: Path)
     assert report["requirements"]["KS-RED-1"]["outcome"] == "failed", "a listed test that passes fails (strict)"
 
 
-def test_unknown_capability_is_an_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ("teleportation = false", "unknown capability 'teleportation'"),
+        ('ttl = "false"', "ttl must be true or false, got 'false'"),
+        ("timers = 0", "timers must be true or false, got 0"),
+        ("native_savepoint_format = 3", "native_savepoint_format must be the format's name or false (none), got 3"),
+    ],
+)
+def test_a_bad_capability_override_is_one_line_naming_the_file(tmp_path: Path, setting: str, problem: str) -> None:
+    """An unknown capability, or a value that is not a boolean (the string "false" is true in Python, so the tests
+    it meant to switch off ran while the certificate showed the override), is refused before anything runs."""
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.statecert]\nbackend = "hashmap"\n[tool.statecert.capabilities]\nteleportation = false\n'
+        f'[tool.statecert]\nbackend = "hashmap"\n[tool.statecert.capabilities]\n{setting}\n'
     )
     code, _, output = certify("--tier", "contract", cwd=tmp_path)
-    assert code == 2 and "unknown capability 'teleportation'" in output
+    lines = output.strip().splitlines()
+    assert code == 2 and len(lines) == 1, output
+    assert f"pyproject.toml [tool.statecert.capabilities]: {problem}" in lines[0], lines[0]
 
 
 def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) -> None:
