@@ -110,6 +110,16 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         value = cli.get(cli_key)
         return value if value is not None else file.get(file_key, default)
 
+    def source(cli_key: str, file_key: str, option: str) -> str:
+        """Where a setting came from, for its error: the option, or the file and key."""
+        return option if cli.get(cli_key) is not None else f"{where} {file_key}"
+
+    def integer(cli_key: str, file_key: str, option: str, default: int) -> int:
+        value = pick(cli_key, file_key, default)
+        if not isinstance(value, int) or isinstance(value, bool):  # TOML's 1.5, "1" or true is not an integer
+            raise SettingsError(f"{source(cli_key, file_key, option)}: expected an integer, got {value!r}")
+        return value
+
     def factory_name(cli_key: str, file_key: str, option: str, what: str) -> str | None:
         """A backend or storage to load: absent, or a non-empty name (an empty one, say from an unset shell
         variable, must not fall back to the default backend and certify that)."""
@@ -123,27 +133,42 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
     storage_under_test = factory_name(
         "storage_under_test", "storage-under-test", "--storage-under-test", "a checkpoint storage"
     )
-    config = {str(k): str(v) for k, v in file.get("config", {}).items()}
+    file_config = file.get("config", {})
+    if not isinstance(file_config, dict) or not all(
+        isinstance(v, str | int | float | bool) for v in file_config.values()
+    ):
+        raise SettingsError(f"{where} config: expected a table of keys and plain values, got {file_config!r}")
+    config = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in file_config.items()}
     for item in cli.get("backend_config") or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SettingsError(f"--config: expected key=value, got {item!r}")
         config[key] = value
     check_config_names_nothing_certification_sets(config, backend, storage_under_test)
-    try:
-        max_examples = int(pick("max_examples", "max-examples", 25))
-        seed = int(pick("seed", "seed", 0))
-        shrink_seconds = int(pick("shrink_seconds", "shrink-seconds", 30))
-    except (TypeError, ValueError) as exc:
-        raise SettingsError(f"{where}: max-examples, seed and shrink-seconds must be integers ({exc})") from None
+    max_examples = integer("max_examples", "max-examples", "--max-examples", 25)
+    seed = integer("seed", "seed", "--seed", 0)
+    shrink_seconds = integer("shrink_seconds", "shrink-seconds", "--shrink-seconds", 30)
     if max_examples < 1:
-        raise SettingsError(f"--max-examples: must be at least 1, got {max_examples}")
+        raise SettingsError(
+            f"{source('max_examples', 'max-examples', '--max-examples')}: must be at least 1, got {max_examples}"
+        )
     if shrink_seconds < 0:
-        raise SettingsError(f"--shrink-seconds: must be at least 0, got {shrink_seconds}")
+        where_from = source("shrink_seconds", "shrink-seconds", "--shrink-seconds")
+        raise SettingsError(f"{where_from}: must be at least 0, got {shrink_seconds}")
     if not 0 <= seed < 2**64:
-        raise SettingsError(f"--seed: must lie in 0..2**64-1, got {seed}")
-    storage = str(pick("storage", "storage", "filesystem"))
+        raise SettingsError(f"{source('seed', 'seed', '--seed')}: must lie in 0..2**64-1, got {seed}")
+    storage = pick("storage", "storage", "filesystem")
+    if not isinstance(storage, str):
+        raise SettingsError(
+            f"{source('storage', 'storage', '--storage')}: expected a storage name or URL, got {storage!r}"
+        )
     check_storage(storage, "--storage" if cli.get("storage") is not None else where)
+    xfail_file = pick("xfail_file", "xfail", None)
+    if xfail_file is not None and (not isinstance(xfail_file, str) or not xfail_file.strip()):
+        raise SettingsError(f"{source('xfail_file', 'xfail', '--xfail')}: expected a TOML file, got {xfail_file!r}")
+    tiers = pick("tiers", "tiers", ",".join(DEFAULT_TIERS))
+    if not isinstance(tiers, str) and not (isinstance(tiers, list) and all(isinstance(t, str) for t in tiers)):
+        raise SettingsError(f"{source('tiers', 'tiers', '--tier')}: expected tier names, got {tiers!r}")
     report = pick("report", "report", None)
     if report is not None:
         source = "--report" if cli.get("report") is not None else f"{where} report"
@@ -167,13 +192,11 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         backend=backend,
         backend_config=config,
         storage=storage,
-        tiers=parse_tiers(
-            pick("tiers", "tiers", ",".join(DEFAULT_TIERS)), "--tier" if cli.get("tiers") is not None else where
-        ),
+        tiers=parse_tiers(tiers, "--tier" if cli.get("tiers") is not None else where),
         max_examples=max_examples,
         seed=seed,
         report=report,
-        xfail_file=pick("xfail_file", "xfail", None),
+        xfail_file=xfail_file,
         capabilities=dict(capabilities),
         shrink_seconds=shrink_seconds,
         storage_under_test=storage_under_test,

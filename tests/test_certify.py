@@ -268,6 +268,34 @@ def test_a_bad_capability_override_is_one_line_naming_the_file(tmp_path: Path, s
     assert f"pyproject.toml [tool.statecert.capabilities]: {problem}" in lines[0], lines[0]
 
 
+@pytest.mark.parametrize(
+    ("setting", "problem"),
+    [
+        ("tiers = 3", "[tool.statecert] tiers: expected tier names, got 3"),
+        ("storage = 5", "[tool.statecert] storage: expected a storage name or URL, got 5"),
+        ("xfail = 5", "[tool.statecert] xfail: expected a TOML file, got 5"),
+        ('config = "x"', "[tool.statecert] config: expected a table of keys and plain values, got 'x'"),
+        ('seed = "1"', "[tool.statecert] seed: expected an integer, got '1'"),
+        ("seed = 1.5", "[tool.statecert] seed: expected an integer, got 1.5"),
+        ("max-examples = true", "[tool.statecert] max-examples: expected an integer, got True"),
+        ("shrink-seconds = -1", "[tool.statecert] shrink-seconds: must be at least 0, got -1"),
+    ],
+)
+def test_a_bad_pyproject_setting_is_one_line_naming_the_file_and_key(
+    tmp_path: Path, setting: str, problem: str
+) -> None:
+    """A setting of the wrong type in [tool.statecert] ended in a traceback (tiers = 3, config = "x"), was blamed on
+    the backend (xfail = 5: "creating 'hashmap' failed"), or was coerced unseen (seed = 1.5 ran with seed 1,
+    max-examples = true with 1 example); and a value out of range named the command-line option it did not come
+    from. Each is one line naming the file and the key, status 2, before anything runs."""
+    (tmp_path / "pyproject.toml").write_text(f'[tool.statecert]\nbackend = "hashmap"\n{setting}\n')
+    code, _, output = certify(cwd=tmp_path)
+    lines = output.strip().splitlines()
+    assert code == 2 and len(lines) == 1, output
+    assert f"pyproject.toml {problem}" in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pyproject.toml"], "a refused run left files behind"
+
+
 def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.statecert]\nbackend = "hashmap"\nreport = "r.json"\n[tool.statecert.capabilities]\nttl = false\n'
