@@ -171,14 +171,14 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         raise SettingsError(f"{source('tiers', 'tiers', '--tier')}: expected tier names, got {tiers!r}")
     report = pick("report", "report", None)
     if report is not None:
-        source = "--report" if cli.get("report") is not None else f"{where} report"
+        report_from = source("report", "report", "--report")
         if not isinstance(report, str) or not report.strip():
-            raise SettingsError(f"{source}: expected a file for the JSON report, got {report!r}")
+            raise SettingsError(f"{report_from}: expected a file for the JSON report, got {report!r}")
         if Path(report).is_dir():
-            raise SettingsError(f"{source}: {report} is a directory; name the report file in it (report.json)")
+            raise SettingsError(f"{report_from}: {report} is a directory; name the report file in it (report.json)")
         problem = output_file_problem(report)
         if problem is not None:
-            raise SettingsError(f"{source}: {problem}")
+            raise SettingsError(f"{report_from}: {problem}")
     capabilities = file.get("capabilities", {})
     if not isinstance(capabilities, dict):
         raise SettingsError(f"{where}: capabilities must be a table")
