@@ -1190,6 +1190,21 @@ class _DisposeRemovesLocalDir(RocksDBKeyedStateBackend):
         shutil.rmtree(self.instance_dir.parent, ignore_errors=True)
 
 
+# 112. RocksDB: the instance works in the system temp dir, ignoring `local_dir`, and its disposal closes the database
+# but leaves the directory to the operating system's temp cleaner: a worker restoring many times fills its disk
+# (KB-LOCAL-1). The local-dir test saw nothing, as nothing was ever under the local dir.
+class _KeepsTempInstanceDir(RocksDBKeyedStateBackend):
+    def __init__(self, params: Any, settings: Any, max_value_bytes: int) -> None:
+        super().__init__(
+            dataclasses.replace(params, local_dir=None), dataclasses.replace(settings, local_dir=None), max_value_bytes
+        )
+
+    def release_resources(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
 # 89. RocksDB: a full checkpoint (the first after a restore from a snapshot) is taken incrementally, referencing the
 # files of the snapshot the job started from, which its owner may delete once the checkpoint completes (KB-SNAP-10).
 class _FullTakenIncrementally(RocksDBKeyedStateBackend):
@@ -1714,6 +1729,7 @@ operator_snapshot_swallows_storage_errors = _factory(operator=_OperatorSwallowsS
 restore_skips_missing_files = _factory(_SkipsHandlesWithMissingFiles)
 operator_restore_skips_missing_streams = _factory(operator=_OperatorSkipsMissingStreams)
 restore_reads_without_checksum = _factory(_ReadsWithoutChecksum)
+rocksdb_keeps_temp_instance_dir = _rocksdb_factory(_KeepsTempInstanceDir)
 operator_restore_reads_without_checksum = _factory(operator=_OperatorReadsWithoutChecksum)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
@@ -1828,5 +1844,6 @@ CAUGHT_BY = {
     "restore_skips_missing_files": "FMT-12",
     "operator_restore_skips_missing_streams": "FMT-12",
     "restore_reads_without_checksum": "FMT-12",
+    "rocksdb_keeps_temp_instance_dir": "KB-LOCAL-1",
     "operator_restore_reads_without_checksum": "FMT-12",
 }

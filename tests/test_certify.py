@@ -129,6 +129,8 @@ def citing_modules(requirement: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
 def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name: str) -> None:
+    system_temp = tmp_path / "tmp"
+    system_temp.mkdir()
     code, report, output = certify(
         f"tests.broken_backends:{name}",
         "--tier",
@@ -142,6 +144,7 @@ def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name:
         "--",
         "-k",
         citing_modules(CAUGHT_BY[name]),
+        tmpdir=system_temp,  # what a broken backend leaves in the system temp dir goes with this test's directory
     )
     assert code == 1, output
     assert report["verdict"] == "not certified"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from typing import Any
 
 import fsspec
@@ -328,6 +329,30 @@ def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any
     for handle, before in zip(handles, expected, strict=True):
         with restore(state_backend, handle) as restored:
             assert contents(restored) == before
+
+
+@pytest.mark.requirement("KB-LOCAL-1")
+def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir(
+    state_backend: Any, storage: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """A backend that works outside its local directory (in the system's temporary directory, say, as a backend
+    ignoring `local_dir` does) removes what it made there on `dispose()` too: a worker restoring many times would
+    otherwise fill its disk with the working files of backends long gone. The system temp dir is a fresh one for
+    this test; a backend and one restored from its snapshot are disposed, and nothing of theirs may remain."""
+    system_temp = tmp_path / "system-temp"
+    system_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
+    backend = keyed_backend(state_backend)
+    fill(backend, range(30))
+    expected = contents(backend)
+    handle = snapshot_now(backend, location_for(storage, 1))
+    backend.dispose()
+    restored = restore(state_backend, handle)
+    got = contents(restored)
+    restored.dispose()
+    assert got == expected, f"KB-RESTORE-1: restored {diff(expected, got)}"
+    left = sorted(str(p.relative_to(system_temp)) for p in system_temp.rglob("*") if p.is_file())
+    assert left == [], f"KB-LOCAL-1: disposed backends left {len(left)} files in the system temp dir: {left[:5]}"
 
 
 @pytest.mark.requirement("KB-SNAP-7")
