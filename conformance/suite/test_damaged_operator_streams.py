@@ -222,12 +222,13 @@ def test_a_damaged_operator_stream_is_refused_naming_the_stream(state_backend: A
 
 @pytest.mark.requirement("OS-8", "FMT-12")
 @pytest.mark.capability("operator_state")
-def test_an_operator_stream_whose_file_is_gone_is_refused(state_backend: Any, tmp_path: Path) -> None:
-    """Two subtasks' streams restored into one backend (a rescale to parallelism 1), the file of the second gone:
-    CheckpointFormatError naming it, not the first subtask's elements alone (a backend that leaves out what it
-    cannot find restores a smaller state instead of an error)."""
+@pytest.mark.parametrize("streams", [1, pytest.param(2, marks=pytest.mark.capability("rescaling"))])
+def test_an_operator_stream_whose_file_is_gone_is_refused(state_backend: Any, tmp_path: Path, streams: int) -> None:
+    """A subtask's stream whose file is gone, restored alone or with another subtask's into one backend (a rescale
+    to parallelism 1): CheckpointFormatError naming it, not the other subtask's elements alone or nothing (a
+    backend that leaves out what it cannot find restores a smaller state instead of an error)."""
     handles = []
-    for name in ("first-operator-stream", "second-operator-stream"):
+    for name in ("first-operator-stream", "second-operator-stream")[2 - streams :]:
         data, partitions = _intact().encode()
         path = tmp_path / name
         path.write_bytes(data)

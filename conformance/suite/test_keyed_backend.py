@@ -378,7 +378,7 @@ def test_empty_backend_snapshots_to_nothing_and_restores(state_backend: Any, sto
 
 
 @pytest.mark.requirement("FMT-12", "KB-RESTORE-1", "KB-LOCAL-2")
-@pytest.mark.parametrize("parallelism", [1, 2])
+@pytest.mark.parametrize("parallelism", [1, pytest.param(2, marks=pytest.mark.capability("rescaling"))])
 def test_a_snapshot_missing_a_state_file_fails_to_restore(
     state_backend: Any, tmp_path: Any, local_dir: Any, parallelism: int
 ) -> None:
