@@ -282,9 +282,20 @@ def capabilities_of(item: pytest.Item) -> tuple[tuple[str, ...], tuple[str, ...]
     return tuple(dict.fromkeys(used)), tuple(dict.fromkeys(unsupported))
 
 
-def _requirements_of(item: pytest.Item) -> tuple[str, ...]:
+def _requirements_of(item: pytest.Item | UncollectedTest) -> tuple[str, ...]:
     marker = item.get_closest_marker("requirement")
     return tuple(marker.args) if marker else ()
+
+
+def _excluded(session: CertificationSession, item: pytest.Item | UncollectedTest) -> bool:
+    """Whether the run's options leave `item` out; if so its requirements are recorded as left out, and why."""
+    excluded = _exclusion(session, item)
+    if excluded is None:
+        return False
+    for rid in _requirements_of(item):
+        if session.excluded.get(rid, ("",))[0] != "skipped":  # a tier left out outranks a subject
+            session.excluded[rid] = excluded
+    return True
 
 
 def _exclusion(session: CertificationSession, item: pytest.Item | UncollectedTest) -> tuple[str, str] | None:
@@ -315,11 +326,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not _in_suite(item):
             keep.append(item)
             continue
-        excluded = _exclusion(session, item)
-        if excluded is not None:
-            for rid in _requirements_of(item):
-                if session.excluded.get(rid, ("",))[0] != "skipped":  # a tier left out outranks a subject
-                    session.excluded[rid] = excluded
+        if _excluded(session, item):
             continue
         keep.append(item)
         tid = test_id(item.path.stem, item.name)
@@ -341,17 +348,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = keep
     collected = {(Path(str(i.path)).stem, getattr(i, "originalname", i.name)) for i in keep if _in_suite(i)}
     for test in uncollected_tests(collected):
-        excluded = _exclusion(session, test)
-        marker = test.get_closest_marker("requirement")
-        rids = tuple(marker.args) if marker is not None else ()
-        if excluded is not None:
-            for rid in rids:
-                if session.excluded.get(rid, ("",))[0] != "skipped":
-                    session.excluded[rid] = excluded
-            continue
-        tid = test_id(test.module, test.name)
-        session.uncollected.append(tid)
-        session.selected[tid] = rids
+        if not _excluded(session, test):
+            tid = test_id(test.module, test.name)
+            session.uncollected.append(tid)
+            session.selected[tid] = _requirements_of(test)
     session.stale = sorted(set(session.expected_failures) - session.matched_expected)
 
 
