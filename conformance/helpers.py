@@ -180,6 +180,22 @@ class FailingStreamFactory:
         return stream
 
 
+def assert_snapshot_fails(backend: Any, location: Any, when: str, requirement: str) -> Any:
+    """Take snapshot 1 of a keyed or operator `backend` into streams that fail at `when` (`FailingStreamFactory`)
+    and check that its `run()` raises (the storage's OSError, or the backend's own error for it) rather than
+    return a handle or None for state it could not write; the task."""
+    failing = FailingStreamFactory(location, when)
+    task = backend.snapshot(1, 0, failing)
+    try:
+        returned = task.run()
+    except Exception:  # the storage's OSError, or the backend's own error for it
+        return task
+    raise AssertionError(
+        f"{requirement}: every stream of the snapshot failed at {when} ({failing.failures} failures), but run() "
+        f"returned {returned!r} instead of raising"
+    )
+
+
 def stream_handles(handle: Any) -> list[Any]:
     """The stream handles (files or inline bytes) a nested keyed state handle references."""
     if isinstance(handle, FileStateHandle | ByteStreamStateHandle):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import FailingStreamFactory, RecordingStreamFactory, location_for, run_while
+from statecert.conformance.helpers import RecordingStreamFactory, assert_snapshot_fails, location_for, run_while
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -147,17 +147,7 @@ def test_an_operator_snapshot_the_storage_fails_to_write_fails(state_backend: An
     with operator_backend(state_backend) as backend:
         backend.get_list_state(SPLIT).add_all([1, 2, 3])
         backend.get_broadcast_state(RULES).put("r1", "x")
-        failing = FailingStreamFactory(location_for(storage, 1), when)
-        task = backend.snapshot(1, 0, failing)
-        try:
-            returned = task.run()
-        except Exception:  # the storage's OSError, or the backend's own error for it
-            pass
-        else:
-            pytest.fail(
-                f"OS-4: the snapshot's stream failed at {when} ({failing.failures} failures), but run() returned "
-                f"{returned!r} instead of raising"
-            )
+        assert_snapshot_fails(backend, location_for(storage, 1), when, "OS-4")
         backend.get_list_state(SPLIT).add(4)
         expected = _operator_contents(backend)
         handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
