@@ -171,8 +171,14 @@ DAMAGES: dict[str, Damage] = {
 }
 
 
-def _restore_and_read_everything(state_backend: Any, handle: OperatorStateHandle) -> tuple[Any, ...]:
-    params = OperatorBackendParameters("job", "op", (handle,))
+def _stream_file(path: Path, data: bytes, partitions: dict[str, OperatorStatePartitions]) -> OperatorStateHandle:
+    """`data` written to `path`, as the handle of an operator stream with its size and checksum recorded."""
+    path.write_bytes(data)
+    return OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
+
+
+def _restore_and_read_everything(state_backend: Any, *handles: OperatorStateHandle) -> tuple[Any, ...]:
+    params = OperatorBackendParameters("job", "op", handles)
     with state_backend.create_operator_state_backend(params) as restored:
         return (
             list(restored.get_list_state(OFFSETS).get()),
@@ -190,10 +196,7 @@ def test_an_intact_stream_written_from_the_chapter_restores(
 ) -> None:
     """The control of the damage tests below: the undamaged stream they start from restores in full, also when
     its last element is empty and ends the stream with its length field."""
-    data, partitions = _intact(tail).encode()
-    path = tmp_path / "operator-stream"
-    path.write_bytes(data)
-    handle = OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
+    handle = _stream_file(tmp_path / "operator-stream", *_intact(tail).encode())
     got = _restore_and_read_everything(state_backend, handle)
     expected = ([3, -1, 7], ["a", "bc"], sorted(map(repr, [(1, "x"), ("k", "y")])), list(tail))
     assert got == expected, f"IF-6: the stream written from the chapter restored as {got}, expected {expected}"
@@ -206,18 +209,21 @@ def test_a_damaged_operator_stream_is_refused_naming_the_stream(state_backend: A
     """A stream whose size and checksum were recorded after the damage (so only reading it can tell): creating the
     operator backend, registering the states or reading them raises CheckpointFormatError naming the file."""
     intact = _intact()
-    data, partitions = DAMAGES[name](intact, *intact.encode())
-    path = tmp_path / "damaged-operator-stream"
-    path.write_bytes(data)
-    handle = OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data)))
+    handle = _stream_file(tmp_path / "damaged-operator-stream", *DAMAGES[name](intact, *intact.encode()))
+    _assert_refused_naming(state_backend, (handle,), "damaged-operator-stream", f"OS-8: {name}")
+
+
+def _assert_refused_naming(state_backend: Any, handles: tuple[OperatorStateHandle, ...], file: str, what: str) -> None:
+    """Restoring `handles` and reading every state raises CheckpointFormatError naming `file`; `what` starts each
+    failure's message (the requirement and the case)."""
     try:
-        got = _restore_and_read_everything(state_backend, handle)
+        got = _restore_and_read_everything(state_backend, *handles)
     except CheckpointFormatError as exc:
-        assert re.search(re.escape(path.name), str(exc)), f"OS-8: {name}: the error does not name the file: {exc}"
+        assert re.search(re.escape(file), str(exc)), f"{what}: the error does not name the file {file}: {exc}"
         return
     except Exception as exc:
-        raise AssertionError(f"OS-8: {name}: expected CheckpointFormatError, got {exc!r}") from exc
-    raise AssertionError(f"OS-8: {name}: restored {got} without CheckpointFormatError")
+        raise AssertionError(f"{what}: expected CheckpointFormatError, got {exc!r}") from exc
+    raise AssertionError(f"{what}: restored {got} without CheckpointFormatError")
 
 
 @pytest.mark.requirement("OS-8", "FMT-12")
@@ -227,24 +233,11 @@ def test_an_operator_stream_whose_file_is_gone_is_refused(state_backend: Any, tm
     """A subtask's stream whose file is gone, restored alone or with another subtask's into one backend (a rescale
     to parallelism 1): CheckpointFormatError naming it, not the other subtask's elements alone or nothing (a
     backend that leaves out what it cannot find restores a smaller state instead of an error)."""
-    handles = []
-    for name in ("first-operator-stream", "second-operator-stream")[2 - streams :]:
-        data, partitions = _intact().encode()
-        path = tmp_path / name
-        path.write_bytes(data)
-        handles.append(OperatorStateHandle(partitions, FileStateHandle(path.as_uri(), len(data), crc32c.crc32c(data))))
+    names = ("first-operator-stream", "second-operator-stream")[2 - streams :]
+    handles = tuple(_stream_file(tmp_path / name, *_intact().encode()) for name in names)
     (tmp_path / "second-operator-stream").unlink()
-    params = OperatorBackendParameters("job", "op", tuple(handles))
-    got: Any = None
-    try:
-        with state_backend.create_operator_state_backend(params) as restored:
-            got = list(restored.get_list_state(OFFSETS).get()), list(restored.get_union_list_state(NAMES).get())
-    except CheckpointFormatError as exc:
-        assert "second-operator-stream" in str(exc), f"OS-8: the error does not name the missing file: {exc}"
-        return
-    except Exception as exc:
-        raise AssertionError(f"FMT-12: a missing operator stream: expected CheckpointFormatError, got {exc!r}") from exc
-    raise AssertionError(f"FMT-12: restored {got} from two streams, the second of them missing")
+    what = f"FMT-12: {streams} stream(s), the last one's file gone"
+    _assert_refused_naming(state_backend, handles, "second-operator-stream", what)
 
 
 @pytest.mark.requirement("OS-8", "FMT-12")
