@@ -209,6 +209,11 @@ def stream_handles(handle: Any) -> list[Any]:
     return []
 
 
+def files_of(handle: Any) -> set[str]:
+    """Every file a (nested) state handle references."""
+    return {stream.path for stream in stream_handles(handle) if isinstance(stream, FileStateHandle)}
+
+
 def rewritten_canonical_stream(
     handle: KeyGroupsStateHandle,
     path: Path,

@@ -25,7 +25,7 @@ from typing import Any
 import fsspec
 import msgpack
 
-from statecert.conformance.helpers import stream_handles
+from statecert.conformance.helpers import files_of
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
@@ -1500,11 +1500,10 @@ class _OperatorSwallowsStorageErrors(DefaultOperatorStateBackend):
 class _SkipsHandlesWithMissingFiles(HeapKeyedStateBackend):
     def restore_handles(self, handles: Any) -> None:
         def present(handle: Any) -> bool:
-            for stream in stream_handles(handle):
-                if isinstance(stream, FileStateHandle):
-                    fs, path = fsspec.core.url_to_fs(stream.path)
-                    if not fs.exists(path):
-                        return False
+            for url in files_of(handle):
+                fs, path = fsspec.core.url_to_fs(url)
+                if not fs.exists(path):
+                    return False
             return True
 
         super().restore_handles([handle for handle in handles if present(handle)])

@@ -11,20 +11,14 @@ from typing import Any
 import fsspec
 import pytest
 
-from statecert.conformance.helpers import keyed_backend, location_for, snapshot_now, stream_handles
+from statecert.conformance.helpers import files_of, keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.handles import FileStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.state import MapStateDescriptor, ValueStateDescriptor
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
 MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
-
-
-def files_of(handle: Any) -> set[str]:
-    """Every file a (nested) state handle references."""
-    return {stream.path for stream in stream_handles(handle) if isinstance(stream, FileStateHandle)}
 
 
 def write_round(backend: Any, round_: int, keys: int = 400) -> None:

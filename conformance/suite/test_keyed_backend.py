@@ -12,12 +12,12 @@ import pytest
 from statecert.conformance.helpers import (
     REJECTED,
     assert_snapshot_fails,
+    files_of,
     key_group_of,
     keyed_backend,
     location_for,
     run_while,
     snapshot_now,
-    stream_handles,
 )
 from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -29,7 +29,6 @@ from statecert.spec.errors import (
     StateMigrationError,
     UnsupportedSnapshotError,
 )
-from statecert.spec.handles import FileStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
     VOID_NAMESPACE,
@@ -387,7 +386,7 @@ def test_a_snapshot_missing_a_state_file_fails_to_restore(
                     backend.set_current_key(key)
                     state.update(i)
             handles.append(snapshot_now(backend, location_for(storage, 1), 1))
-    files = sorted(s.path for s in stream_handles(handles[0]) if isinstance(s, FileStateHandle))
+    files = sorted(files_of(handles[0]))
     assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handles[0]}"
     fs, path = fsspec.core.url_to_fs(files[0])
     fs.rm(path)
@@ -417,7 +416,7 @@ def test_a_state_file_with_changed_bytes_fails_to_restore(state_backend: Any, tm
             backend.set_current_key(f"k{i}")
             state.update(MARK + i)
         handle = snapshot_now(backend, location_for(storage, 1), 1)
-    files = sorted(s.path for s in stream_handles(handle) if isinstance(s, FileStateHandle))
+    files = sorted(files_of(handle))
     assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
     target = LongSerializer().serialize(MARK + 7)
     fs, where, position = None, "", -1
