@@ -1543,6 +1543,106 @@ class _OperatorReadsWithoutChecksum(DefaultOperatorStateBackend):
         super().__init__(dataclasses.replace(params, restore_state=unchecked))
 
 
+# 113. Value state keeps the object `update` was given on the heap, serialized only when a snapshot is written, and
+# `value()` returns that object: one read after `snapshot()` returned, changed in place and written back, changes the
+# object the snapshot holds, where Flink's `CopyOnWriteStateMap.get` copies it first (KB-SNAP-3).
+class _Held:
+    """A state object kept as it was given, with the serializer that writes it into a snapshot."""
+
+    __slots__ = ("serializer", "value")
+
+    def __init__(self, value: Any, serializer: Any) -> None:
+        self.value = value
+        self.serializer = serializer
+
+
+class _HoldsValueObjects(ValueStateImpl):
+    def value(self) -> Any:
+        key, key_group = self._entry_key()
+        stored = self.store.get(key_group, key)
+        return stored.value if type(stored) is _Held else super().value()
+
+    def update(self, value: Any) -> None:
+        if value is None or self._ttl_enabled:
+            super().update(value)
+            return
+        self._ser.serialize(value)  # what cannot be serialized is still refused at the call
+        key, key_group = self._entry_key()
+        self.store.put(key_group, key, _Held(value, self._ser))
+
+
+# 114. The same for aggregating state's accumulator: `add` hands the held accumulator to the function, which may
+# change it in place, as Flink's `CopyOnWriteStateMap.transform` copies it first to allow (KB-SNAP-3).
+class _HoldsAccumulators(AggregatingStateImpl):
+    def _accumulator(self) -> Any:
+        key, key_group = self._entry_key()
+        stored = self.store.get(key_group, key)
+        return stored.value if type(stored) is _Held else super()._accumulator()
+
+    def add(self, value: Any) -> None:
+        if self._ttl_enabled:
+            super().add(value)
+            return
+        accumulator = self._accumulator()
+        accumulator = self._fn.add(value, self._fn.create_accumulator() if accumulator is None else accumulator)
+        self._ser.serialize(accumulator)
+        key, key_group = self._entry_key()
+        self.store.put(key_group, key, _Held(accumulator, self._ser))
+
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        sources = list(sources)
+        _, key_group = self._backend.current_key_bytes_and_group()
+        for namespace in (target, *sources):  # the merge reads bytes: serialize what is held first
+            key = self._entry_key_for(namespace)
+            stored = self.store.get(key_group, key)
+            if type(stored) is _Held:
+                self.store.put(key_group, key, stored.serializer.serialize(stored.value))
+        super().merge_namespaces(target, sources)
+
+
+def _holding_objects(base: type[Any], broken: type[Any]) -> type[HeapKeyedStateBackend]:
+    """A heap keyed backend whose `base` states hold objects as `broken` does, serialized by the snapshot's
+    asynchronous part."""
+
+    class Keyed(_with_state(base, broken)):  # type: ignore[misc]
+        def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
+            self.check_open()
+            names = sorted(n for n, t in self._stores.items() if len(t))
+            captured = [self._stores[n].capture() for n in names]
+            metas = tuple(self._stores[n].meta for n in names)
+            header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+            key_group_range = self.key_group_range
+            blocks = entry_blocks(captured, key_group_range.start)
+
+            def serialized(key_group: int) -> Any:
+                entries = blocks(key_group)
+                for entry in entries:
+                    if type(entry[3]) is _Held:  # serialized now, as the object is now
+                        entry[3] = entry[3].serializer.serialize(entry[3].value)
+                return entries
+
+            def write(cancelled: Any) -> Any:
+                if not captured:
+                    return None
+                return write_canonical_snapshot(stream_factory, header, key_group_range, serialized, cancelled)
+
+            return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+    return Keyed
+
+
+# 115. A restored state's namespace serializer is taken as the registration gives it, never checked against the one
+# that wrote the state: a window job whose namespace type changed reads every restored namespace with the new
+# serializer (SER-6).
+class _NamespaceSerializerUnchecked(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        store = self._stores.get(descriptor.name)
+        if store is not None and namespace_serializer is not None:
+            configuration = namespace_serializer.snapshot_configuration()
+            store.meta = dataclasses.replace(store.meta, namespace_serializer=configuration)
+        return super().get_or_create_state(descriptor, namespace_serializer)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1730,6 +1830,9 @@ operator_restore_skips_missing_streams = _factory(operator=_OperatorSkipsMissing
 restore_reads_without_checksum = _factory(_ReadsWithoutChecksum)
 rocksdb_keeps_temp_instance_dir = _rocksdb_factory(_KeepsTempInstanceDir)
 operator_restore_reads_without_checksum = _factory(operator=_OperatorReadsWithoutChecksum)
+value_objects_held = _factory(_holding_objects(ValueStateImpl, _HoldsValueObjects))
+accumulators_held = _factory(_holding_objects(AggregatingStateImpl, _HoldsAccumulators))
+namespace_serializer_unchecked = _factory(_NamespaceSerializerUnchecked)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1845,4 +1948,7 @@ CAUGHT_BY = {
     "restore_reads_without_checksum": "FMT-12",
     "rocksdb_keeps_temp_instance_dir": "KB-LOCAL-1",
     "operator_restore_reads_without_checksum": "FMT-12",
+    "value_objects_held": "KB-SNAP-3",
+    "accumulators_held": "KB-SNAP-3",
+    "namespace_serializer_unchecked": "SER-6",
 }

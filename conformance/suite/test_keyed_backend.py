@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tempfile
 from typing import Any
@@ -19,7 +20,13 @@ from statecert.conformance.helpers import (
     run_while,
     snapshot_now,
 )
-from statecert.reference.serializers import EnumSerializer, LongSerializer, RecordSerializer, StringSerializer
+from statecert.reference.serializers import (
+    EnumSerializer,
+    LongSerializer,
+    MsgpackSerializer,
+    RecordSerializer,
+    StringSerializer,
+)
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import (
     BackendClosedError,
@@ -32,6 +39,7 @@ from statecert.spec.errors import (
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
     VOID_NAMESPACE,
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -135,6 +143,122 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
         handle = run_while(task, lambda: fill(backend, range(5), tag="during-"))
     with restore(state_backend, handle) as restored:
         assert contents(restored) == expected, "the snapshot saw writes made after its synchronous part"
+
+
+class _AppendInPlace:
+    """An aggregate function whose `add` changes its accumulator in place and returns it, as Flink jobs commonly
+    write them (`acc.count += 1; return acc`)."""
+
+    def create_accumulator(self) -> list[Any]:
+        return []
+
+    def add(self, value: Any, accumulator: list[Any]) -> list[Any]:
+        accumulator.append(value)
+        return accumulator
+
+    def get_result(self, accumulator: list[Any]) -> list[Any]:
+        return list(accumulator)
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        a.extend(b)
+        return a
+
+
+def _extend_in_place(accumulated: list[Any], added: list[Any]) -> list[Any]:
+    accumulated.extend(added)
+    return accumulated
+
+
+PLAIN = MsgpackSerializer()
+MUTABLE: dict[str, Any] = {
+    "value": ValueStateDescriptor("mutable-v", serializer=PLAIN),
+    "list": ListStateDescriptor("mutable-l", element_serializer=PLAIN),
+    "map": MapStateDescriptor("mutable-m", user_key_serializer=StringSerializer(), user_value_serializer=PLAIN),
+    "reducing": ReducingStateDescriptor("mutable-r", reduce_function=_extend_in_place, serializer=PLAIN),
+    "aggregating": AggregatingStateDescriptor(
+        "mutable-a", aggregate_function=_AppendInPlace(), accumulator_serializer=PLAIN
+    ),
+}
+CHANGED_IN_PLACE = {
+    "value": "v = value(); v.append(-1); update(v)",
+    "list": "e = get(); e[0]['n'] = -1; e.append({'n': -2}); update(e)",
+    "map": "v = get('u'); v.append(-1); put('u', v)",
+    "reducing": "add([-1]) with reduce(a, b) = a.extend(b) or a",
+    "aggregating": "add(-1) with an add that appends to its accumulator",
+}
+
+
+def _write_mutable(state: Any, kind: str, i: int) -> None:
+    """Key i's first write: an object holding i."""
+    if kind == "value":
+        state.update([i])
+    elif kind == "list":
+        state.add({"n": i})
+    elif kind == "map":
+        state.put("u", [i])
+    elif kind == "reducing":
+        state.add([i])
+    else:
+        state.add(i)
+
+
+def _change_in_place(state: Any, kind: str) -> None:
+    """Read the current key's object, change it in place and write it back (CHANGED_IN_PLACE says how)."""
+    if kind == "value":
+        value = state.value()
+        value.append(-1)
+        state.update(value)
+    elif kind == "list":
+        elements = state.get()
+        elements[0]["n"] = -1
+        elements.append({"n": -2})
+        state.update(elements)
+    elif kind == "map":
+        value = state.get("u")
+        value.append(-1)
+        state.put("u", value)
+    else:
+        state.add([-1] if kind == "reducing" else -1)
+
+
+def _read_mutable(state: Any, kind: str) -> Any:
+    return state.value() if kind == "value" else state.get("u") if kind == "map" else state.get()
+
+
+@pytest.mark.requirement("KB-SNAP-3", "KB-SNAP-2")
+@pytest.mark.parametrize("kind", list(MUTABLE))
+def test_an_object_read_after_the_snapshot_and_changed_in_place_is_not_in_it(
+    state_backend: Any, storage: Any, kind: str
+) -> None:
+    """An object read from the state after `snapshot()` returned, changed in place and written back, is a write
+    after the synchronous part: a backend keeping state objects on the heap (serialized only when the snapshot is
+    written) must hand out a copy of one a pending snapshot holds, as Flink's `CopyOnWriteStateMap` does in `get`
+    and `transform`; one handing out the captured object lets the change into the snapshot."""
+    descriptor = MUTABLE[kind]
+    keys = [f"k{i}" for i in range(10)]
+    with keyed_backend(state_backend) as backend:
+        state = backend.get_or_create_state(descriptor)
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            _write_mutable(state, kind, i)
+        expected = {}
+        for key in keys:
+            backend.set_current_key(key)
+            expected[key] = copy.deepcopy(_read_mutable(state, kind))  # what a backend hands out may change
+        task = backend.snapshot(1, 0, location_for(storage))
+        for key in keys:
+            backend.set_current_key(key)
+            _change_in_place(state, kind)
+        handle = task.run()
+    call = f"{kind} state, after snapshot(): {CHANGED_IN_PLACE[kind]}"
+    with restore(state_backend, handle) as restored:
+        state = restored.get_or_create_state(descriptor)
+        got = {}
+        for key in keys:
+            restored.set_current_key(key)
+            got[key] = _read_mutable(state, kind)
+    wrong = {k: (expected[k], got[k]) for k in keys if got[k] != expected[k]}
+    assert not wrong, f"KB-SNAP-3: {call}; restored (expected, got): {list(wrong.items())[:3]}"
 
 
 LATE = (

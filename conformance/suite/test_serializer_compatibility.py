@@ -155,6 +155,32 @@ class VersionedCount(BaseSerializer):
         return SchemaCompatibility.as_is()
 
 
+@pytest.mark.requirement("SER-6", "SER-7")
+@pytest.mark.parametrize("change", ["incompatible", "after migration"])
+def test_a_restored_states_namespace_serializer_is_never_migrated(
+    state_backend: Any, storage: Any, change: str
+) -> None:
+    """Restored state registered under a namespace serializer that is incompatible or needs migration is refused
+    with `StateMigrationError` naming the state, as Flink's heap and RocksDB backends refuse it ("the new namespace
+    serializer must be compatible"); registered again under the old one it holds what it held. A backend that
+    takes the new namespace serializer unchecked reads every restored namespace with it."""
+    descriptor = ValueStateDescriptor("state_under_test", serializer=L)
+    new, namespace = (S, "7") if change == "incompatible" else (VersionedCount(2), 7)
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        backend.get_partitioned_state(7, descriptor, VersionedCount(1)).update(1)
+        handle = snapshot_now(backend, location_for(storage))
+    call = f"get_partitioned_state({namespace!r}, ..., {type(new).__name__}) for a namespace serializer {change}"
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        with pytest.raises(StateMigrationError) as raised:
+            restored.get_partitioned_state(namespace, descriptor, new)
+            pytest.fail(f"SER-6: {call}: expected StateMigrationError, got none")
+        assert "state_under_test" in str(raised.value), f"SER-6: {call}: the error must name the state: {raised.value}"
+        restored.set_current_key("k")
+        got = restored.get_partitioned_state(7, descriptor, VersionedCount(1)).value()
+        assert got == 1, f"SER-7: after the refused {call}, the old namespace serializer reads: expected 1, got {got!r}"
+
+
 def _versioned(version: int) -> list[Any]:
     count = VersionedCount(version)
     return [
