@@ -1643,6 +1643,33 @@ class _NamespaceSerializerUnchecked(HeapKeyedStateBackend):
         return super().get_or_create_state(descriptor, namespace_serializer)
 
 
+# 116. Entries told apart by their key and namespace bytes joined, as a flat key-value store's composite key without
+# lengths: ("a", "m60n0") and ("am60", "n0"), of one key group, are one entry, and the later write replaces the
+# earlier one's value under the earlier one's key and namespace (KS-3).
+class _JoinedEntryKey(tuple[bytes, bytes]):
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return hash(self[0] + self[1])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, tuple) and self[0] + self[1] == other[0] + other[1]
+
+
+class _JoinedKeysTable(StateTable):
+    pass
+
+
+def _joining(name: str) -> Any:
+    method = getattr(StateTable, name)
+    return lambda self, key_group, key, *args: method(self, key_group, _JoinedEntryKey(key), *args)
+
+
+_KEYED_METHODS = ("get", "put", "delete", "get_list", "set_list", "append_list", "map_get", "map_put", "map_remove")
+for _name in (*_KEYED_METHODS, "map_items", "put_payload"):
+    setattr(_JoinedKeysTable, _name, _joining(_name))
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1833,6 +1860,7 @@ operator_restore_reads_without_checksum = _factory(operator=_OperatorReadsWithou
 value_objects_held = _factory(_holding_objects(ValueStateImpl, _HoldsValueObjects))
 accumulators_held = _factory(_holding_objects(AggregatingStateImpl, _HoldsAccumulators))
 namespace_serializer_unchecked = _factory(_NamespaceSerializerUnchecked)
+key_and_namespace_joined = _factory(_with_table(_JoinedKeysTable))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1951,4 +1979,5 @@ CAUGHT_BY = {
     "value_objects_held": "KB-SNAP-3",
     "accumulators_held": "KB-SNAP-3",
     "namespace_serializer_unchecked": "SER-6",
+    "key_and_namespace_joined": "KS-3",
 }

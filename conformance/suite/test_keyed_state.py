@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import key_group_of, keyed_backend
+from statecert.conformance.helpers import key_group_of, keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError
 from statecert.spec.state import (
@@ -440,3 +440,71 @@ def test_key_iteration_per_namespace(backend: Any, descriptor: Any) -> None:
         f"KB-KEYS-1: get_keys_and_namespaces({name!r}) of {descriptor.kind.value} state: expected {expected}, "
         f"got {pairs}"
     )
+
+
+SEPARATORS = ("", "\x00", "|", ":", "/")
+
+
+def _running_into_each_other(separator: str, tail: str = "n") -> tuple[tuple[str, str], tuple[str, str]]:
+    """Two (key, namespace) pairs in one key group that join into the same text with `separator` between key and
+    namespace (plain concatenation for ""): ("a", m + sep + tail) and ("a" + sep + m, tail)."""
+    middle = next(f"m{i}" for i in range(10_000) if key_group_of("a") == key_group_of(f"a{separator}m{i}"))
+    return ("a", f"{middle}{separator}{tail}"), (f"a{separator}{middle}", tail)
+
+
+def _read_pair(backend: Any, key: str, namespace: str) -> tuple[Any, Any]:
+    backend.set_current_key(key)
+    value = backend.get_partitioned_state(namespace, VALUE, NS).value()
+    return value, sorted(backend.get_partitioned_state(namespace, MAP, NS).items())
+
+
+@pytest.mark.requirement("KS-3", "KB-KEYS-1", "KB-RESTORE-1")
+def test_keys_and_namespaces_whose_bytes_run_into_each_other_stay_apart(state_backend: Any, storage: Any) -> None:
+    """Keys and namespaces are told apart by their bytes as a pair, not by the bytes joined: a backend with a flat
+    composite key (key bytes, then namespace bytes, then a map's user key bytes, without lengths or with a
+    separator a key may contain, where Flink's RocksDB backend writes lengths when a key could be ambiguous) makes
+    one entry of ("a", "m7n0") and ("a" + "m7", "n0"). Every pair here shares its key group; each holds its own
+    value and map, alone in `get_keys`, through a snapshot, and after the other is cleared."""
+    pairs = [pair for i, sep in enumerate(SEPARATORS) for pair in _running_into_each_other(sep, f"n{i}")]
+    expected = {pair: (i, [(f"u{i}", i)]) for i, pair in enumerate(pairs)}
+    # map user keys that run into the key: ("a", void, "m7u") and ("am7", void, "u")
+    flat = MapStateDescriptor("flat", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+    (key, _), (longer_key, _) = _running_into_each_other("")
+    user_keys = {key: f"{longer_key[len(key) :]}u", longer_key: "u"}
+    with keyed_backend(state_backend) as backend:
+        for (key, namespace), (value, entries) in expected.items():
+            backend.set_current_key(key)
+            backend.get_partitioned_state(namespace, VALUE, NS).update(value)
+            backend.get_partitioned_state(namespace, MAP, NS).put_all(dict(entries))
+        for i, (k, user_key) in enumerate(user_keys.items()):
+            backend.set_current_key(k)
+            backend.get_or_create_state(flat).put(user_key, i)
+        handle = snapshot_now(backend, location_for(storage))
+        backends = {"as written": backend}
+        with keyed_backend(state_backend, restore=[handle]) as restored:
+            backends["restored"] = restored
+            for when, b in backends.items():
+                got = {pair: _read_pair(b, *pair) for pair in pairs}
+                wrong = {pair: (expected[pair], got[pair]) for pair in pairs if got[pair] != expected[pair]}
+                assert not wrong, f"KS-3: {when}, (key, namespace): (expected, got) {list(wrong.items())[:3]}"
+                for key, namespace in pairs:
+                    listed = sorted(b.get_keys("v", namespace))
+                    assert listed == [key], (
+                        f"KB-KEYS-1: {when}, get_keys('v', {namespace!r}): expected {[key]}, got {listed}"
+                    )
+                flat_state = b.get_or_create_state(flat)
+                for i, (k, user_key) in enumerate(user_keys.items()):
+                    b.set_current_key(k)
+                    got_items = sorted(flat_state.items())
+                    assert got_items == [(user_key, i)], (
+                        f"KS-3: {when}, key {k!r}: map items expected {[(user_key, i)]}, got {got_items}"
+                    )
+            (key, namespace), (other_key, other_namespace) = pairs[:2]
+            restored.set_current_key(key)
+            restored.get_partitioned_state(namespace, VALUE, NS).clear()
+            restored.get_partitioned_state(namespace, MAP, NS).clear()
+            left = _read_pair(restored, other_key, other_namespace)
+            assert left == expected[(other_key, other_namespace)], (
+                f"KS-3: clear() of ({key!r}, {namespace!r}) changed ({other_key!r}, {other_namespace!r}): "
+                f"expected {expected[(other_key, other_namespace)]}, got {left}"
+            )
