@@ -30,6 +30,7 @@ from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
 from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
+from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
 from statecert.reference.heap.state_table import Cell, StateTable
@@ -1670,6 +1671,22 @@ for _name in (*_KEYED_METHODS, "map_items", "put_payload"):
     setattr(_JoinedKeysTable, _name, _joining(_name))
 
 
+# 117. Union list state restored as a union of sets: an element equal to one an earlier handle gave is dropped, so
+# what every subtask held (a default, a shared offset) comes back once instead of once per old subtask (OS-2).
+class _UnionDeduplicatedAcrossSubtasks(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        super().__init__(params)
+        merged: dict[str, list[bytes]] = {}
+        for handle in params.restore_state:
+            for name, (mode, _, elements) in read_operator_states(handle).items():
+                if mode is OperatorStateMode.UNION:
+                    seen = set(merged.get(name, ()))
+                    merged.setdefault(name, []).extend(e for e in elements if e not in seen)
+        for name, elements in merged.items():
+            mode, snapshot, _ = self._restored[name]
+            self._restored[name] = (mode, snapshot, elements)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1861,6 +1878,7 @@ value_objects_held = _factory(_holding_objects(ValueStateImpl, _HoldsValueObject
 accumulators_held = _factory(_holding_objects(AggregatingStateImpl, _HoldsAccumulators))
 namespace_serializer_unchecked = _factory(_NamespaceSerializerUnchecked)
 key_and_namespace_joined = _factory(_with_table(_JoinedKeysTable))
+union_deduplicated_across_subtasks = _factory(operator=_UnionDeduplicatedAcrossSubtasks)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1980,4 +1998,5 @@ CAUGHT_BY = {
     "accumulators_held": "KB-SNAP-3",
     "namespace_serializer_unchecked": "SER-6",
     "key_and_namespace_joined": "KS-3",
+    "union_deduplicated_across_subtasks": "OS-2",
 }

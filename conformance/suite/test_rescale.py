@@ -52,8 +52,9 @@ def write_checkpoint(
 ) -> Any:
     """Each key k_i gets value i, and list [i, i+1] when i is a multiple of 3, in the subtask owning it (so a
     subtask's snapshot may hold the list state or not, as a state registered in only some subtasks: a restore takes
-    the states of every handle, not those of the first); each subtask i holds split elements [100i, 100i+1], union
-    element [i] and the broadcast map {"r": 7}. Returns the loaded operator state."""
+    the states of every handle, not those of the first); each subtask i holds split elements [100i, 100i+1, -1],
+    union elements [i, -1] (-1 in every subtask: equal elements of two subtasks are two elements, not one) and the
+    broadcast map {"r": 7}. Returns the loaded operator state."""
     subtasks = create_subtasks(state_backend, KEYS, parallelism, max_parallelism)
     for key, (value, elements) in written(keys).items():
         keyed = owner_of(subtasks, key, max_parallelism)
@@ -61,8 +62,8 @@ def write_checkpoint(
         if elements is not None:
             keyed.get_or_create_state(LIST).add_all(elements)
     for s in subtasks if supports(declared(state_backend), "operator_state") else ():
-        s.operator.get_list_state(SPLIT).add_all([100 * s.index, 100 * s.index + 1])
-        s.operator.get_union_list_state(UNION).add(s.index)
+        s.operator.get_list_state(SPLIT).add_all([100 * s.index, 100 * s.index + 1, -1])
+        s.operator.get_union_list_state(UNION).add_all([s.index, -1])
         s.operator.get_broadcast_state(BROADCAST).put("r", 7)
     access = storage.create_checkpoint_storage("job")
     location = (
@@ -225,7 +226,10 @@ def test_changed_max_parallelism_is_refused(state_backend: Any, storage: Any) ->
 def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     shares = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["split"]
     elements = [e for share in shares for e in share]
-    assert Counter(elements) == Counter(e for i in range(old) for e in (100 * i, 100 * i + 1)), shares
+    expected = Counter(e for i in range(old) for e in (100 * i, 100 * i + 1, -1))
+    assert Counter(elements) == expected, (
+        f"OS-1: {old}->{new}: expected the elements {expected}, got the shares {shares}"
+    )
     sizes = [len(s) for s in shares]
     assert max(sizes) - min(sizes) <= 1, f"uneven split {sizes}"
 
@@ -235,7 +239,8 @@ def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, stora
 @pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5)])
 def test_union_list_goes_to_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     unions = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["union"]
-    assert unions == [list(range(old))] * new
+    expected = sorted([*range(old), *[-1] * old])
+    assert unions == [expected] * new, f"OS-2: {old}->{new}: expected {expected} in every subtask, got {unions}"
 
 
 @pytest.mark.requirement("OS-3")
