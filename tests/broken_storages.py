@@ -183,6 +183,27 @@ class _DisposesTaskOwnedLocation(CheckpointStorageLocationImpl):
 _DisposesTaskOwnedStorage = _with_checkpoint_locations(_DisposesTaskOwnedLocation)
 
 
+# 22. A failed savepoint's `dispose_on_failure` deletes its target directory, taken for the savepoint's own: every
+# other savepoint there, and the user's files, go with it (CS-6).
+class _DisposesSavepointTargetLocation(CheckpointStorageLocationImpl):
+    def dispose_on_failure(self) -> None:
+        discard_checkpoint_directory(paths.parent_url(self.directory))
+
+
+def _savepoint_disposes_target(access: Any) -> None:
+    original = access.initialize_location_for_savepoint
+
+    def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+        location = original(checkpoint_id, target)
+        location.__class__ = _DisposesSavepointTargetLocation
+        return location
+
+    access.initialize_location_for_savepoint = initialize
+
+
+_SavepointDisposesTarget = _with_access(_savepoint_disposes_target)
+
+
 def _savepoints_at(directory: Any) -> Any:
     """A storage access patch: savepoint locations at `directory(access, checkpoint_id, target)` (its shared-scope
     state inside, as SP-4 wants), instead of a new `savepoint-<job>-<random>` directory under the target."""
@@ -448,6 +469,10 @@ def metadata_copied_into_place(config: Mapping[str, object]) -> Any:
     return _CopiesMetadataStorage.from_config(config)
 
 
+def savepoint_dispose_deletes_target(config: Mapping[str, object]) -> Any:
+    return _SavepointDisposesTarget.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -470,4 +495,5 @@ CAUGHT_BY = {
     "metadata_checksum_ignored": "FMT-8",
     "dispose_expects_directory": "CS-6",
     "metadata_copied_into_place": "FMT-7",
+    "savepoint_dispose_deletes_target": "CS-6",
 }

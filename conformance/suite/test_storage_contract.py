@@ -275,6 +275,39 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     assert problem is None, f"CS-6: checkpoint 2's dispose_on_failure() changed the job's task-owned state: {problem}"
 
 
+@pytest.mark.requirement("CS-6", "SP-2")
+@pytest.mark.parametrize("target", ["explicit", "default"])
+def test_a_failed_savepoints_dispose_deletes_its_own_directory_only(
+    storage: Any, checkpoint_dir: str, target: str
+) -> None:
+    """A savepoint's directory is a new one under its target (CS-2), a directory the user chose that may hold other
+    savepoints and files of theirs: `dispose_on_failure` of a failed savepoint deletes its own directory, never the
+    target. A storage taking the target for the savepoint's exclusive directory deletes every savepoint there."""
+    explicit = f"{checkpoint_dir}-explicit" if target == "explicit" else None
+    parent = explicit or f"{checkpoint_dir}-savepoints"
+    access = storage.create_checkpoint_storage("abcdef0123")
+    completed = access.initialize_location_for_savepoint(1, target=explicit)
+    with completed.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(b"kept" * 10_000)
+        kept = out.close_and_get_handle()
+    completed.write_metadata(_metadata(1))
+    fs, parent_path = fsspec.core.url_to_fs(parent)
+    users_file = f"{parent_path.rstrip('/')}/README.txt"
+    fs.pipe_file(users_file, b"the user's own file")
+    failed = access.initialize_location_for_savepoint(2, target=explicit)
+    with failed.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(b"lost" * 10_000)
+        out.close_and_get_handle()
+    failed.dispose_on_failure()
+    call = f"dispose_on_failure() of savepoint 2 at the {target} target {parent}"
+    assert storage.load_checkpoint(completed.pointer) == _metadata(1), f"CS-6: {call} lost savepoint 1"
+    problem = _misread(kept, b"kept" * 10_000)
+    assert problem is None, f"CS-6: {call} changed savepoint 1's state: {problem}"
+    assert fs.exists(users_file), f"CS-6: {call} deleted {users_file}, a file of the user's in the target"
+    _, failed_path = fsspec.core.url_to_fs(failed.pointer)
+    assert not fs.exists(failed_path), f"CS-6: {call} left its directory {failed.pointer}"
+
+
 def _metadata(checkpoint_id: int, path: str | None = None) -> CheckpointMetadata:
     """A one-operator checkpoint; with `path`, its single key-group handle is a file at that URL."""
     delegate: Any = FileStateHandle(path, 10) if path else ByteStreamStateHandle("inline", b"0123456789")
