@@ -1687,6 +1687,18 @@ class _UnionDeduplicatedAcrossSubtasks(DefaultOperatorStateBackend):
             self._restored[name] = (mode, snapshot, elements)
 
 
+# 118. A restore claims the checkpoint: it deletes the files it restored from once they are read, as Flink's CLAIM
+# mode lets the job own them, where the default (NO_CLAIM) leaves them: the next restore of that checkpoint, after
+# a second failure or by another new subtask reading the same old handle, finds them gone (KB-RESTORE-1).
+class _ClaimsRestoredFiles(HeapKeyedStateBackend):
+    def restore_handles(self, handles: Any) -> None:
+        super().restore_handles(handles)
+        for handle in handles:
+            for url in files_of(handle):
+                fs, path = fsspec.core.url_to_fs(url)
+                fs.rm(path)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1879,6 +1891,7 @@ accumulators_held = _factory(_holding_objects(AggregatingStateImpl, _HoldsAccumu
 namespace_serializer_unchecked = _factory(_NamespaceSerializerUnchecked)
 key_and_namespace_joined = _factory(_with_table(_JoinedKeysTable))
 union_deduplicated_across_subtasks = _factory(operator=_UnionDeduplicatedAcrossSubtasks)
+restore_claims_files = _factory(_ClaimsRestoredFiles)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -1999,4 +2012,5 @@ CAUGHT_BY = {
     "namespace_serializer_unchecked": "SER-6",
     "key_and_namespace_joined": "KS-3",
     "union_deduplicated_across_subtasks": "OS-2",
+    "restore_claims_files": "KB-RESTORE-1",
 }

@@ -523,6 +523,30 @@ def test_a_snapshot_missing_a_state_file_fails_to_restore(
     assert left == [], f"KB-LOCAL-2: the failed restore of a snapshot missing a file left {left[:5]} in local_dir"
 
 
+@pytest.mark.requirement("KB-RESTORE-1")
+def test_a_restore_leaves_the_checkpoint_as_it_was(state_backend: Any, tmp_path: Any) -> None:
+    """A restore reads a checkpoint and leaves its files as they were, so the same checkpoint restores again (a
+    second failure before the next checkpoint, every new subtask reading one old handle), as Flink's default
+    NO_CLAIM restore mode: a backend that deletes or moves the files it restored from (claiming them) fails the
+    next restore."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(200))
+        expected = contents(backend)
+        handle = snapshot_now(backend, location_for(storage, 1), 1)
+    files = sorted(files_of(handle))
+    assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    written = {url: fsspec.core.url_to_fs(url)[0].cat_file(fsspec.core.url_to_fs(url)[1]) for url in files}
+    for attempt in ("first", "second"):
+        with restore(state_backend, handle) as restored:
+            got = contents(restored)
+        assert got == expected, f"KB-RESTORE-1: the {attempt} restore of one checkpoint: {diff(expected, got)}"
+        for url, data in written.items():
+            fs, path = fsspec.core.url_to_fs(url)
+            assert fs.exists(path), f"KB-RESTORE-1: the {attempt} restore deleted or moved {url}"
+            assert fs.cat_file(path) == data, f"KB-RESTORE-1: the {attempt} restore changed {url}"
+
+
 MARK = 0x5A17C0DE00000000  # values whose 8 bytes are unlikely anywhere else in a state file
 
 
