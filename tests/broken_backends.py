@@ -1699,6 +1699,49 @@ class _ClaimsRestoredFiles(HeapKeyedStateBackend):
                 fs.rm(path)
 
 
+# 119. Operator list state keeps its elements as the objects it was given, serialized when the snapshot is written,
+# and its synchronous part copies the lists but not the elements: an element read after `snapshot()` returned,
+# changed in place and written back, is changed in the snapshot too, where Flink deep-copies operator state in the
+# synchronous part (OS-10).
+class _HoldsElements(OperatorListStateImpl):
+    def get(self) -> list[Any]:
+        self._backend._check_open()
+        serializer = self._state.serializer
+        return [e.value if type(e) is _Held else serializer.deserialize(e) for e in self._state.elements]
+
+    def _encode_all(self, values: Any) -> list[Any]:
+        values = list(values)
+        super()._encode_all(values)  # refuses None and what cannot be serialized
+        return [_Held(v, self._state.serializer) for v in values]
+
+
+class _HoldsOperatorElements(DefaultOperatorStateBackend):
+    def get_list_state(self, descriptor: Any) -> Any:
+        state = super().get_list_state(descriptor)
+        state.__class__ = _HoldsElements
+        return state
+
+    def get_union_list_state(self, descriptor: Any) -> Any:
+        state = super().get_union_list_state(descriptor)
+        state.__class__ = _HoldsElements
+        return state
+
+    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
+        self._check_open()
+        captured = self.captured_states()
+
+        def write(cancelled: Any) -> Any:
+            serialized = {
+                name: (mode, snapshot, [e.serializer.serialize(e.value) if type(e) is _Held else e for e in elements])
+                for name, (mode, snapshot, elements) in captured.items()
+            }
+            return write_operator_snapshot(stream_factory, serialized, cancelled) if serialized else None
+
+        task: AsyncSnapshotTask[Any] = AsyncSnapshotTask(write, self._pending.discard)
+        self._pending.add(task)
+        return task
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1892,6 +1935,7 @@ namespace_serializer_unchecked = _factory(_NamespaceSerializerUnchecked)
 key_and_namespace_joined = _factory(_with_table(_JoinedKeysTable))
 union_deduplicated_across_subtasks = _factory(operator=_UnionDeduplicatedAcrossSubtasks)
 restore_claims_files = _factory(_ClaimsRestoredFiles)
+operator_elements_held = _factory(operator=_HoldsOperatorElements)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2013,4 +2057,5 @@ CAUGHT_BY = {
     "key_and_namespace_joined": "KS-3",
     "union_deduplicated_across_subtasks": "OS-2",
     "restore_claims_files": "KB-RESTORE-1",
+    "operator_elements_held": "OS-10",
 }

@@ -4,6 +4,7 @@ operations against a model, live and after a restore; the stream; None elements;
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +96,54 @@ def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storag
     with operator_backend(state_backend, (handle,)) as restored:
         got = _operator_contents(restored)
     assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"
+
+
+PLAIN_SPLIT = ListStateDescriptor("plain-split", element_serializer=MsgpackSerializer())
+PLAIN_UNION = ListStateDescriptor("plain-union", element_serializer=MsgpackSerializer())
+PLAIN_RULES = MapStateDescriptor(
+    "plain-rules", user_key_serializer=StringSerializer(), user_value_serializer=MsgpackSerializer()
+)
+
+
+def _plain_contents(backend: Any) -> dict[str, Any]:
+    return {
+        "split": backend.get_list_state(PLAIN_SPLIT).get(),
+        "union": backend.get_union_list_state(PLAIN_UNION).get(),
+        "broadcast": sorted(backend.get_broadcast_state(PLAIN_RULES).items()),
+    }
+
+
+@pytest.mark.requirement("OS-10")
+@pytest.mark.capability("operator_state")
+def test_an_element_read_after_the_snapshot_call_and_changed_in_place_is_not_in_it(
+    state_backend: Any, storage: Any
+) -> None:
+    """Elements (dicts) and a broadcast value (a list) read after `snapshot` returned, changed in place and written
+    back, are writes after the call: a backend keeping operator state as objects must not let the snapshot share
+    them, as Flink's `DefaultOperatorStateBackend` deep-copies its states (with the serializers' `copy`) in the
+    synchronous part."""
+    with operator_backend(state_backend) as backend:
+        backend.get_list_state(PLAIN_SPLIT).add_all([{"offset": 1}, {"offset": 2}])
+        backend.get_union_list_state(PLAIN_UNION).add({"name": "a"})
+        backend.get_broadcast_state(PLAIN_RULES).put("r", [1])
+        expected = copy.deepcopy(_plain_contents(backend))  # what a backend hands out may change
+        task = backend.snapshot(1, 0, location_for(storage))
+        for state in (backend.get_list_state(PLAIN_SPLIT), backend.get_union_list_state(PLAIN_UNION)):
+            elements = state.get()
+            elements[0][next(iter(elements[0]))] = -1
+            state.update(elements)
+        rules = backend.get_broadcast_state(PLAIN_RULES)
+        value = rules.get("r")
+        value.append(-1)
+        rules.put("r", value)
+        handle = task.run()
+    with operator_backend(state_backend, (handle,)) as restored:
+        got = _plain_contents(restored)
+    assert got == expected, (
+        "OS-10: after snapshot(): e = get(); e[0][k] = -1; update(e) for split and union state, v = get('r'); "
+        f"v.append(-1); put('r', v) for broadcast state; restored: expected the state at the call {expected}, "
+        f"got {got}"
+    )
 
 
 @pytest.mark.requirement("OS-10")
