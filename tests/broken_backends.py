@@ -1742,6 +1742,49 @@ class _HoldsOperatorElements(DefaultOperatorStateBackend):
         return task
 
 
+# 120. Value state takes stored bytes that are empty for nothing stored (`if not stored`): the empty text, whose
+# `StringSerializer` bytes are none, reads as None (KS-1).
+class _EmptyBytesReadAsNothing(ValueStateImpl):
+    def value(self) -> Any:
+        key, key_group = self._entry_key()
+        if not self.store.get(key_group, key):
+            return None if self._default_bytes is None else self._ser.deserialize(self._default_bytes)
+        return super().value()
+
+
+# 121. The snapshot keeps each payload's length in 16 bits, as a native format sized for small values would: a value,
+# element, user key or user value of 64 KiB or more comes back cut to its length modulo 65,536 (KS-1).
+def _cut(data: bytes) -> bytes:
+    return data[: len(data) % 65_536]
+
+
+def _cut_payload(payload: Any) -> Any:
+    if isinstance(payload, bytes):
+        return _cut(payload)
+    return [[_cut(p[0]), _cut(p[1])] if isinstance(p, list) else _cut(p) for p in payload]  # map pairs, elements
+
+
+class _SixteenBitLengths(HeapKeyedStateBackend):
+    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
+        self.check_open()
+        names = sorted(n for n, t in self._stores.items() if len(t))
+        captured = [self._stores[n].capture() for n in names]
+        metas = tuple(self._stores[n].meta for n in names)
+        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+        key_group_range = self.key_group_range
+        blocks = entry_blocks(captured, key_group_range.start)
+
+        def cut(key_group: int) -> Any:
+            return [[index, key, ns, _cut_payload(p)] for index, key, ns, p in blocks(key_group)]
+
+        def write(cancelled: Any) -> Any:
+            if not captured:
+                return None
+            return write_canonical_snapshot(stream_factory, header, key_group_range, cut, cancelled)
+
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1936,6 +1979,8 @@ key_and_namespace_joined = _factory(_with_table(_JoinedKeysTable))
 union_deduplicated_across_subtasks = _factory(operator=_UnionDeduplicatedAcrossSubtasks)
 restore_claims_files = _factory(_ClaimsRestoredFiles)
 operator_elements_held = _factory(operator=_HoldsOperatorElements)
+empty_bytes_read_as_nothing = _factory(_with_state(ValueStateImpl, _EmptyBytesReadAsNothing))
+payload_lengths_in_16_bits = _factory(_SixteenBitLengths)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2058,4 +2103,6 @@ CAUGHT_BY = {
     "union_deduplicated_across_subtasks": "OS-2",
     "restore_claims_files": "KB-RESTORE-1",
     "operator_elements_held": "OS-10",
+    "empty_bytes_read_as_nothing": "KS-1",
+    "payload_lengths_in_16_bits": "KS-1",
 }

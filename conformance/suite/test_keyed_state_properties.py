@@ -381,6 +381,58 @@ def test_merge_with_any_number_of_sources(
             )
 
 
+SIZES = (0, 1, 255, 256, 65_535, 65_536, 70_001, 1 << 20)
+TEXT = StringSerializer()
+SIZED = (
+    ValueStateDescriptor("sized-v", serializer=TEXT),
+    ListStateDescriptor("sized-l", element_serializer=TEXT),
+    MapStateDescriptor("sized-m", user_key_serializer=TEXT, user_value_serializer=TEXT),
+)
+
+
+def _write_sized(states: list[Any], size: int) -> None:
+    """Under the current key: a value of `size` bytes ("" for 0), a list and a map with an empty and a `size`-byte
+    text each, user keys included."""
+    value, elements, entries = states
+    value.update("x" * size)
+    elements.add_all(["", "y" * size, ""])
+    entries.put_all({"": "", "k" * size: "v" * size, "e": ""})
+
+
+def _read_sized(states: list[Any]) -> tuple[Any, ...]:
+    value, elements, entries = states
+    return value.value(), elements.get(), sorted(entries.items())
+
+
+@pytest.mark.requirement("KS-1", "KS-VALUE-1", "KS-LIST-1", "KS-MAP-1", "KB-RESTORE-1")
+def test_empty_and_large_values_keep_their_size(certification: Any, tmp_path_factory: Any) -> None:
+    """Values, list elements, user keys and user values of any size are values: zero bytes (the empty text under
+    `StringSerializer`) read back as the empty text, not as nothing stored (a check `if not stored` on the bytes
+    makes it None), and values of 64 KiB and more come back whole through a snapshot (a length kept in 16 bits
+    cuts them)."""
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        states = [backend.get_or_create_state(d) for d in SIZED]
+        for size in SIZES:
+            backend.set_current_key(f"k{size}")
+            _write_sized(states, size)
+        expected = {
+            size: ("x" * size, ["", "y" * size, ""], sorted({"": "", "k" * size: "v" * size, "e": ""}.items()))
+            for size in SIZES
+        }
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            for when, b in (("as written", backend), ("restored", restored)):
+                b_states = [b.get_or_create_state(d) for d in SIZED]
+                for size in SIZES:
+                    b.set_current_key(f"k{size}")
+                    got = _read_sized(b_states)
+                    if got != expected[size]:
+                        shown = [(part if len(repr(part)) < 80 else f"<{len(repr(part))} chars>") for part in got]
+                        pytest.fail(
+                            f"KS-1: {when}, key k{size}: value 'x' * {size}, list ['', 'y' * {size}, ''], map "
+                            f"{{'': '', 'k' * {size}: 'v' * {size}, 'e': ''}}: got {shown}"
+                        )
+
+
 @pytest.mark.requirement("KS-VALUE-2")
 def test_nested_default_is_a_fresh_copy(state_backend: Any) -> None:
     default = {"counts": [1, 2], "meta": {"tags": ["a"]}}
