@@ -1206,6 +1206,19 @@ class _KeepsTempInstanceDir(RocksDBKeyedStateBackend):
             self._db = None
 
 
+# 122. RocksDB: the instance works under a relative path, in the process's working directory, ignoring `local_dir`,
+# and its disposal closes the database but leaves the directory: every restore leaves one more in the directory the
+# worker was started from (KB-LOCAL-1).
+class _KeepsInstanceDirInWorkingDirectory(_KeepsTempInstanceDir):
+    def __init__(self, params: Any, settings: Any, max_value_bytes: int) -> None:
+        RocksDBKeyedStateBackend.__init__(  # past _KeepsTempInstanceDir's, which sets no local dir
+            self,
+            dataclasses.replace(params, local_dir=Path("rocksdb-work")),
+            dataclasses.replace(settings, local_dir=None),
+            max_value_bytes,
+        )
+
+
 # 89. RocksDB: a full checkpoint (the first after a restore from a snapshot) is taken incrementally, referencing the
 # files of the snapshot the job started from, which its owner may delete once the checkpoint completes (KB-SNAP-10).
 class _FullTakenIncrementally(RocksDBKeyedStateBackend):
@@ -1981,6 +1994,7 @@ restore_claims_files = _factory(_ClaimsRestoredFiles)
 operator_elements_held = _factory(operator=_HoldsOperatorElements)
 empty_bytes_read_as_nothing = _factory(_with_state(ValueStateImpl, _EmptyBytesReadAsNothing))
 payload_lengths_in_16_bits = _factory(_SixteenBitLengths)
+rocksdb_keeps_instance_dir_in_working_directory = _rocksdb_factory(_KeepsInstanceDirInWorkingDirectory)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2105,4 +2119,5 @@ CAUGHT_BY = {
     "operator_elements_held": "OS-10",
     "empty_bytes_read_as_nothing": "KS-1",
     "payload_lengths_in_16_bits": "KS-1",
+    "rocksdb_keeps_instance_dir_in_working_directory": "KB-LOCAL-1",
 }

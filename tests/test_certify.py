@@ -129,8 +129,9 @@ def citing_modules(requirement: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
 def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name: str) -> None:
-    system_temp = tmp_path / "tmp"
+    system_temp, working_directory = tmp_path / "tmp", tmp_path / "cwd"
     system_temp.mkdir()
+    working_directory.mkdir()
     code, report, output = certify(
         f"tests.broken_backends:{name}",
         "--tier",
@@ -145,6 +146,7 @@ def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name:
         "-k",
         citing_modules(CAUGHT_BY[name]),
         tmpdir=system_temp,  # what a broken backend leaves in the system temp dir goes with this test's directory
+        cwd=working_directory,  # and what it leaves in its working directory too
     )
     assert code == 1, output
     assert report["verdict"] == "not certified"

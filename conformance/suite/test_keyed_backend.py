@@ -445,16 +445,19 @@ def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any
 
 
 @pytest.mark.requirement("KB-LOCAL-1")
-def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir(
+def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir_or_the_working_directory(
     state_backend: Any, storage: Any, tmp_path: Any, monkeypatch: Any
 ) -> None:
-    """A backend that works outside its local directory (in the system's temporary directory, say, as a backend
-    ignoring `local_dir` does) removes what it made there on `dispose()` too: a worker restoring many times would
-    otherwise fill its disk with the working files of backends long gone. The system temp dir is a fresh one for
-    this test; a backend and one restored from its snapshot are disposed, and nothing of theirs may remain."""
-    system_temp = tmp_path / "system-temp"
-    system_temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
+    """A backend that works outside its local directory (in the system's temporary directory, or in the process's
+    working directory through a relative path, as a backend ignoring `local_dir` does) removes what it made there
+    on `dispose()` too: a worker restoring many times would otherwise fill its disk with the working files of
+    backends long gone. Both are fresh for this test; a backend and one restored from its snapshot are disposed,
+    and nothing of theirs may remain in either."""
+    places = {"system temp dir": tmp_path / "system-temp", "working directory": tmp_path / "cwd"}
+    for place in places.values():
+        place.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(places["system temp dir"]))
+    monkeypatch.chdir(places["working directory"])
     backend = keyed_backend(state_backend)
     fill(backend, range(30))
     expected = contents(backend)
@@ -464,8 +467,9 @@ def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir(
     got = contents(restored)
     restored.dispose()
     assert got == expected, f"KB-RESTORE-1: restored {diff(expected, got)}"
-    left = sorted(str(p.relative_to(system_temp)) for p in system_temp.rglob("*") if p.is_file())
-    assert left == [], f"KB-LOCAL-1: disposed backends left {len(left)} files in the system temp dir: {left[:5]}"
+    for name, place in places.items():
+        left = sorted(str(p.relative_to(place)) for p in place.rglob("*"))
+        assert left == [], f"KB-LOCAL-1: disposed backends left {len(left)} files in the {name}: {left[:5]}"
 
 
 @pytest.mark.requirement("KB-SNAP-7")
