@@ -29,7 +29,7 @@ from statecert.conformance.helpers import files_of
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.replay import read_changes
-from statecert.reference.format.canonical import CanonicalHeader, write_canonical_snapshot
+from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_canonical_snapshot
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
@@ -59,7 +59,13 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, OperatorStateHandle, OperatorStateMode
+from statecert.spec.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    KeyGroupsStateHandle,
+    OperatorStateHandle,
+    OperatorStateMode,
+)
 from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -1798,6 +1804,43 @@ class _SixteenBitLengths(HeapKeyedStateBackend):
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
 
+# 123. Restored states not registered since are written into the next snapshot with the state index they had in the
+# restored header, as a backend keeping them as the raw entries it read would: once a state that sorts before them is
+# registered, their entries point at another state of the new header (KB-RESTORE-3). Only a timer test (TM-9)
+# rejected it, through the timer states a restore keeps, so a backend without timers was certified.
+class _RestoredIndexesKept(HeapKeyedStateBackend):
+    def restore_handles(self, handles: Any) -> None:
+        self.restored_index: dict[str, int] = {}
+        for handle in handles:
+            if isinstance(handle, KeyGroupsStateHandle):
+                with CanonicalReader(handle) as reader:
+                    for index, meta in enumerate(reader.header.states):
+                        self.restored_index.setdefault(meta.name, index)
+        super().restore_handles(handles)
+
+    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
+        self.check_open()
+        names = sorted(n for n, t in self._stores.items() if len(t))
+        captured = [self._stores[n].capture() for n in names]
+        metas = tuple(self._stores[n].meta for n in names)
+        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+        key_group_range = self.key_group_range
+        blocks = entry_blocks(captured, key_group_range.start)
+        kept = {
+            i: self.restored_index[n] for i, n in enumerate(names) if n not in self._states and n in self.restored_index
+        }
+
+        def as_read(key_group: int) -> Any:
+            return [[kept.get(index, index), key, ns, p] for index, key, ns, p in blocks(key_group)]
+
+        def write(cancelled: Any) -> Any:
+            if not captured:
+                return None
+            return write_canonical_snapshot(stream_factory, header, key_group_range, as_read, cancelled)
+
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -1995,6 +2038,7 @@ operator_elements_held = _factory(operator=_HoldsOperatorElements)
 empty_bytes_read_as_nothing = _factory(_with_state(ValueStateImpl, _EmptyBytesReadAsNothing))
 payload_lengths_in_16_bits = _factory(_SixteenBitLengths)
 rocksdb_keeps_instance_dir_in_working_directory = _rocksdb_factory(_KeepsInstanceDirInWorkingDirectory)
+restored_state_indexes_kept = _factory(_RestoredIndexesKept)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2120,4 +2164,5 @@ CAUGHT_BY = {
     "empty_bytes_read_as_nothing": "KS-1",
     "payload_lengths_in_16_bits": "KS-1",
     "rocksdb_keeps_instance_dir_in_working_directory": "KB-LOCAL-1",
+    "restored_state_indexes_kept": "KB-RESTORE-3",
 }

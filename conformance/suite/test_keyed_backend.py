@@ -621,6 +621,43 @@ def test_unregistered_restored_state_survives_the_next_snapshot(state_backend: A
         assert contents(final) == expected
 
 
+@pytest.mark.requirement("KB-RESTORE-3", "KB-RESTORE-1")
+def test_restored_states_not_registered_keep_their_entries_beside_new_and_registered_ones(
+    state_backend: Any, storage: Any
+) -> None:
+    """Restored states that stay unregistered keep their entries through the next snapshot also when other states
+    are registered and written beside them: a new state whose name sorts before theirs ("0-new", "a-new"), and
+    one restored state registered and written. A backend keeping unregistered restored state as the raw entries it
+    read, with their state index in the restored header, points them at another state of the new header."""
+    first = ValueStateDescriptor("0-new", serializer=LongSerializer())
+    second = ListStateDescriptor("a-new", element_serializer=StringSerializer())
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(20))
+        expected = contents(backend)
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with restore(state_backend, handle) as middle:
+        new_states = (middle.get_or_create_state(first), middle.get_or_create_state(second))
+        for i in range(5):
+            middle.set_current_key(f"k{i}")
+            new_states[0].update(100 + i)
+            new_states[1].add(f"new{i}")
+        middle.set_current_key("k1")
+        middle.get_or_create_state(MAP).put("late", 7)  # the map is registered and written; v and l stay restored
+        expected[("m", "k1")] = sorted([*expected[("m", "k1")], ("late", 7)])
+        handle2 = snapshot_now(middle, location_for(storage, 2), 2)
+    with restore(state_backend, handle2) as final:
+        got = contents(final)
+        new_got = {}
+        for i in range(5):
+            final.set_current_key(f"k{i}")
+            new_got[f"k{i}"] = (final.get_or_create_state(first).value(), final.get_or_create_state(second).get())
+    assert got == expected, (
+        f"KB-RESTORE-3: restored states beside new ones, after a second snapshot: {diff(expected, got)}"
+    )
+    new_expected = {f"k{i}": (100 + i, [f"new{i}"]) for i in range(5)}
+    assert new_got == new_expected, f"KB-RESTORE-1: the new states: expected {new_expected}, got {new_got}"
+
+
 @pytest.mark.requirement("KB-RESTORE-5", "SP-3")
 def test_foreign_native_handles_are_rejected(state_backend: Any, storage: Any) -> None:
     with keyed_backend(state_backend) as backend:
