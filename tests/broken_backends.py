@@ -1841,6 +1841,31 @@ class _RestoredIndexesKept(HeapKeyedStateBackend):
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
 
 
+# 124. Operator states restored and not registered since are written into the next snapshot with the element offsets
+# they had in the restored stream, as a backend copying their bytes over would: once a state registered since
+# comes before them in the new stream, their offsets point at its elements (OS-6).
+class _RestoredOffsetsKept(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        super().__init__(params)
+        self.restored_partitions = {n: p for handle in params.restore_state for n, p in handle.states.items()}
+
+    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
+        self._check_open()
+        captured = self.captured_states()
+        unregistered = set(self._restored) & set(self.restored_partitions)
+
+        def write(cancelled: Any) -> Any:
+            handle = write_operator_snapshot(stream_factory, captured, cancelled) if captured else None
+            if handle is None:
+                return None
+            states = {**handle.states, **{n: self.restored_partitions[n] for n in unregistered}}
+            return dataclasses.replace(handle, states=states)
+
+        task: AsyncSnapshotTask[Any] = AsyncSnapshotTask(write, self._pending.discard)
+        self._pending.add(task)
+        return task
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2039,6 +2064,7 @@ empty_bytes_read_as_nothing = _factory(_with_state(ValueStateImpl, _EmptyBytesRe
 payload_lengths_in_16_bits = _factory(_SixteenBitLengths)
 rocksdb_keeps_instance_dir_in_working_directory = _rocksdb_factory(_KeepsInstanceDirInWorkingDirectory)
 restored_state_indexes_kept = _factory(_RestoredIndexesKept)
+operator_restored_offsets_kept = _factory(operator=_RestoredOffsetsKept)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2165,4 +2191,5 @@ CAUGHT_BY = {
     "payload_lengths_in_16_bits": "KS-1",
     "rocksdb_keeps_instance_dir_in_working_directory": "KB-LOCAL-1",
     "restored_state_indexes_kept": "KB-RESTORE-3",
+    "operator_restored_offsets_kept": "OS-6",
 }
