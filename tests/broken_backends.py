@@ -1620,6 +1620,37 @@ class _HoldsAccumulators(AggregatingStateImpl):
         super().merge_namespaces(target, sources)
 
 
+# 125. The same accumulators, copied before `add` hands them to the function (so 114's write stays out of a pending
+# snapshot), but merged in place: a namespace merge whose `merge(a, b)` extends `a` changes the target's accumulator
+# a pending snapshot holds (KB-SNAP-3).
+class _MergesHeldAccumulatorsInPlace(_HoldsAccumulators):
+    def _accumulator(self) -> Any:
+        return copy.deepcopy(super()._accumulator())
+
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        if self._ttl_enabled:  # stored with timestamps: 114's merge
+            super().merge_namespaces(target, sources)
+            return
+        _, key_group = self._backend.current_key_bytes_and_group()
+        merged = []
+        for namespace in sources:
+            key = self._entry_key_for(namespace)
+            stored = self.store.get(key_group, key)
+            if stored is not None:
+                self.store.delete(key_group, key)
+                merged.append(stored.value if type(stored) is _Held else self._ser.deserialize(stored))
+        if merged:
+            self.set_current_namespace(target)
+            key, _ = self._entry_key()
+            stored = self.store.get(key_group, key)
+            current = (
+                None if stored is None else stored.value if type(stored) is _Held else self._ser.deserialize(stored)
+            )
+            for accumulator in merged:
+                current = accumulator if current is None else self._fn.merge(current, accumulator)
+            self.store.put(key_group, key, _Held(current, self._ser))
+
+
 def _holding_objects(base: type[Any], broken: type[Any]) -> type[HeapKeyedStateBackend]:
     """A heap keyed backend whose `base` states hold objects as `broken` does, serialized by the snapshot's
     asynchronous part."""
@@ -2065,6 +2096,7 @@ payload_lengths_in_16_bits = _factory(_SixteenBitLengths)
 rocksdb_keeps_instance_dir_in_working_directory = _rocksdb_factory(_KeepsInstanceDirInWorkingDirectory)
 restored_state_indexes_kept = _factory(_RestoredIndexesKept)
 operator_restored_offsets_kept = _factory(operator=_RestoredOffsetsKept)
+accumulators_merged_in_place = _factory(_holding_objects(AggregatingStateImpl, _MergesHeldAccumulatorsInPlace))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2192,4 +2224,5 @@ CAUGHT_BY = {
     "rocksdb_keeps_instance_dir_in_working_directory": "KB-LOCAL-1",
     "restored_state_indexes_kept": "KB-RESTORE-3",
     "operator_restored_offsets_kept": "OS-6",
+    "accumulators_merged_in_place": "KB-SNAP-3",
 }

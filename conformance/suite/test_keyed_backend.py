@@ -261,6 +261,50 @@ def test_an_object_read_after_the_snapshot_and_changed_in_place_is_not_in_it(
     assert not wrong, f"KB-SNAP-3: {call}; restored (expected, got): {list(wrong.items())[:3]}"
 
 
+@pytest.mark.requirement("KB-SNAP-3", "KS-MERGE-1")
+@pytest.mark.parametrize("kind", ["reducing", "aggregating"])
+def test_a_merge_after_the_snapshot_changing_an_accumulator_in_place_is_not_in_it(
+    state_backend: Any, storage: Any, kind: str
+) -> None:
+    """A namespace merge after `snapshot()` returned whose function changes the target's accumulator in place (a
+    reduce extending its first argument, an aggregate's `merge(a, b)` extending `a`) is a write after the
+    synchronous part: Flink's heap backend merges into a copy of an accumulator a pending snapshot holds
+    (`CopyOnWriteStateMap.transform`)."""
+    descriptor = MUTABLE[kind]
+    keys = [f"k{i}" for i in range(10)]
+    with keyed_backend(state_backend) as backend:
+        state = backend.get_partitioned_state(1, descriptor, LongSerializer())
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            for namespace, first in ((1, i), (2, 100 + i)):
+                state.set_current_namespace(namespace)
+                _write_mutable(state, kind, first)
+        expected = {}
+        for key in keys:
+            backend.set_current_key(key)
+            for namespace in (1, 2):
+                state.set_current_namespace(namespace)
+                expected[(key, namespace)] = copy.deepcopy(state.get())
+        task = backend.snapshot(1, 0, location_for(storage))
+        for key in keys:
+            backend.set_current_key(key)
+            state.merge_namespaces(1, [2])
+        handle = task.run()
+    with restore(state_backend, handle) as restored:
+        state = restored.get_partitioned_state(1, descriptor, LongSerializer())
+        got = {}
+        for key in keys:
+            restored.set_current_key(key)
+            for namespace in (1, 2):
+                state.set_current_namespace(namespace)
+                got[(key, namespace)] = state.get()
+    wrong = {k: (expected[k], got[k]) for k in expected if got[k] != expected[k]}
+    assert not wrong, (
+        f"KB-SNAP-3: {kind} state, after snapshot(): merge_namespaces(1, [2]) with a function changing the target's "
+        f"accumulator in place; restored (key, namespace): (expected, got) {list(wrong.items())[:3]}"
+    )
+
+
 LATE = (
     ValueStateDescriptor("late-v", serializer=LongSerializer()),
     ListStateDescriptor("late-l", element_serializer=StringSerializer()),
