@@ -1897,6 +1897,19 @@ class _RestoredOffsetsKept(DefaultOperatorStateBackend):
         return task
 
 
+# 126. A read's TTL refresh (ON_READ_AND_WRITE) writes the new timestamp into the stored entry past the table's
+# copy-on-write, as "only a timestamp": a read after `snapshot()` returned refreshes the entry the snapshot holds, and
+# the restored entry lives past its time (TTL-6).
+class _RefreshesPastCopyOnWrite(ValueStateImpl):
+    def _get_bytes(self) -> bytes | None:
+        key, key_group = self._entry_key()
+        stored = self.store.get(key_group, key)
+        if stored is None or not self._ttl_enabled or self._ttl.expired(stored) or not self._ttl.update_on_read:
+            return super()._get_bytes()
+        self.store._read(key_group)[key] = self._ttl.wrap(self._ttl.payload(stored))
+        return self._ttl.payload(stored)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2097,6 +2110,7 @@ rocksdb_keeps_instance_dir_in_working_directory = _rocksdb_factory(_KeepsInstanc
 restored_state_indexes_kept = _factory(_RestoredIndexesKept)
 operator_restored_offsets_kept = _factory(operator=_RestoredOffsetsKept)
 accumulators_merged_in_place = _factory(_holding_objects(AggregatingStateImpl, _MergesHeldAccumulatorsInPlace))
+ttl_refresh_past_copy_on_write = _factory(_with_state(ValueStateImpl, _RefreshesPastCopyOnWrite))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2225,4 +2239,5 @@ CAUGHT_BY = {
     "restored_state_indexes_kept": "KB-RESTORE-3",
     "operator_restored_offsets_kept": "OS-6",
     "accumulators_merged_in_place": "KB-SNAP-3",
+    "ttl_refresh_past_copy_on_write": "TTL-6",
 }

@@ -476,6 +476,35 @@ def test_timestamps_survive_snapshot_and_restore(
         )
 
 
+@pytest.mark.requirement("TTL-6", "KB-SNAP-3")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_refresh_after_the_snapshot_call_is_not_in_the_snapshot(
+    state_backend: Any, storage: Any, clock: ManualClock, kind: str
+) -> None:
+    """With `ON_READ_AND_WRITE`, a read after `snapshot()` returned refreshes the entry's timestamp: a write after
+    the synchronous part like any other, so the snapshot keeps the timestamp of the call. A backend that writes the
+    refreshed timestamp in place ("only a timestamp", past its copy-on-write) hands the snapshot the later one, and
+    the restored entry lives past its time."""
+    ttl = TtlConfig(100, update_type=TtlUpdateType.ON_READ_AND_WRITE)
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor(kind, ttl))
+        WRITE[kind](state, 1)  # at 0 ms
+        task = backend.snapshot(1, 0, location_for(storage))
+        clock.advance(60)
+        assert READ[kind](state) == 1, f"TTL-2: {kind} state read at 60 ms of a 100 ms TTL"  # refreshed to 60 ms
+        handle = task.run()
+    clock.advance(50)  # 110 ms: expired by the timestamp of the call (0 ms), not by the refreshed one (60 ms)
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        got = READ[kind](restored.get_or_create_state(descriptor(kind, ttl)))
+    assert got is None, (
+        f"TTL-6: {kind} state written at 0 ms, snapshot at 0 ms, read (refreshed) at 60 ms after the call, restored "
+        f"and read at 110 ms of a 100 ms TTL: expected it expired, got {got!r}"
+    )
+
+
 @pytest.mark.requirement("TTL-5")
 @pytest.mark.capability("ttl")
 @pytest.mark.parametrize("kind", KINDS)
