@@ -1910,6 +1910,18 @@ class _RefreshesPastCopyOnWrite(ValueStateImpl):
         return self._ttl.payload(stored)
 
 
+# 127. A value written over an existing entry goes into the key group's dict in place, copy-on-write only for new
+# entries ("the dict keeps its size"): an update after `snapshot()` returned changes the value the snapshot holds.
+# The snapshot tests wrote the same values again over existing keys, so nothing saw it (KB-SNAP-3).
+class _OverwritesInPlaceTable(StateTable):
+    def put(self, key_group: int, key: Any, value: bytes) -> None:
+        entries = self._read(key_group)
+        if key in entries:
+            entries[key] = value
+        else:
+            super().put(key_group, key, value)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2111,6 +2123,7 @@ restored_state_indexes_kept = _factory(_RestoredIndexesKept)
 operator_restored_offsets_kept = _factory(operator=_RestoredOffsetsKept)
 accumulators_merged_in_place = _factory(_holding_objects(AggregatingStateImpl, _MergesHeldAccumulatorsInPlace))
 ttl_refresh_past_copy_on_write = _factory(_with_state(ValueStateImpl, _RefreshesPastCopyOnWrite))
+value_overwritten_in_place = _factory(_with_table(_OverwritesInPlaceTable))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2240,4 +2253,5 @@ CAUGHT_BY = {
     "operator_restored_offsets_kept": "OS-6",
     "accumulators_merged_in_place": "KB-SNAP-3",
     "ttl_refresh_past_copy_on_write": "TTL-6",
+    "value_overwritten_in_place": "KB-SNAP-3",
 }

@@ -79,12 +79,15 @@ def _keys(backend: Any, name: str) -> list[str]:
 
 
 def fill(backend: Any, keys: range, tag: str = "") -> None:
+    """Key k<i> gets value i, list element <tag>i and map entry u<i>; a tagged fill writes other values (i plus
+    1000 per tag character) over an earlier one, so a write over an existing entry changes it."""
     v, lst, m = (backend.get_or_create_state(d) for d in (VALUE, LIST, MAP))
     for i in keys:
         backend.set_current_key(f"k{i}")
-        v.update(i)
+        value = i + 1000 * len(tag)
+        v.update(value)
         lst.add(f"{tag}{i}")
-        m.put(f"u{i}", i)
+        m.put(f"u{i}", value)
 
 
 def restore(state_backend: Any, handle: Any, **kwargs: Any) -> Any:
