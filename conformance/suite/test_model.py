@@ -1,5 +1,6 @@
 """Model-based tier: random programs of state operations (value, list, map, reducing and aggregating state, merges of
-namespaces, timers), key and namespace switches, checkpoints (completed, aborted or never confirmed), failures that
+namespaces, timers), key and namespace switches, checkpoints (completed, aborted or never confirmed, taken at once or
+with steps between their synchronous and asynchronous parts), failures that
 restore the latest checkpoint not aborted (the model rolls back with it), restores at other parallelisms and round
 trips through the reference backend, checked against a plain-dict model that shares no code with the backend under
 test. A failure prints the shrunk program (the steps of `BackendMachine`)."""
@@ -25,7 +26,7 @@ from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
-from statecert.spec.metadata import CheckpointKind
+from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -83,6 +84,9 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.now: dict[str, int] = {}
             # the checkpoint a failure restores (the latest not aborted, confirmed or not) and the model at it
             self.restorable: tuple[Any, dict[str, Any]] | None = None
+            # a checkpoint whose synchronous parts were taken and whose asynchronous parts have not run yet: its
+            # location, id, each subtask's snapshot task, and the model at its call (KB-SNAP-2, KB-SNAP-3)
+            self.pending: tuple[Any, int, list[tuple[int, Any]], dict[str, Any]] | None = None
 
         def _owner(self, key: str) -> Any:
             key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
@@ -255,7 +259,10 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
 
         def _restore(self, backend: Any, operator: Any, parallelism: int) -> None:
             for s in self.subtasks:
-                s.dispose()
+                s.dispose()  # cancels a pending checkpoint's asynchronous parts (KB-SNAP-6): it never completes
+            if self.pending is not None:
+                self.pending[0].dispose_on_failure()
+                self.pending = None
             self.parallelism = parallelism
             self.now.clear()  # restored services start at Long.MIN_VALUE (TM-8)
             self.subtasks = create_subtasks(
@@ -267,12 +274,87 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             hand it handles of its own key-group ranges (SB-3 lets it refuse others)."""
             return drawn if self.rescaling else self.parallelism
 
+        @precondition(lambda self: self.pending is None)
+        @rule()
+        def checkpoint_call(self) -> None:
+            """The synchronous part of a checkpoint in every subtask; the asynchronous parts run in a later step,
+            after whatever the program does meanwhile, which must not reach the checkpoint (KB-SNAP-3)."""
+            self.checkpoint_id += 1
+            location = self.access.initialize_location_for_checkpoint(self.checkpoint_id)
+            tasks = [(s.index, s.keyed.snapshot(self.checkpoint_id, 0, location)) for s in self.subtasks]
+            self.pending = (location, self.checkpoint_id, tasks, self._model())
+
+        @precondition(lambda self: self.pending is not None)
+        @rule(outcome=st.sampled_from(CHECKPOINT_OUTCOMES))
+        def checkpoint_completes(self, outcome: str) -> None:
+            """The asynchronous parts of the pending checkpoint run, its `_metadata` is written and it ends as
+            `outcome` says; a failure after it restores what the program had at its call."""
+            assert self.pending is not None
+            location, checkpoint_id, tasks, model = self.pending
+            self.pending = None
+            self._change_every_entry()  # whatever steps ran since the call, every entry changes before the parts run
+            states = {}
+            for index, task in tasks:
+                handle = task.run()
+                states[index] = OperatorSubtaskState((handle,) if handle else (), ())
+            pointer = location.write_metadata(
+                CheckpointMetadata(checkpoint_id, (OperatorState("op", len(tasks), MAX_PARALLELISM, states),))
+            )
+            operator = self.storage.load_checkpoint(pointer).operator("op")
+            self._check_checkpoint(checkpoint_id, operator, model)
+            conclude_checkpoint([s.keyed for s in self.subtasks], location, checkpoint_id, outcome)
+            if outcome != "aborted":
+                self.restorable = (operator, model)
+
+        def _change_every_entry(self) -> None:
+            """Write every stored entry again with another value (a value or user value plus one, one more list
+            element, one more added to a fold), in the backend and the model."""
+            for key, ns in list(self.values):
+                self.values[(key, ns)] += 1
+                self._state(VALUE, key, ns).update(self.values[(key, ns)])
+            for key, ns in list(self.lists):
+                self.lists[(key, ns)].append(1)
+                self._state(LIST, key, ns).add(1)
+            for key, ns in list(self.maps):
+                for user_key in self.maps[(key, ns)]:
+                    self.maps[(key, ns)][user_key] += 1
+                self._state(MAP, key, ns).put_all(self.maps[(key, ns)])
+            for kind, descriptor in (("reducing", REDUCING), ("aggregating", AGGREGATING)):
+                for key, ns in list(self.sums[kind]):
+                    self.sums[kind][(key, ns)] += 1
+                    self._state(descriptor, key, ns).add(1)
+
+        def _check_checkpoint(self, checkpoint_id: int, operator: Any, model: dict[str, Any]) -> None:
+            """Every entry of checkpoint `checkpoint_id`, restored into subtasks of its own, and its number of
+            timers, are the model's at its call; the running subtasks and the model are left as they were."""
+            live, live_model = self.subtasks, {name: getattr(self, name) for name in MODEL}
+            self.subtasks = create_subtasks(
+                self.backend, KEYS, self.parallelism, MAX_PARALLELISM, restore_from=operator, local_dir=self.local_dir
+            )
+            for name, value in model.items():
+                setattr(self, name, value)
+            try:
+                for key in KEY_POOL:
+                    for ns in NS_POOL:
+                        self._check(key, ns)
+                self.timer_counts_match_the_model()
+            except AssertionError as exc:
+                raise AssertionError(f"KB-SNAP-3: checkpoint {checkpoint_id}, restored as of its call: {exc}") from exc
+            finally:
+                for s in self.subtasks:
+                    s.dispose()
+                self.subtasks = live
+                for name, value in live_model.items():
+                    setattr(self, name, value)
+
+        @precondition(lambda self: self.pending is None)
         @rule(parallelism=st.integers(1, 4))
         def checkpoint_and_restore(self, parallelism: int) -> None:
             operator = self._snapshot(CheckpointKind.CHECKPOINT)
             self.restorable = (operator, self._model())
             self._restore(self.backend, operator, self._next_parallelism(parallelism))
 
+        @precondition(lambda self: self.pending is None)
         @rule(outcome=st.sampled_from(CHECKPOINT_OUTCOMES))
         def checkpoint(self, outcome: str) -> None:
             operator = self._snapshot(CheckpointKind.CHECKPOINT, outcome)
@@ -290,7 +372,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             for name, value in copy.deepcopy(model).items():
                 setattr(self, name, value)
 
-        @precondition(lambda self: self.canonical)
+        @precondition(lambda self: self.canonical and self.pending is None)
         @rule(parallelism=st.integers(1, 4))
         def round_trip_through_reference_backend(self, parallelism: int) -> None:
             # The reference backend restores at the parallelism the backend will: its canonical savepoint then has
