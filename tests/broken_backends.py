@@ -1922,6 +1922,18 @@ class _OverwritesInPlaceTable(StateTable):
             super().put(key_group, key, value)
 
 
+# 128. The same for map state: a put into an existing map entry updates its dict in place, past the copy-on-write, so
+# a user value changed after `snapshot()` returned is changed in the snapshot. Only a timer test (TM-6) saw it, as
+# the reference keeps timers in map state (KB-SNAP-3).
+class _MapPutsInPlaceTable(StateTable):
+    def map_put(self, key_group: int, key: Any, entries: Mapping[bytes, bytes]) -> None:
+        cell = self._read(key_group).get(key)
+        if cell is None:
+            super().map_put(key_group, key, entries)
+        else:
+            cell.data.update(entries)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2124,6 +2136,7 @@ operator_restored_offsets_kept = _factory(operator=_RestoredOffsetsKept)
 accumulators_merged_in_place = _factory(_holding_objects(AggregatingStateImpl, _MergesHeldAccumulatorsInPlace))
 ttl_refresh_past_copy_on_write = _factory(_with_state(ValueStateImpl, _RefreshesPastCopyOnWrite))
 value_overwritten_in_place = _factory(_with_table(_OverwritesInPlaceTable))
+map_put_in_place = _factory(_with_table(_MapPutsInPlaceTable))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2254,4 +2267,5 @@ CAUGHT_BY = {
     "accumulators_merged_in_place": "KB-SNAP-3",
     "ttl_refresh_past_copy_on_write": "TTL-6",
     "value_overwritten_in_place": "KB-SNAP-3",
+    "map_put_in_place": "KB-SNAP-3",
 }
