@@ -18,7 +18,7 @@ import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +106,37 @@ def _with_table(table_class: type[StateTable]) -> type[HeapKeyedStateBackend]:
     return Keyed
 
 
-def _with_state(base: type[Any], broken: type[Any]) -> type[HeapKeyedStateBackend]:
-    """A heap keyed backend whose `base` states (e.g. ListStateImpl) behave as `broken`."""
+class _RewritesSnapshotEntries(HeapKeyedStateBackend):
+    """The heap backend whose snapshot writes each IF-4 entry as the function `entry_rewriter` returns, asked in
+    the synchronous part with the names of the states snapshotted (the header's order), says."""
 
-    class Keyed(HeapKeyedStateBackend):
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
+        return lambda entry: entry
+
+    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
+        self.check_open()
+        names = sorted(n for n, t in self._stores.items() if len(t))
+        captured = [self._stores[n].capture() for n in names]
+        metas = tuple(self._stores[n].meta for n in names)
+        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+        key_group_range = self.key_group_range
+        blocks, rewrite = entry_blocks(captured, key_group_range.start), self.entry_rewriter(names)
+
+        def write(cancelled: Any) -> Any:
+            if not captured:
+                return None
+            rewritten = lambda key_group: [rewrite(entry) for entry in blocks(key_group)]  # noqa: E731
+            return write_canonical_snapshot(stream_factory, header, key_group_range, rewritten, cancelled)
+
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+
+
+def _with_state(
+    base: type[Any], broken: type[Any], keyed: type[HeapKeyedStateBackend] = HeapKeyedStateBackend
+) -> type[HeapKeyedStateBackend]:
+    """A heap keyed backend (`keyed`) whose `base` states (e.g. ListStateImpl) behave as `broken`."""
+
+    class Keyed(keyed):  # type: ignore[valid-type,misc]
         def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
             state = super()._create_state(descriptor, store, ns, serializers)
             if isinstance(state, base):
@@ -1651,35 +1678,21 @@ class _MergesHeldAccumulatorsInPlace(_HoldsAccumulators):
             self.store.put(key_group, key, _Held(current, self._ser))
 
 
+class _SerializesHeldObjects(_RewritesSnapshotEntries):
+    """Serializes the objects states hold when the snapshot's asynchronous part writes them, as they are then."""
+
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
+        def serialized(entry: list[Any]) -> list[Any]:
+            payload = entry[3]
+            return [*entry[:3], payload.serializer.serialize(payload.value)] if type(payload) is _Held else entry
+
+        return serialized
+
+
 def _holding_objects(base: type[Any], broken: type[Any]) -> type[HeapKeyedStateBackend]:
     """A heap keyed backend whose `base` states hold objects as `broken` does, serialized by the snapshot's
     asynchronous part."""
-
-    class Keyed(_with_state(base, broken)):  # type: ignore[misc]
-        def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
-            self.check_open()
-            names = sorted(n for n, t in self._stores.items() if len(t))
-            captured = [self._stores[n].capture() for n in names]
-            metas = tuple(self._stores[n].meta for n in names)
-            header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
-            key_group_range = self.key_group_range
-            blocks = entry_blocks(captured, key_group_range.start)
-
-            def serialized(key_group: int) -> Any:
-                entries = blocks(key_group)
-                for entry in entries:
-                    if type(entry[3]) is _Held:  # serialized now, as the object is now
-                        entry[3] = entry[3].serializer.serialize(entry[3].value)
-                return entries
-
-            def write(cancelled: Any) -> Any:
-                if not captured:
-                    return None
-                return write_canonical_snapshot(stream_factory, header, key_group_range, serialized, cancelled)
-
-            return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
-
-    return Keyed
+    return _with_state(base, broken, keyed=_SerializesHeldObjects)
 
 
 # 115. A restored state's namespace serializer is taken as the registration gives it, never checked against the one
@@ -1814,32 +1827,16 @@ def _cut_payload(payload: Any) -> Any:
     return [[_cut(p[0]), _cut(p[1])] if isinstance(p, list) else _cut(p) for p in payload]  # map pairs, elements
 
 
-class _SixteenBitLengths(HeapKeyedStateBackend):
-    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
-        self.check_open()
-        names = sorted(n for n, t in self._stores.items() if len(t))
-        captured = [self._stores[n].capture() for n in names]
-        metas = tuple(self._stores[n].meta for n in names)
-        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
-        key_group_range = self.key_group_range
-        blocks = entry_blocks(captured, key_group_range.start)
-
-        def cut(key_group: int) -> Any:
-            return [[index, key, ns, _cut_payload(p)] for index, key, ns, p in blocks(key_group)]
-
-        def write(cancelled: Any) -> Any:
-            if not captured:
-                return None
-            return write_canonical_snapshot(stream_factory, header, key_group_range, cut, cancelled)
-
-        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+class _SixteenBitLengths(_RewritesSnapshotEntries):
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
+        return lambda entry: [*entry[:3], _cut_payload(entry[3])]
 
 
 # 123. Restored states not registered since are written into the next snapshot with the state index they had in the
 # restored header, as a backend keeping them as the raw entries it read would: once a state that sorts before them is
 # registered, their entries point at another state of the new header (KB-RESTORE-3). Only a timer test (TM-9)
 # rejected it, through the timer states a restore keeps, so a backend without timers was certified.
-class _RestoredIndexesKept(HeapKeyedStateBackend):
+class _RestoredIndexesKept(_RewritesSnapshotEntries):
     def restore_handles(self, handles: Any) -> None:
         self.restored_index: dict[str, int] = {}
         for handle in handles:
@@ -1849,27 +1846,11 @@ class _RestoredIndexesKept(HeapKeyedStateBackend):
                         self.restored_index.setdefault(meta.name, index)
         super().restore_handles(handles)
 
-    def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
-        self.check_open()
-        names = sorted(n for n, t in self._stores.items() if len(t))
-        captured = [self._stores[n].capture() for n in names]
-        metas = tuple(self._stores[n].meta for n in names)
-        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
-        key_group_range = self.key_group_range
-        blocks = entry_blocks(captured, key_group_range.start)
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
         kept = {
             i: self.restored_index[n] for i, n in enumerate(names) if n not in self._states and n in self.restored_index
         }
-
-        def as_read(key_group: int) -> Any:
-            return [[kept.get(index, index), key, ns, p] for index, key, ns, p in blocks(key_group)]
-
-        def write(cancelled: Any) -> Any:
-            if not captured:
-                return None
-            return write_canonical_snapshot(stream_factory, header, key_group_range, as_read, cancelled)
-
-        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+        return lambda entry: [kept.get(entry[0], entry[0]), *entry[1:]]
 
 
 # 124. Operator states restored and not registered since are written into the next snapshot with the element offsets
