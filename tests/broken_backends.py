@@ -1926,6 +1926,28 @@ class _EmptiesInPlaceTable(StateTable):
         super().delete(key_group, key)
 
 
+# 130. A map's `remove` of one of several user keys deletes it from the map's dict in place (copy-on-write only when
+# the entry goes): a user key removed after `snapshot()` returned is missing from the snapshot (KB-SNAP-3).
+class _RemovesUserKeysInPlaceTable(StateTable):
+    def map_remove(self, key_group: int, key: Any, user_key: bytes) -> None:
+        cell = self._read(key_group).get(key)
+        if cell is not None and user_key in cell.data and len(cell.data) > 1:
+            del cell.data[user_key]
+        else:
+            super().map_remove(key_group, key, user_key)
+
+
+# 131. A list's `update` replaces the elements of an existing list in place: a list replaced after `snapshot()`
+# returned is replaced in the snapshot too (KB-SNAP-3).
+class _ReplacesElementsInPlaceTable(StateTable):
+    def set_list(self, key_group: int, key: Any, elements: list[bytes]) -> None:
+        cell = self._read(key_group).get(key)
+        if cell is not None and elements:
+            cell.data[:] = elements
+        else:
+            super().set_list(key_group, key, elements)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2130,6 +2152,8 @@ ttl_refresh_past_copy_on_write = _factory(_with_state(ValueStateImpl, _Refreshes
 value_overwritten_in_place = _factory(_with_table(_OverwritesInPlaceTable))
 map_put_in_place = _factory(_with_table(_MapPutsInPlaceTable))
 clear_empties_in_place = _factory(_with_table(_EmptiesInPlaceTable))
+map_remove_in_place = _factory(_with_table(_RemovesUserKeysInPlaceTable))
+list_update_in_place = _factory(_with_table(_ReplacesElementsInPlaceTable))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2262,4 +2286,6 @@ CAUGHT_BY = {
     "value_overwritten_in_place": "KB-SNAP-3",
     "map_put_in_place": "KB-SNAP-3",
     "clear_empties_in_place": "KB-SNAP-3",
+    "map_remove_in_place": "KB-SNAP-3",
+    "list_update_in_place": "KB-SNAP-3",
 }

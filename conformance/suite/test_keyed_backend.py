@@ -135,6 +135,8 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
         fill(backend, range(20))
         backend.set_current_key("k3")
         backend.get_or_create_state(LIST).clear()  # a clear before the snapshot must be in it
+        backend.set_current_key("k2")
+        backend.get_or_create_state(MAP).put("second", 2)  # a map of two user keys
         expected = contents(backend)
         task = backend.snapshot(1, 0, location_for(storage))
         # writes of every kind after the synchronous part
@@ -145,10 +147,16 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
         backend.set_current_key("k1")  # clears of a list and a map (a backend emptying them in place loses them)
         backend.get_or_create_state(LIST).clear()
         backend.get_or_create_state(MAP).clear()
+        backend.set_current_key("k2")  # one user key of two removed, and a list's elements replaced
+        backend.get_or_create_state(MAP).remove("second")
+        backend.get_or_create_state(LIST).update(["replaced"])
         # keeps writing while the asynchronous part runs
         handle = run_while(task, lambda: fill(backend, range(5), tag="during-"))
     with restore(state_backend, handle) as restored:
-        assert contents(restored) == expected, "the snapshot saw writes made after its synchronous part"
+        got = contents(restored)
+        assert got == expected, (
+            f"KB-SNAP-3: the snapshot saw writes made after its synchronous part: {diff(expected, got)}"
+        )
 
 
 class _AppendInPlace:
