@@ -19,6 +19,19 @@ from statecert.spec.state import Clock, SystemClock
 
 
 @dataclass
+class PendingSubtaskSnapshot:
+    """A subtask's snapshot whose synchronous parts are taken (KB-SNAP-2): `run()` runs the asynchronous parts."""
+
+    keyed: Any
+    operator: Any  # None without operator state
+
+    def run(self) -> OperatorSubtaskState:
+        keyed = self.keyed.run()
+        operator = self.operator.run() if self.operator is not None else None
+        return OperatorSubtaskState((keyed,) if keyed else (), (operator,) if operator else ())
+
+
+@dataclass
 class Subtask:
     """The keyed and operator backends of one parallel instance of an operator."""
 
@@ -26,10 +39,14 @@ class Subtask:
     keyed: Any
     operator: Any  # None when the backend declares no operator state
 
+    def snapshot_call(self, checkpoint_id: int, location: Any, options: CheckpointOptions) -> PendingSubtaskSnapshot:
+        """The synchronous parts of the keyed and operator snapshots; their asynchronous parts run later."""
+        keyed = self.keyed.snapshot(checkpoint_id, 0, location, options)
+        operator = self.operator.snapshot(checkpoint_id, 0, location, options) if self.operator else None
+        return PendingSubtaskSnapshot(keyed, operator)
+
     def snapshot(self, checkpoint_id: int, location: Any, options: CheckpointOptions) -> OperatorSubtaskState:
-        keyed = self.keyed.snapshot(checkpoint_id, 0, location, options).run()
-        operator = self.operator.snapshot(checkpoint_id, 0, location, options).run() if self.operator else None
-        return OperatorSubtaskState((keyed,) if keyed else (), (operator,) if operator else ())
+        return self.snapshot_call(checkpoint_id, location, options).run()
 
     def dispose(self) -> None:
         self.keyed.dispose()
@@ -114,7 +131,21 @@ def take_snapshot(
     """Snapshot every subtask into `location` and complete it by writing `_metadata`; returns the pointer."""
     options = CheckpointOptions(SnapshotType(kind.value))
     states = {s.index: s.snapshot(checkpoint_id, location, options) for s in subtasks}
-    operator = OperatorState(operator_id, len(subtasks), max_parallelism, states)
+    return complete_snapshot(location, checkpoint_id, states, max_parallelism, operator_id, kind, timestamp_ms)
+
+
+def complete_snapshot(
+    location: Any,
+    checkpoint_id: int,
+    states: dict[int, OperatorSubtaskState],
+    max_parallelism: int,
+    operator_id: str = "op",
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    timestamp_ms: int = 0,
+) -> str:
+    """Complete a snapshot whose subtasks' states (by subtask index) are written: write its `_metadata` into
+    `location`; returns the pointer."""
+    operator = OperatorState(operator_id, len(states), max_parallelism, states)
     return location.write_metadata(  # type: ignore[no-any-return]
         CheckpointMetadata(checkpoint_id, (operator,), kind, timestamp_ms)
     )

@@ -21,12 +21,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.helpers import CHECKPOINT_OUTCOMES, conclude_checkpoint
 from statecert.conformance.suite.test_keyed_state_properties import Sum
-from statecert.reference.checkpointing import create_subtasks, take_snapshot
+from statecert.reference.checkpointing import PendingSubtaskSnapshot, complete_snapshot, create_subtasks, take_snapshot
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
-from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
+from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -85,8 +86,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             # the checkpoint a failure restores (the latest not aborted, confirmed or not) and the model at it
             self.restorable: tuple[Any, dict[str, Any]] | None = None
             # a checkpoint whose synchronous parts were taken and whose asynchronous parts have not run yet: its
-            # location, id, each subtask's snapshot task, and the model at its call (KB-SNAP-2, KB-SNAP-3)
-            self.pending: tuple[Any, int, list[tuple[int, Any]], dict[str, Any]] | None = None
+            # location, id, each subtask's pending snapshot by index, and the model at its call (KB-SNAP-2, KB-SNAP-3)
+            self.pending: tuple[Any, int, dict[int, PendingSubtaskSnapshot], dict[str, Any]] | None = None
 
         def _owner(self, key: str) -> Any:
             key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
@@ -281,8 +282,9 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             after whatever the program does meanwhile, which must not reach the checkpoint (KB-SNAP-3)."""
             self.checkpoint_id += 1
             location = self.access.initialize_location_for_checkpoint(self.checkpoint_id)
-            tasks = [(s.index, s.keyed.snapshot(self.checkpoint_id, 0, location)) for s in self.subtasks]
-            self.pending = (location, self.checkpoint_id, tasks, self._model())
+            options = CheckpointOptions()
+            pending = {s.index: s.snapshot_call(self.checkpoint_id, location, options) for s in self.subtasks}
+            self.pending = (location, self.checkpoint_id, pending, self._model())
 
         @precondition(lambda self: self.pending is not None)
         @rule(outcome=st.sampled_from(CHECKPOINT_OUTCOMES))
@@ -290,16 +292,11 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             """The asynchronous parts of the pending checkpoint run, its `_metadata` is written and it ends as
             `outcome` says; a failure after it restores what the program had at its call."""
             assert self.pending is not None
-            location, checkpoint_id, tasks, model = self.pending
+            location, checkpoint_id, pending, model = self.pending
             self.pending = None
             self._change_every_entry()  # whatever steps ran since the call, every entry changes before the parts run
-            states = {}
-            for index, task in tasks:
-                handle = task.run()
-                states[index] = OperatorSubtaskState((handle,) if handle else (), ())
-            pointer = location.write_metadata(
-                CheckpointMetadata(checkpoint_id, (OperatorState("op", len(tasks), MAX_PARALLELISM, states),))
-            )
+            states = {index: subtask.run() for index, subtask in pending.items()}
+            pointer = complete_snapshot(location, checkpoint_id, states, MAX_PARALLELISM)
             operator = self.storage.load_checkpoint(pointer).operator("op")
             self._check_checkpoint(checkpoint_id, operator, model)
             conclude_checkpoint([s.keyed for s in self.subtasks], location, checkpoint_id, outcome)
