@@ -1603,38 +1603,46 @@ class _Held:
         self.serializer = serializer
 
 
+def _held(state: Any) -> _Held | None:
+    """What `state` holds as an object for its current key and namespace; None where it holds bytes or nothing."""
+    key, key_group = state._entry_key()
+    stored = state.store.get(key_group, key)
+    return stored if type(stored) is _Held else None
+
+
+def _hold(state: Any, value: Any) -> None:
+    """Keep `value` itself as `state`'s value for the current key and namespace (refused now if it cannot be
+    serialized, as a write that serializes at once refuses it)."""
+    state._ser.serialize(value)
+    key, key_group = state._entry_key()
+    state.store.put(key_group, key, _Held(value, state._ser))
+
+
 class _HoldsValueObjects(ValueStateImpl):
     def value(self) -> Any:
-        key, key_group = self._entry_key()
-        stored = self.store.get(key_group, key)
-        return stored.value if type(stored) is _Held else super().value()
+        held = _held(self)
+        return super().value() if held is None else held.value
 
     def update(self, value: Any) -> None:
         if value is None or self._ttl_enabled:
             super().update(value)
-            return
-        self._ser.serialize(value)  # what cannot be serialized is still refused at the call
-        key, key_group = self._entry_key()
-        self.store.put(key_group, key, _Held(value, self._ser))
+        else:
+            _hold(self, value)
 
 
 # 114. The same for aggregating state's accumulator: `add` hands the held accumulator to the function, which may
 # change it in place, as Flink's `CopyOnWriteStateMap.transform` copies it first to allow (KB-SNAP-3).
 class _HoldsAccumulators(AggregatingStateImpl):
     def _accumulator(self) -> Any:
-        key, key_group = self._entry_key()
-        stored = self.store.get(key_group, key)
-        return stored.value if type(stored) is _Held else super()._accumulator()
+        held = _held(self)
+        return super()._accumulator() if held is None else held.value
 
     def add(self, value: Any) -> None:
         if self._ttl_enabled:
             super().add(value)
             return
         accumulator = self._accumulator()
-        accumulator = self._fn.add(value, self._fn.create_accumulator() if accumulator is None else accumulator)
-        self._ser.serialize(accumulator)
-        key, key_group = self._entry_key()
-        self.store.put(key_group, key, _Held(accumulator, self._ser))
+        _hold(self, self._fn.add(value, self._fn.create_accumulator() if accumulator is None else accumulator))
 
     def merge_namespaces(self, target: Any, sources: Any) -> None:
         sources = list(sources)
@@ -1658,24 +1666,14 @@ class _MergesHeldAccumulatorsInPlace(_HoldsAccumulators):
         if self._ttl_enabled:  # stored with timestamps: 114's merge
             super().merge_namespaces(target, sources)
             return
-        _, key_group = self._backend.current_key_bytes_and_group()
-        merged = []
-        for namespace in sources:
-            key = self._entry_key_for(namespace)
-            stored = self.store.get(key_group, key)
-            if stored is not None:
-                self.store.delete(key_group, key)
-                merged.append(stored.value if type(stored) is _Held else self._ser.deserialize(stored))
+        # without TTL, `_pop_single` returns what is stored: a held accumulator or its bytes
+        merged = [p.value if type(p) is _Held else self._ser.deserialize(p) for p in self._pop_single(sources)]
         if merged:
             self.set_current_namespace(target)
-            key, _ = self._entry_key()
-            stored = self.store.get(key_group, key)
-            current = (
-                None if stored is None else stored.value if type(stored) is _Held else self._ser.deserialize(stored)
-            )
+            current = super()._accumulator()  # 114's: the held object itself, not a copy
             for accumulator in merged:
                 current = accumulator if current is None else self._fn.merge(current, accumulator)
-            self.store.put(key_group, key, _Held(current, self._ser))
+            _hold(self, current)
 
 
 class _SerializesHeldObjects(_RewritesSnapshotEntries):

@@ -390,10 +390,15 @@ SIZED = (
 )
 
 
+INNER_SIZE_LIMIT = 70_001
+"""The largest list element and map user key or value the test writes: past the 16-bit boundary, as a store may
+limit key sizes."""
+
+
 def _sized(size: int) -> tuple[str, list[str], dict[str, str]]:
-    """A value of `size` bytes ("" for 0), and a list and a map with empty texts and one of `size` bytes, user keys
-    included (at most 70,001 bytes in lists and maps, past the 16-bit boundary: a store may limit key sizes)."""
-    inner = min(size, 70_001)
+    """A value of `size` bytes ("" for 0), and a list and a map with empty texts and one of `size` bytes (at most
+    INNER_SIZE_LIMIT), user keys included."""
+    inner = min(size, INNER_SIZE_LIMIT)
     return "x" * size, ["", "y" * inner, ""], {"": "", "k" * inner: "v" * inner, "e": ""}
 
 
@@ -405,9 +410,14 @@ def _write_sized(states: list[Any], size: int) -> None:
     entries.put_all(sized[2])
 
 
+def _as_read(value: Any, elements: Any, entries: Any) -> tuple[Any, ...]:
+    """A value, a list and a map as `_read_sized` gives them: the map's items sorted."""
+    return value, elements, sorted(entries.items())
+
+
 def _read_sized(states: list[Any]) -> tuple[Any, ...]:
     value, elements, entries = states
-    return value.value(), elements.get(), sorted(entries.items())
+    return _as_read(value.value(), elements.get(), dict(entries.items()))
 
 
 @pytest.mark.requirement("KS-1", "KS-VALUE-1", "KS-LIST-1", "KS-MAP-1", "KB-RESTORE-1")
@@ -421,7 +431,7 @@ def test_empty_and_large_values_keep_their_size(certification: Any, tmp_path_fac
         for size in SIZES:
             backend.set_current_key(f"k{size}")
             _write_sized(states, size)
-        expected = {size: (_sized(size)[0], _sized(size)[1], sorted(_sized(size)[2].items())) for size in SIZES}
+        expected = {size: _as_read(*_sized(size)) for size in SIZES}
         with restored_copy(certification, tmp_path_factory, backend) as restored:
             for when, b in (("as written", backend), ("restored", restored)):
                 b_states = [b.get_or_create_state(d) for d in SIZED]
@@ -430,7 +440,7 @@ def test_empty_and_large_values_keep_their_size(certification: Any, tmp_path_fac
                     got = _read_sized(b_states)
                     if got != expected[size]:
                         shown = [(part if len(repr(part)) < 80 else f"<{len(repr(part))} chars>") for part in got]
-                        inner = min(size, 70_001)
+                        inner = min(size, INNER_SIZE_LIMIT)
                         pytest.fail(
                             f"KS-1: {when}, key k{size}: value 'x' * {size}, list ['', 'y' * {inner}, ''], map "
                             f"{{'': '', 'k' * {inner}: 'v' * {inner}, 'e': ''}}: got {shown}"
