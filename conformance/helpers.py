@@ -12,6 +12,7 @@ from typing import Any
 
 import crc32c
 
+from statecert.conformance.interleaving import Interleaving
 from statecert.reference.checkpointing import Subtask, take_snapshot
 from statecert.reference.checkpointing import create_subtasks as _create_subtasks
 from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
@@ -95,14 +96,35 @@ def snapshot_now(backend: Any, location: Any, checkpoint_id: int = 1) -> Any:
     return backend.snapshot(checkpoint_id, 0, location).run()
 
 
-def run_while(task: Any, writes: Callable[[], None]) -> Any:
-    """Run a snapshot's asynchronous part in another thread while `writes` runs in this one; the handle."""
-    result: list[Any] = []
-    worker = threading.Thread(target=lambda: result.append(task.run()))
-    worker.start()
-    writes()
-    worker.join()
-    return result[0]
+def run_while(task: Any, writes: Callable[[], None], seed: int = 0) -> Any:
+    """Run a snapshot's asynchronous part in another thread while `writes` runs in this one, the two taking turns at
+    points `seed` chooses (`Interleaving`); the handle."""
+    return Interleaving(seed).run(writes, task.run)[1]
+
+
+def run_beside(task: Any, step: Callable[[int], None], at_least: int, seed: int) -> tuple[Any, int]:
+    """Run a snapshot's asynchronous part in another thread while this one calls `step(0)`, `step(1)`, ... until
+    `run()` has returned and at least `at_least` steps are done, the two taking turns at points `seed` chooses
+    (`Interleaving`), so that the whole asynchronous part runs beside the steps; the handle and the number of steps.
+    A backend whose two parts share a scratch buffer, or check and then act on shared state, fails here rather than
+    only in production."""
+    finished = threading.Event()
+
+    def run() -> Any:
+        try:
+            return task.run()
+        finally:
+            finished.set()
+
+    def steps() -> int:
+        done = 0
+        while done < at_least or not finished.is_set():
+            step(done)
+            done += 1
+        return done
+
+    done, handle = Interleaving(seed).run(steps, run)
+    return handle, done
 
 
 def location_for(storage: Any, checkpoint_id: int = 1, job_id: str = "job") -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import fsspec
@@ -313,12 +313,25 @@ _IncompleteIsMissing = _resolving_as(IncompleteCheckpointError, CheckpointNotFou
 
 # 16. Stream files named by a counter per storage access: every task of a job has its own access (and a restarted
 # job a new one), so a second access's first shared or task-owned file replaces the first access's (CS-4).
-def _count_streams_per_access(access: Any) -> None:
-    streams = 0
+def _every_stream(access: Any, adopt: Callable[[Any], Any]) -> None:
+    """Passes every stream the storage access and its checkpoint locations create through `adopt`."""
     create_location, create_task_owned = (
         access.initialize_location_for_checkpoint,
         access.create_task_owned_state_stream,
     )
+
+    def initialize(checkpoint_id: int) -> Any:
+        location = create_location(checkpoint_id)
+        create_stream = location.create_checkpoint_state_output_stream
+        location.create_checkpoint_state_output_stream = lambda scope: adopt(create_stream(scope))
+        return location
+
+    access.initialize_location_for_checkpoint = initialize
+    access.create_task_owned_state_stream = lambda: adopt(create_task_owned())
+
+
+def _count_streams_per_access(access: Any) -> None:
+    streams = 0
 
     def numbered(stream: Any) -> Any:
         nonlocal streams
@@ -326,17 +339,34 @@ def _count_streams_per_access(access: Any) -> None:
         stream.__class__, stream.number = _CountedStream, streams
         return stream
 
-    def initialize(checkpoint_id: int) -> Any:
-        location = create_location(checkpoint_id)
-        create_stream = location.create_checkpoint_state_output_stream
-        location.create_checkpoint_state_output_stream = lambda scope: numbered(create_stream(scope))
-        return location
-
-    access.initialize_location_for_checkpoint = initialize
-    access.create_task_owned_state_stream = lambda: numbered(create_task_owned())
+    _every_stream(access, numbered)
 
 
 _CountingPerAccess = _with_access(_count_streams_per_access)
+
+
+# 23. Stream files named `state-<n>` by the first n whose file does not exist yet: unique one stream after another,
+# across storage accesses and restarts too, but two streams spilling to a file at once (two checkpoints of one task
+# whose asynchronous parts run side by side, as Flink's task thread pool runs them) both find the same name free,
+# and the later writer's bytes replace the earlier's (CS-4).
+class _FirstFreeNameStream(CheckpointStateOutputStreamImpl):
+    def _spill(self) -> None:
+        fs, directory = fsspec.core.url_to_fs(self._directory)
+        number = 0
+        while fs.exists(f"{directory}/state-{number}"):
+            number += 1
+        self._path = join_url(self._directory, f"state-{number}")
+        self._file = fsspec.open(self._path, "wb", auto_mkdir=True).open()
+        self._file.write(self._buffer.getvalue())
+        self._buffer = io.BytesIO()
+
+
+def _named_by_first_free_name(stream: Any) -> Any:
+    stream.__class__ = _FirstFreeNameStream
+    return stream
+
+
+_FirstFreeNames = _with_access(lambda access: _every_stream(access, _named_by_first_free_name))
 
 
 # 19. A `_metadata` reader that takes the payload's checksum on trust: a changed byte is read as another checkpoint
@@ -449,6 +479,10 @@ def files_named_by_counter_per_access(config: Mapping[str, object]) -> Any:
     return _CountingPerAccess.from_config(config)
 
 
+def files_named_by_first_free_name(config: Mapping[str, object]) -> Any:
+    return _FirstFreeNames.from_config(config)
+
+
 def follows_absolute_paths(config: Mapping[str, object]) -> Any:
     return _FollowsAbsolutePaths.from_config(config)
 
@@ -490,6 +524,7 @@ CAUGHT_BY = {
     "missing_reported_incomplete": "FMT-5",
     "incomplete_reported_missing": "FMT-5",
     "files_named_by_counter_per_access": "CS-4",
+    "files_named_by_first_free_name": "CS-4",
     "follows_absolute_paths": "FMT-10",
     "follows_symbolic_links": "FMT-10",
     "metadata_checksum_ignored": "FMT-8",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import tempfile
 from typing import Any
 
@@ -17,6 +18,7 @@ from statecert.conformance.helpers import (
     key_group_of,
     keyed_backend,
     location_for,
+    run_beside,
     run_while,
     snapshot_now,
 )
@@ -159,6 +161,76 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
         f"KB-SNAP-4: k3's list, cleared before snapshot(), restored as {got.get(cleared)!r}, expected no entry"
     )
     assert got == expected, f"KB-SNAP-3: the snapshot saw writes made after its synchronous part: {diff(expected, got)}"
+
+
+def _step(backend: Any, round_: int, read: list[Any], i: int) -> None:
+    """Read or write number `i` of a round, of every kind in turn over keys k0..k1999 (half of them not filled):
+    values set and cleared, list elements added, replaced and cleared, map entries put and removed; what a read
+    returns goes to `read`."""
+    value, elements, entries = (backend.get_or_create_state(d) for d in (VALUE, LIST, MAP))
+    backend.set_current_key(f"k{(7 * i + round_) % 2_000}")
+    step = i % 8
+    if step == 0:
+        value.update(i + 100_000 * round_)
+    elif step == 1:
+        elements.add(f"r{round_}-{i}")
+    elif step == 2:
+        entries.put(f"u{i % 5}", i)
+    elif step == 3:
+        entries.remove(f"u{(i + 1) % 5}")
+    elif step == 4:
+        elements.update([f"x{i}"]) if i % 16 == 4 else elements.clear()
+    elif step == 5:
+        value.clear()
+    elif step == 6:
+        read.append((value.value(), elements.get(), sorted(entries.items())))
+    else:
+        read.append(entries.get(f"u{i % 5}"))
+
+
+@pytest.mark.requirement("KB-SNAP-2", "KB-SNAP-3")
+@pytest.mark.capability("async_snapshots")
+def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_runs(
+    certification: Any, state_backend: Any, storage: Any
+) -> None:
+    """`run()` may run in another thread while the backend keeps processing (KB-SNAP-2). Two snapshots of 1,000
+    keys each run with reads and writes of every kind in the task thread from their start to their end, the two
+    threads taking turns at points the run's seed chooses (`run_beside`): each restores the state at its call, and
+    the task's reads and its state afterwards, and a third snapshot's, are those of a twin backend given the same
+    calls without snapshots. A backend whose task thread and asynchronous part share a scratch buffer (Flink
+    duplicates its serializers for the asynchronous part so that they share none) mixes values."""
+    with keyed_backend(state_backend) as backend, keyed_backend(state_backend) as twin:
+        fill(backend, range(1_000))
+        fill(twin, range(1_000))
+        for round_ in range(2):
+            expected = contents(backend)
+            task = backend.snapshot(round_ + 1, 0, location_for(storage, round_ + 1))
+            read: list[Any] = []
+            want: list[Any] = []
+            handle, steps = run_beside(
+                task,
+                functools.partial(_step, backend, round_, read),
+                at_least=1_000,
+                seed=certification.settings.seed + round_,
+            )
+            for i in range(steps):
+                _step(twin, round_, want, i)
+            call = f"snapshot {round_ + 1} of 2, its run() beside {steps} reads and writes in the task thread"
+            wrong = next((i for i, (got, w) in enumerate(zip(read, want, strict=True)) if got != w), None)
+            assert wrong is None, (
+                f"KB-SNAP-2: {call}: read {wrong} returned {read[wrong]!r}, a backend without snapshots {want[wrong]!r}"
+            )
+            live, twin_state = contents(backend), contents(twin)
+            assert live == twin_state, f"KB-SNAP-2: {call}: the state afterwards: {diff(twin_state, live)}"
+            with restore(state_backend, handle) as restored:
+                got = contents(restored)
+            assert got == expected, f"KB-SNAP-2, KB-SNAP-3: {call}, restored: {diff(expected, got)}"
+        # what the task wrote while the last asynchronous part ran is in the next snapshot (a backend writing logs or
+        # increments between snapshots may lose it from them only)
+        twin_state = contents(twin)
+        with restore(state_backend, snapshot_now(backend, location_for(storage, 3), 3)) as restored:
+            got = contents(restored)
+        assert got == twin_state, f"KB-SNAP-2: a third snapshot, taken after the two, restored: {diff(twin_state, got)}"
 
 
 class _AppendInPlace:

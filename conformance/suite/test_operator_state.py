@@ -14,7 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import RecordingStreamFactory, assert_snapshot_fails, location_for, run_while
+from statecert.conformance.helpers import (
+    RecordingStreamFactory,
+    assert_snapshot_fails,
+    location_for,
+    run_beside,
+    run_while,
+)
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -96,6 +102,84 @@ def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storag
     with operator_backend(state_backend, (handle,)) as restored:
         got = _operator_contents(restored)
     assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"
+
+
+def _operator_step(backend: Any, round_: int, read: list[Any], i: int) -> None:
+    """Read or write number `i` of a round, of split, union and broadcast state in turn (adds, replacements,
+    clears, puts and removes); what a read returns goes to `read`."""
+    split, union, rules = (
+        backend.get_list_state(SPLIT),
+        backend.get_union_list_state(UNION),
+        backend.get_broadcast_state(RULES),
+    )
+    step = i % 6
+    if step == 0:
+        split.add(i + 100_000 * round_)
+    elif step == 1:
+        union.add(f"r{round_}-{i}")
+    elif step == 2:
+        rules.put(f"r{i % 50}", f"v{round_}-{i}")
+    elif step == 3:
+        rules.remove(f"r{(i + 7) % 50}")
+    elif step == 4:
+        union.update([f"x{i}"]) if i % 300 == 4 else split.update(split.get()[-100:])
+    else:
+        read.append((split.get()[-3:], union.get()[-3:], rules.get(f"r{i % 50}")))
+
+
+def _differences(expected: dict[str, Any], got: dict[str, Any]) -> str:
+    """Per state of `_operator_contents` that differs: the lengths and the first element that differs."""
+    out = []
+    for name in expected:
+        want, have = expected[name], got[name]
+        if want != have:
+            at = next(
+                (i for i, (w, h) in enumerate(zip(want, have, strict=False)) if w != h), min(len(want), len(have))
+            )
+            first = f"{want[at] if at < len(want) else None!r} -> {have[at] if at < len(have) else None!r}"
+            out.append(f"{name}: {len(want)} -> {len(have)} elements, the first differing at {at}: {first}")
+    return "; ".join(out)
+
+
+@pytest.mark.requirement("OS-10", "KB-SNAP-2")
+@pytest.mark.capability("operator_state", "async_snapshots")
+def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_runs(
+    certification: Any, state_backend: Any, storage: Any
+) -> None:
+    """Two snapshots of split and union lists of 2,000 elements and 500 broadcast entries each run with reads and
+    writes in the task thread from their start to their end, the two threads taking turns at points the run's seed
+    chooses (`run_beside`): each restores the state at its call, and the task's reads and its state afterwards are
+    those of a twin backend given the same calls without snapshots (a backend whose two parts share a scratch
+    buffer mixes elements)."""
+    with operator_backend(state_backend) as backend, operator_backend(state_backend) as twin:
+        for each in (backend, twin):
+            each.get_list_state(SPLIT).add_all(range(2_000))
+            each.get_union_list_state(UNION).add_all(f"n{i}" for i in range(2_000))
+            for i in range(500):
+                each.get_broadcast_state(RULES).put(f"r{i}", f"v{i}")
+        for round_ in range(2):
+            expected = _operator_contents(backend)
+            task = backend.snapshot(round_ + 1, 0, location_for(storage, round_ + 1))
+            read: list[Any] = []
+            want: list[Any] = []
+            handle, steps = run_beside(
+                task,
+                functools.partial(_operator_step, backend, round_, read),
+                at_least=1_000,
+                seed=certification.settings.seed + round_,
+            )
+            for i in range(steps):
+                _operator_step(twin, round_, want, i)
+            call = f"snapshot {round_ + 1} of 2, its run() beside {steps} reads and writes in the task thread"
+            wrong = next((i for i, (got, w) in enumerate(zip(read, want, strict=True)) if got != w), None)
+            assert wrong is None, (
+                f"KB-SNAP-2: {call}: read {wrong} returned {read[wrong]!r}, a backend without snapshots {want[wrong]!r}"
+            )
+            live, twin_state = _operator_contents(backend), _operator_contents(twin)
+            assert live == twin_state, f"KB-SNAP-2: {call}: the state afterwards: {_differences(twin_state, live)}"
+            with operator_backend(state_backend, (handle,)) as restored:
+                got = _operator_contents(restored)
+            assert got == expected, f"KB-SNAP-2, OS-10: {call}, restored: {_differences(expected, got)}"
 
 
 PLAIN_SPLIT = ListStateDescriptor("plain-split", element_serializer=MsgpackSerializer())

@@ -14,6 +14,7 @@ import crc32c
 import fsspec
 import pytest
 
+from statecert.conformance.interleaving import Interleaving
 from statecert.spec.errors import (
     CheckpointCorruptedError,
     CheckpointFormatError,
@@ -102,6 +103,38 @@ def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(st
         written.append((f"{name} task-owned", out.close_and_get_handle(), payload))
     changed = [f"{what} ({problem})" for what, handle, payload in written if (problem := _misread(handle, payload))]
     assert not changed, f"CS-4: after all {len(written)} streams were written, these read back other bytes: {changed}"
+
+
+@pytest.mark.requirement("CS-4")
+def test_streams_created_and_written_by_two_threads_at_once_each_read_back_their_own_bytes(
+    certification: Any, storage: Any
+) -> None:
+    """Two threads, as the asynchronous parts of two checkpoints of one task run side by side, each create and write
+    24 streams of every scope, task-owned ones included, through one storage access and its two checkpoint
+    locations, taking turns at points the run's seed chooses (`Interleaving`): every stream reads back its own
+    bytes. A storage naming its files by the first name with no file yet gives two streams one file."""
+    access = storage.create_checkpoint_storage("job")
+    locations = [access.initialize_location_for_checkpoint(1), access.initialize_location_for_checkpoint(2)]
+    scopes = list(CheckpointedStateScope)
+    written: list[tuple[str, Any, bytes]] = []
+
+    def write(thread: str) -> None:
+        for n in range(24):
+            payload = os.urandom(30_000)
+            out = (
+                access.create_task_owned_state_stream()
+                if n % 4 == 3
+                else locations[n % 2].create_checkpoint_state_output_stream(scopes[n % len(scopes)])
+            )
+            for i in range(0, 30_000, 10_000):
+                out.write(payload[i : i + 10_000])
+            written.append((f"{thread} stream {n}", out.close_and_get_handle(), payload))
+
+    Interleaving(certification.settings.seed).run(lambda: write("this thread's"), lambda: write("the other thread's"))
+    changed = [f"{what} ({problem})" for what, handle, payload in written if (problem := _misread(handle, payload))]
+    assert not changed, (
+        f"CS-4: of {len(written)} streams written by two threads at once, these read back other bytes: {changed}"
+    )
 
 
 @pytest.mark.requirement("CS-9", "FMT-12")
