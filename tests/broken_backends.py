@@ -1977,18 +1977,23 @@ class _SharedBufferTable(StateTable):
         super().put(key_group, key, _through(self.buffer, value))
 
 
-class _SharesBuffer(_RewritesSnapshotEntries):
+# 134. The asynchronous parts of all snapshots copy bytes through one reusable buffer of the backend, which the task
+# thread never uses: right while one runs at a time, mixed when two concurrent checkpoints' asynchronous parts run
+# side by side, as Flink's task thread pool runs them; no test ran two at once (KB-SNAP-5).
+class _AsynchronousPartsShareBuffer(_RewritesSnapshotEntries):
     def __init__(self, params: Any) -> None:
         self.buffer = bytearray()
         super().__init__(params)
 
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
+        return lambda entry: [*entry[:3], _through(self.buffer, entry[3])] if type(entry[3]) is bytes else entry
+
+
+class _SharesBuffer(_AsynchronousPartsShareBuffer):  # 132: the task thread's value writes use it too
     def create_store(self, meta: Any) -> StateTable:
         table = _SharedBufferTable(meta, self.key_group_range)
         table.buffer = self.buffer
         return table
-
-    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
-        return lambda entry: [*entry[:3], _through(self.buffer, entry[3])] if type(entry[3]) is bytes else entry
 
 
 # 133. The same for operator state: elements added and elements snapshotted go through one buffer (KB-SNAP-2, OS-10).
@@ -2215,6 +2220,7 @@ map_remove_in_place = _factory(_with_table(_RemovesUserKeysInPlaceTable))
 list_update_in_place = _factory(_with_table(_ReplacesElementsInPlaceTable))
 task_thread_shares_buffer = _factory(_SharesBuffer)
 operator_task_thread_shares_buffer = _factory(operator=_with_operator_list(_SharedBufferList, _SharesOperatorBuffer))
+asynchronous_parts_share_buffer = _factory(_AsynchronousPartsShareBuffer)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2351,4 +2357,5 @@ CAUGHT_BY = {
     "list_update_in_place": "KB-SNAP-3",
     "task_thread_shares_buffer": "KB-SNAP-2",
     "operator_task_thread_shares_buffer": "KB-SNAP-2",
+    "asynchronous_parts_share_buffer": "KB-SNAP-5",
 }

@@ -124,7 +124,7 @@ def _operator_step(backend: Any, round_: int, read: list[Any], i: int) -> None:
     elif step == 4:
         union.update([f"x{i}"]) if i % 300 == 4 else split.update(split.get()[-100:])
     else:
-        read.append((split.get()[-3:], union.get()[-3:], rules.get(f"r{i % 50}")))
+        read.append((split.get()[-3:], union.get()[-3:] if i % 30 == 5 else None, rules.get(f"r{i % 50}")))
 
 
 def _differences(expected: dict[str, Any], got: dict[str, Any]) -> str:
@@ -165,7 +165,7 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
             handle, steps = run_beside(
                 task,
                 functools.partial(_operator_step, backend, round_, read),
-                at_least=1_000,
+                at_least=200,
                 seed=certification.settings.seed + round_,
             )
             for i in range(steps):
