@@ -146,16 +146,16 @@ def _differences(expected: dict[str, Any], got: dict[str, Any]) -> str:
 def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_runs(
     certification: Any, state_backend: Any, storage: Any
 ) -> None:
-    """Two snapshots of split and union lists of 2,000 elements and 500 broadcast entries each run with reads and
+    """Two snapshots of split and union lists of 1,000 elements and 100 broadcast entries each run with reads and
     writes in the task thread from their start to their end, the two threads taking turns at points the run's seed
     chooses (`run_beside`): each restores the state at its call, and the task's reads and its state afterwards are
     those of a twin backend given the same calls without snapshots (a backend whose two parts share a scratch
     buffer mixes elements)."""
     with operator_backend(state_backend) as backend, operator_backend(state_backend) as twin:
         for each in (backend, twin):
-            each.get_list_state(SPLIT).add_all(range(2_000))
-            each.get_union_list_state(UNION).add_all(f"n{i}" for i in range(2_000))
-            for i in range(500):
+            each.get_list_state(SPLIT).add_all(range(1_000))
+            each.get_union_list_state(UNION).add_all(f"n{i}" for i in range(1_000))
+            for i in range(100):
                 each.get_broadcast_state(RULES).put(f"r{i}", f"v{i}")
         for round_ in range(2):
             expected = _operator_contents(backend)
