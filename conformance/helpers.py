@@ -12,6 +12,7 @@ from typing import Any
 
 import crc32c
 
+from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.interleaving import Interleaving
 from statecert.reference.checkpointing import Subtask, take_snapshot
 from statecert.reference.checkpointing import create_subtasks as _create_subtasks
@@ -96,9 +97,13 @@ def snapshot_now(backend: Any, location: Any, checkpoint_id: int = 1) -> Any:
     return backend.snapshot(checkpoint_id, 0, location).run()
 
 
-def run_while(task: Any, writes: Callable[[], None], seed: int = 0) -> Any:
+def run_while(task: Any, writes: Callable[[], None], state_backend: Any, seed: int = 0) -> Any:
     """Run a snapshot's asynchronous part in another thread while `writes` runs in this one, the two taking turns at
-    points `seed` chooses (`Interleaving`); the handle."""
+    points `seed` chooses (`Interleaving`); the handle. For a backend that does not declare `async_snapshots`, the
+    writes come first and `run()` after them, in this thread."""
+    if not supports(declared(state_backend), "async_snapshots"):
+        writes()
+        return task.run()
     return Interleaving(seed).run(writes, task.run)[1]
 
 

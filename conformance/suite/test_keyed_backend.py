@@ -154,7 +154,7 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
         backend.get_or_create_state(MAP).remove("second")
         backend.get_or_create_state(LIST).update(["replaced"])
         # keeps writing while the asynchronous part runs
-        handle = run_while(task, lambda: fill(backend, range(5), tag="during-"))
+        handle = run_while(task, lambda: fill(backend, range(5), tag="during-"), state_backend)
     with restore(state_backend, handle) as restored:
         got = contents(restored)
     cleared = ("l", "k3")  # cleared before the call
@@ -433,7 +433,7 @@ def test_a_state_registered_after_the_synchronous_part_is_not_in_the_snapshot(
         expected = contents(backend) if at_the_call == "states with entries" else {}
         task = backend.snapshot(1, 0, location_for(storage))
         write_late(backend, LATE[:2])  # before the asynchronous part starts
-        handle = run_while(task, lambda: write_late(backend, LATE[2:]))  # and while it runs
+        handle = run_while(task, lambda: write_late(backend, LATE[2:]), state_backend)  # and while it runs
     assert at_the_call != "no state" or handle is None, (
         f"KB-SNAP-7: snapshot() of a backend with no state registered, run after states were registered: expected "
         f"None, got {handle}"

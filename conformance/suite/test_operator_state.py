@@ -98,7 +98,7 @@ def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storag
             write_more()
             handle = task.run()
         else:
-            handle = run_while(task, write_more)
+            handle = run_while(task, write_more, state_backend)
     with operator_backend(state_backend, (handle,)) as restored:
         got = _operator_contents(restored)
     assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"
@@ -253,7 +253,7 @@ def test_states_registered_after_the_snapshot_call_are_not_in_it(
             backend.get_union_list_state(late_union).add("late")
             backend.get_broadcast_state(late_rules).put("r", "late")
 
-        handle = run_while(task, write_more)
+        handle = run_while(task, write_more, state_backend)
     with operator_backend(state_backend, (handle,) if handle is not None else ()) as restored:
         names = set(restored.registered_state_names)
         late = sorted(names & {"late-offsets", "late-names", "late-rules"})
