@@ -3,11 +3,12 @@ task thread and asynchronous snapshot threads meet, on any machine and under any
 
 The interpreter's own switching (`sys.setswitchinterval`) needs the waiting thread to be scheduled by the operating
 system to ask for its turn, so on a busy machine threads switch every few milliseconds and a race between two
-calls a few bytecodes long goes unseen. Here one of two member threads runs while the other waits; at each line the
-running member executes (its trace function's line event), with probability `switch_probability` drawn from a
-seeded generator, it hands the turn to the other. A member that does not take its turn within `patience` seconds (it
-is blocked in a lock the running one holds, say) is passed over, so a backend that locks correctly never deadlocks
-the test, it only interleaves less.
+calls a few bytecodes long goes unseen. Here one of two member threads runs while the other waits; before each
+bytecode the running member executes (its trace function's opcode event), with probability `switch_probability`
+drawn from a seeded generator, it hands the turn to the other, so one seed gives one interleaving. A member that
+does not take its turn within `patience` seconds (it is blocked in a lock the running one holds, say) is passed
+over until it next executes Python code, so a backend that locks correctly never deadlocks the test, it only
+interleaves less there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import random
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -25,12 +27,13 @@ class Interleaving:
     thread, which created the backend) and `beside` in a new one, taking turns, and returns both results (what
     either raised is raised)."""
 
-    def __init__(self, seed: int, switch_probability: float = 0.01, patience: float = 0.05) -> None:
+    def __init__(self, seed: int, switch_probability: float = 0.01, patience: float = 0.005) -> None:
         self._random = random.Random(seed)
         self._switch_probability = switch_probability
         self._patience = patience
         self._turn = threading.Condition()
         self._members: list[int] = []  # thread idents, in turn order
+        self._waiting: set[int] = set()  # members waiting for their turn (not blocked elsewhere)
         self._running: int | None = None
         self.switches = 0
 
@@ -44,6 +47,8 @@ class Interleaving:
                 self._members.append(threading.get_ident())
             ready.wait()
             self._wait_for_turn()
+            with self._turn:  # the first to run starts once the other waits for its turn: one seed, one interleaving
+                self._turn.wait_for(lambda: len(self._waiting) == len(self._members) - 1, timeout=self._patience)
             previous = sys.gettrace()
             sys.settrace(self._trace)
             try:
@@ -67,8 +72,11 @@ class Interleaving:
     def _trace(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
         if event == "call":
             frame.f_trace_opcodes = True
-        elif event == "opcode" and self._random.random() < self._switch_probability:
-            self._hand_over()
+        elif event == "opcode":
+            if self._running != threading.get_ident():
+                self._wait_for_turn()  # passed over while blocked: rejoin the turns
+            elif self._random.random() < self._switch_probability:
+                self._hand_over()
         return self._trace
 
     def _wait_for_turn(self) -> None:
@@ -76,24 +84,30 @@ class Interleaving:
         with self._turn:
             if self._running is None:
                 self._running = me
-            elif not self._turn.wait_for(lambda: self._running == me, timeout=self._patience):
+                return
+            self._waiting.add(me)
+            self._turn.notify_all()
+            if not self._turn.wait_for(lambda: self._running == me, timeout=self._patience):
                 self._running = me  # the running member is blocked (or slow): go on beside it
+            self._waiting.discard(me)
 
     def _hand_over(self) -> None:
         me = threading.get_ident()
         with self._turn:
-            if len(self._members) < 2 or me not in self._members:
-                return
-            self._running = self._members[(self._members.index(me) + 1) % len(self._members)]
-            self.switches += 1
-            self._turn.notify_all()
-        self._wait_for_turn()
+            others = [m for m in self._members if m != me and m in self._waiting]
+            if others:
+                self._running = others[0]
+                self.switches += 1
+                self._turn.notify_all()
+        if others:
+            self._wait_for_turn()
+        else:
+            time.sleep(0)  # the other member is blocked elsewhere, or not yet waiting: let it get there
 
     def _leave(self) -> None:
         me = threading.get_ident()
         with self._turn:
-            index = self._members.index(me)
             self._members.remove(me)
             if self._running == me:
-                self._running = self._members[index % len(self._members)] if self._members else None
+                self._running = self._members[0] if self._members else None
             self._turn.notify_all()

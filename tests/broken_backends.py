@@ -2003,6 +2003,7 @@ class _SharedBufferList(OperatorListStateImpl):
         return [_through(buffer, element) for element in super()._encode_all(values)]
 
 
+# 135. The asynchronous parts of all operator snapshots copy elements through one buffer of the backend (KB-SNAP-5).
 class _SharesOperatorBuffer(_RewritesOperatorElements):
     def __init__(self, params: OperatorBackendParameters) -> None:
         self.buffer = bytearray()
@@ -2221,6 +2222,7 @@ list_update_in_place = _factory(_with_table(_ReplacesElementsInPlaceTable))
 task_thread_shares_buffer = _factory(_SharesBuffer)
 operator_task_thread_shares_buffer = _factory(operator=_with_operator_list(_SharedBufferList, _SharesOperatorBuffer))
 asynchronous_parts_share_buffer = _factory(_AsynchronousPartsShareBuffer)
+operator_asynchronous_parts_share_buffer = _factory(operator=_SharesOperatorBuffer)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2358,4 +2360,5 @@ CAUGHT_BY = {
     "task_thread_shares_buffer": "KB-SNAP-2",
     "operator_task_thread_shares_buffer": "KB-SNAP-2",
     "asynchronous_parts_share_buffer": "KB-SNAP-5",
+    "operator_asynchronous_parts_share_buffer": "KB-SNAP-5",
 }

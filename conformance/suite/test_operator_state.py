@@ -21,6 +21,7 @@ from statecert.conformance.helpers import (
     run_beside,
     run_while,
 )
+from statecert.conformance.interleaving import Interleaving
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -180,6 +181,34 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
             with operator_backend(state_backend, (handle,)) as restored:
                 got = _operator_contents(restored)
             assert got == expected, f"KB-SNAP-2, OS-10: {call}, restored: {_differences(expected, got)}"
+
+
+@pytest.mark.requirement("OS-10", "KB-SNAP-5", "KB-SNAP-2")
+@pytest.mark.capability("operator_state", "async_snapshots")
+def test_asynchronous_parts_of_concurrent_operator_snapshots_may_run_at_once(
+    certification: Any, state_backend: Any, storage: Any
+) -> None:
+    """Two operator snapshots with writes between their calls, their `run()`s taking turns in two threads at points
+    the run's seed chooses (`Interleaving`), as Flink's task thread pool runs concurrent checkpoints: each restores
+    the state at its own call (a backend whose asynchronous parts share a scratch buffer mixes their elements)."""
+    with operator_backend(state_backend) as backend:
+        backend.get_list_state(SPLIT).add_all(range(1_000))
+        backend.get_union_list_state(UNION).add_all(f"n{i}" for i in range(1_000))
+        first_expected = _operator_contents(backend)
+        first = backend.snapshot(1, 0, location_for(storage, 1))
+        backend.get_list_state(SPLIT).update(range(-1, -1_001, -1))
+        backend.get_union_list_state(UNION).add_all(f"m{i}" for i in range(1_000))
+        backend.get_broadcast_state(RULES).put("r", "second")
+        second_expected = _operator_contents(backend)
+        second = backend.snapshot(2, 0, location_for(storage, 2))
+        handles = Interleaving(certification.settings.seed).run(first.run, second.run)
+    for name, handle, expected in zip(("first", "second"), handles, (first_expected, second_expected), strict=True):
+        with operator_backend(state_backend, (handle,)) as restored:
+            got = _operator_contents(restored)
+        assert got == expected, (
+            f"KB-SNAP-2, KB-SNAP-5: the {name} of two operator snapshots whose run() ran at once, restored: "
+            f"{_differences(expected, got)}"
+        )
 
 
 PLAIN_SPLIT = ListStateDescriptor("plain-split", element_serializer=MsgpackSerializer())
