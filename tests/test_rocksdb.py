@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -152,15 +153,28 @@ def sst_bytes(directory: Path) -> int:
     return total
 
 
+def flushes_done(backend: Any) -> None:
+    """Wait (at most a minute) until RocksDB has no memtable flush pending or running: flushes run in background
+    threads, and a fresh-clone tox run on a busy machine counted the SST files before the first had finished."""
+    for _ in range(1200):
+        metrics = backend.native_metrics()
+        if metrics["mem-table-flush-pending"] == 0 and metrics["num-running-flushes"] == 0:
+            return
+        time.sleep(0.05)
+
+
 @pytest.mark.requirement("RDB-6")
 def test_state_larger_than_memory_budget_spills_and_stays_correct(tmp_path: Path) -> None:
-    backend = EmbeddedRocksDBStateBackend(memory_budget_bytes=2 * 1024 * 1024, local_dir=str(tmp_path))
+    backend = EmbeddedRocksDBStateBackend(memory_budget_bytes=2 * 1024 * 1024, local_dir=str(tmp_path)).configure(
+        {f"state.backend.rocksdb.metrics.{name}": "true" for name in ("mem-table-flush-pending", "num-running-flushes")}
+    )
     payload = {f"k{i}": os.urandom(2000) for i in range(6000)}  # 12 MB of incompressible bytes, 6x the budget
     with keyed_backend(backend) as b:
         state = b.get_or_create_state(BLOB)
         for key, value in payload.items():
             b.set_current_key(key)
             state.update(value)
+        flushes_done(b)
         on_disk = sst_bytes(Path(b.instance_dir))
         assert on_disk > 2 * 2 * 1024 * 1024, f"only {on_disk} bytes reached disk"
         for key, value in payload.items():
