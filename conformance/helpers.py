@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import io
 import threading
 from collections.abc import Callable, Sequence
@@ -130,6 +131,25 @@ def run_beside(task: Any, step: Callable[[int], None], at_least: int, seed: int)
 
     done, handle = Interleaving(seed).run(steps, run)
     return handle, done
+
+
+def run_beside_a_twin(
+    task: Any, step: Callable[[Any, list[Any], int], None], backend: Any, twin: Any, seed: int, snapshot: str
+) -> tuple[Any, str]:
+    """`run_beside` with `step(backend, reads, i)` (at least 200 steps), then the same steps on `twin`, a backend
+    given the same calls without snapshots; asserts that each read the task thread made beside the asynchronous part
+    returned what the twin's did (KB-SNAP-2). The handle, and the call described for later messages."""
+    read: list[Any] = []
+    want: list[Any] = []
+    handle, steps = run_beside(task, functools.partial(step, backend, read), at_least=200, seed=seed)
+    for i in range(steps):
+        step(twin, want, i)
+    call = f"{snapshot}, its run() beside {steps} reads and writes in the task thread"
+    wrong = next((i for i, (got, w) in enumerate(zip(read, want, strict=True)) if got != w), None)
+    assert wrong is None, (
+        f"KB-SNAP-2: {call}: read {wrong} returned {read[wrong]!r}, a backend without snapshots {want[wrong]!r}"
+    )
+    return handle, call
 
 
 def location_for(storage: Any, checkpoint_id: int = 1, job_id: str = "job") -> Any:

@@ -18,7 +18,7 @@ from statecert.conformance.helpers import (
     key_group_of,
     keyed_backend,
     location_for,
-    run_beside,
+    run_beside_a_twin,
     run_while,
     snapshot_now,
 )
@@ -164,7 +164,7 @@ def test_writes_after_synchronous_part_are_not_in_snapshot(state_backend: Any, s
     assert got == expected, f"KB-SNAP-3: the snapshot saw writes made after its synchronous part: {diff(expected, got)}"
 
 
-def _step(backend: Any, round_: int, read: list[Any], i: int) -> None:
+def _step(round_: int, backend: Any, read: list[Any], i: int) -> None:
     """Read or write number `i` of a round, of every kind in turn over keys k0..k1999 (half of them not filled):
     values set and cleared, list elements added, replaced and cleared, map entries put and removed; what a read
     returns goes to `read`."""
@@ -196,9 +196,9 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
 ) -> None:
     """`run()` may run in another thread while the backend keeps processing (KB-SNAP-2). Two snapshots of 1,000
     keys each run with reads and writes of every kind in the task thread from their start to their end, the two
-    threads taking turns at points the run's seed chooses (`run_beside`): each restores the state at its call, and
-    the task's reads and its state afterwards, and a third snapshot's, are those of a twin backend given the same
-    calls without snapshots. A backend whose task thread and asynchronous part share a scratch buffer (Flink
+    threads taking turns at points the run's seed chooses (`run_beside_a_twin`): each restores the state at its
+    call, and the task's reads and its state afterwards, and a third snapshot's, are those of a twin backend given
+    the same calls without snapshots. A backend whose task thread and asynchronous part share a scratch buffer (Flink
     duplicates its serializers for the asynchronous part so that they share none) mixes values."""
     with keyed_backend(state_backend) as backend, keyed_backend(state_backend) as twin:
         fill(backend, range(1_000))
@@ -206,29 +206,16 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
         for round_ in range(2):
             expected = contents(backend)
             task = backend.snapshot(round_ + 1, 0, location_for(storage, round_ + 1))
-            read: list[Any] = []
-            want: list[Any] = []
-            handle, steps = run_beside(
-                task,
-                functools.partial(_step, backend, round_, read),
-                at_least=200,
-                seed=certification.settings.seed + round_,
-            )
-            for i in range(steps):
-                _step(twin, round_, want, i)
-            call = f"snapshot {round_ + 1} of 2, its run() beside {steps} reads and writes in the task thread"
-            wrong = next((i for i, (got, w) in enumerate(zip(read, want, strict=True)) if got != w), None)
-            assert wrong is None, (
-                f"KB-SNAP-2: {call}: read {wrong} returned {read[wrong]!r}, a backend without snapshots {want[wrong]!r}"
-            )
+            step = functools.partial(_step, round_)
+            seed, snapshot = certification.settings.seed + round_, f"snapshot {round_ + 1} of 2"
+            handle, call = run_beside_a_twin(task, step, backend, twin, seed, snapshot)
             live, twin_state = contents(backend), contents(twin)
             assert live == twin_state, f"KB-SNAP-2: {call}: the state afterwards: {diff(twin_state, live)}"
             with restore(state_backend, handle) as restored:
                 got = contents(restored)
             assert got == expected, f"KB-SNAP-2, KB-SNAP-3: {call}, restored: {diff(expected, got)}"
         # what the task wrote while the last asynchronous part ran is in the next snapshot (a backend writing logs or
-        # increments between snapshots may lose it from them only)
-        twin_state = contents(twin)
+        # increments between snapshots may lose it from them only); neither backend changed since the last round
         with restore(state_backend, snapshot_now(backend, location_for(storage, 3), 3)) as restored:
             got = contents(restored)
         assert got == twin_state, f"KB-SNAP-2: a third snapshot, taken after the two, restored: {diff(twin_state, got)}"
@@ -473,6 +460,15 @@ def test_a_snapshot_the_storage_fails_to_write_fails_and_the_next_is_whole(
         assert got == expected, f"KB-SNAP-1: the snapshot after a failed one, restored: {diff(expected, got)}"
 
 
+def _assert_each_restores(state_backend: Any, expected: dict[str, tuple[Any, Any]], what: str) -> None:
+    """Each named snapshot's handle restores the contents expected of it; a failure's message is `what`, with the
+    snapshot's name for `{name}`, and the entries that differ."""
+    for name, (handle, contents_at_call) in expected.items():
+        with restore(state_backend, handle) as restored:
+            got = contents(restored)
+        assert got == contents_at_call, f"{what.format(name=name)}, restored: {diff(contents_at_call, got)}"
+
+
 @pytest.mark.requirement("KB-SNAP-5", "KB-SNAP-3")
 def test_concurrent_snapshots_each_reflect_their_own_point(state_backend: Any, storage: Any) -> None:
     """Two snapshots pending at once, the later finishing first, with writes between every step: each holds the
@@ -491,12 +487,8 @@ def test_concurrent_snapshots_each_reflect_their_own_point(state_backend: Any, s
         backend.set_current_key("k1")
         backend.get_or_create_state(LIST).clear()
         handles = (second_handle, first.run())
-    for name, handle, expected in zip(("second", "first"), handles, (second_expected, first_expected), strict=True):
-        with restore(state_backend, handle) as restored:
-            got = contents(restored)
-            assert got == expected, (
-                f"KB-SNAP-5: the {name} of two concurrent snapshots, restored: {diff(expected, got)}"
-            )
+    expected = {"second": (handles[0], second_expected), "first": (handles[1], first_expected)}
+    _assert_each_restores(state_backend, expected, "KB-SNAP-5: the {name} of two concurrent snapshots")
 
 
 @pytest.mark.requirement("KB-SNAP-5", "KB-SNAP-2")
@@ -516,13 +508,10 @@ def test_asynchronous_parts_of_concurrent_snapshots_may_run_at_once(
         second_expected = contents(backend)
         second = backend.snapshot(2, 0, location_for(storage, 2))
         handles = Interleaving(certification.settings.seed).run(first.run, second.run)
-    for name, handle, expected in zip(("first", "second"), handles, (first_expected, second_expected), strict=True):
-        with restore(state_backend, handle) as restored:
-            got = contents(restored)
-        assert got == expected, (
-            f"KB-SNAP-2, KB-SNAP-5: the {name} of two snapshots whose run() ran at once, restored: "
-            f"{diff(expected, got)}"
-        )
+    expected = {"first": (handles[0], first_expected), "second": (handles[1], second_expected)}
+    _assert_each_restores(
+        state_backend, expected, "KB-SNAP-2, KB-SNAP-5: the {name} of two snapshots whose run() ran at once"
+    )
 
 
 @pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")

@@ -18,7 +18,7 @@ from statecert.conformance.helpers import (
     RecordingStreamFactory,
     assert_snapshot_fails,
     location_for,
-    run_beside,
+    run_beside_a_twin,
     run_while,
 )
 from statecert.conformance.interleaving import Interleaving
@@ -105,7 +105,7 @@ def test_writes_after_the_snapshot_call_are_not_in_it(state_backend: Any, storag
     assert got == expected, f"OS-10: writes {when}: restored {got}, expected the state at the call {expected}"
 
 
-def _operator_step(backend: Any, round_: int, read: list[Any], i: int) -> None:
+def _operator_step(round_: int, backend: Any, read: list[Any], i: int) -> None:
     """Read or write number `i` of a round, of split, union and broadcast state in turn (adds, replacements,
     clears, puts and removes); what a read returns goes to `read`."""
     split, union, rules = (
@@ -149,9 +149,9 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
 ) -> None:
     """Two snapshots of split and union lists of 1,000 elements and 100 broadcast entries each run with reads and
     writes in the task thread from their start to their end, the two threads taking turns at points the run's seed
-    chooses (`run_beside`): each restores the state at its call, and the task's reads and its state afterwards are
-    those of a twin backend given the same calls without snapshots (a backend whose two parts share a scratch
-    buffer mixes elements)."""
+    chooses (`run_beside_a_twin`): each restores the state at its call, and the task's reads and its state
+    afterwards are those of a twin backend given the same calls without snapshots (a backend whose two parts share
+    a scratch buffer mixes elements)."""
     with operator_backend(state_backend) as backend, operator_backend(state_backend) as twin:
         for each in (backend, twin):
             each.get_list_state(SPLIT).add_all(range(1_000))
@@ -161,21 +161,9 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
         for round_ in range(2):
             expected = _operator_contents(backend)
             task = backend.snapshot(round_ + 1, 0, location_for(storage, round_ + 1))
-            read: list[Any] = []
-            want: list[Any] = []
-            handle, steps = run_beside(
-                task,
-                functools.partial(_operator_step, backend, round_, read),
-                at_least=200,
-                seed=certification.settings.seed + round_,
-            )
-            for i in range(steps):
-                _operator_step(twin, round_, want, i)
-            call = f"snapshot {round_ + 1} of 2, its run() beside {steps} reads and writes in the task thread"
-            wrong = next((i for i, (got, w) in enumerate(zip(read, want, strict=True)) if got != w), None)
-            assert wrong is None, (
-                f"KB-SNAP-2: {call}: read {wrong} returned {read[wrong]!r}, a backend without snapshots {want[wrong]!r}"
-            )
+            step = functools.partial(_operator_step, round_)
+            seed, snapshot = certification.settings.seed + round_, f"snapshot {round_ + 1} of 2"
+            handle, call = run_beside_a_twin(task, step, backend, twin, seed, snapshot)
             live, twin_state = _operator_contents(backend), _operator_contents(twin)
             assert live == twin_state, f"KB-SNAP-2: {call}: the state afterwards: {_differences(twin_state, live)}"
             with operator_backend(state_backend, (handle,)) as restored:
