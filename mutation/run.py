@@ -69,7 +69,7 @@ IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"]}
 # The heap backend is also certified wrapped in the changelog backend, the only caller of its CL-9 accessors.
 CONFIGS = {
     "hashmap": [[], ["--statecert-config", "state.changelog.enabled=true"]],
-    "rocksdb": [[], ["--statecert-config", "state.backend.incremental=true"]],
+    "rocksdb": [[], ["--statecert-config", "execution.checkpointing.incremental=true"]],
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
 }
 

@@ -25,7 +25,7 @@ class CompletedCheckpointStore:
 
     def __post_init__(self) -> None:
         if self.max_retained < 1:
-            raise ValueError(f"state.checkpoints.num-retained must be at least 1, got {self.max_retained}")
+            raise ValueError(f"execution.checkpointing.num-retained must be at least 1, got {self.max_retained}")
 
     def add(self, pointer: str, metadata: CheckpointMetadata) -> list[CompletedCheckpoint]:
         """Retain a completed checkpoint; returns the checkpoints it subsumed."""

@@ -77,7 +77,7 @@ def test_loader_gives_rocksdb_with_configuration(tmp_path: Path) -> None:
     backend: Any = load_state_backend(
         job_config={
             "state.backend.type": "rocksdb",
-            "state.backend.incremental": "true",
+            "execution.checkpointing.incremental": "true",
             "state.backend.rocksdb.memory.fixed-per-slot": "8mb",
             "state.backend.rocksdb.localdir": str(tmp_path),
         }
@@ -86,7 +86,7 @@ def test_loader_gives_rocksdb_with_configuration(tmp_path: Path) -> None:
     assert backend.settings.incremental and backend.settings.memory_budget_bytes == 8 * 1024 * 1024
     assert backend.settings.memory_scope == "slot" and backend.settings.local_dir == str(tmp_path)
     app = EmbeddedRocksDBStateBackend(incremental=False)
-    configured: Any = load_state_backend(app, job_config={"state.backend.incremental": "true"})
+    configured: Any = load_state_backend(app, job_config={"execution.checkpointing.incremental": "true"})
     assert configured.settings.incremental is False, "the application's explicit setting must win (LD-2)"
 
 

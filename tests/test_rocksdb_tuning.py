@@ -234,7 +234,10 @@ def test_heap_timers_reach_rocksdb_only_in_the_synchronous_part_of_a_snapshot(
     from statecert.conformance.helpers import location_for
     from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 
-    config = {"state.backend.rocksdb.timer-service.factory": factory, "state.backend.incremental": str(incremental)}
+    config = {
+        "state.backend.rocksdb.timer-service.factory": factory,
+        "execution.checkpointing.incremental": str(incremental),
+    }
     storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
     with keyed_backend(rocksdb(tmp_path / "a", config), key_group_range=KeyGroupRange(0, 127)) as backend:
         service = backend.get_timer_service("t", LongSerializer(), _Collect())

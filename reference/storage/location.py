@@ -116,7 +116,8 @@ class CheckpointStorageAccessImpl:
         base = target or self.default_savepoint_dir
         if base is None:
             raise IllegalConfigurationError(
-                "state.savepoints.dir: no savepoint target given and no default savepoint directory configured"
+                "execution.checkpointing.savepoint-dir: no savepoint target given and no default savepoint "
+                "directory configured"
             )
         directory = join_url(normalize_url(base), f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}")
         # A savepoint is self-contained: even "shared" state goes into its own directory (SP-4).
