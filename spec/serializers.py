@@ -71,7 +71,8 @@ class SchemaCompatibility(Generic[T]):
 
 @runtime_checkable
 class TypeSerializer(Protocol[T]):
-    """Bytes <-> values for one type (SER-1). Deserializing untrusted bytes must never execute code (SER-8)."""
+    """Bytes <-> values for one type (SER-1), callable from several threads at once (there is no `duplicate()`).
+    Deserializing untrusted bytes must never execute code (SER-8)."""
 
     @property
     def serializer_id(self) -> str:

@@ -7,9 +7,10 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from statecert.conformance.interleaving import Interleaving
 from statecert.reference.serializers import (
     BooleanSerializer,
     BytesSerializer,
@@ -59,6 +60,28 @@ RECORD_VALUES = st.sampled_from([0, 1, 255, 256, 65_535, 65_536, 70_000]).map(la
 def test_serializer_round_trips(serializer: Any, values: st.SearchStrategy[Any], data: st.DataObject) -> None:
     value = data.draw(values)
     assert serializer.deserialize(serializer.serialize(value)) == value, f"{serializer}.round_trip({value!r})"
+
+
+@pytest.mark.requirement("SER-1", "KB-SNAP-2")
+@pytest.mark.parametrize(("serializer", "values"), CASES, ids=lambda c: getattr(c, "serializer_id", ""))
+@settings(max_examples=10)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_one_serializer_round_trips_in_two_threads_taking_turns(
+    serializer: Any, values: st.SearchStrategy[Any], data: st.DataObject, seed: int
+) -> None:
+    """A backend may call one serializer from its task thread and a snapshot's asynchronous part at once (there is
+    no duplicate()): each thread's values round-trip while the other's calls interleave at random bytecodes."""
+    ours, theirs = (data.draw(st.lists(values, min_size=20, max_size=40), label=name) for name in ("here", "beside"))
+
+    def round_trip(items: list[Any]) -> list[Any]:
+        return [serializer.deserialize(serializer.serialize(value)) for value in items]
+
+    got_here, got_beside = Interleaving(seed, switch_probability=0.05).run(
+        lambda: round_trip(ours), lambda: round_trip(theirs)
+    )
+    for name, sent, got in (("here", ours, got_here), ("beside", theirs, got_beside)):
+        wrong = [(value, back) for value, back in zip(sent, got, strict=True) if value != back]
+        assert not wrong, f"{serializer}: round trips in the thread {name} gave (value, got) {wrong[:3]}"
 
 
 @pytest.mark.requirement("SER-1")
