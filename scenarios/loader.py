@@ -20,7 +20,11 @@ from statecert.reference.loader import (
     load_configured_factory,
     registered_names,
 )
-from statecert.reference.simulator.flink_config import checkpointing_as_config
+from statecert.reference.simulator.flink_config import (
+    checkpoint_storage_kind,
+    checkpointing_as_config,
+    refuse_keys_chosen_by_the_runner,
+)
 from statecert.scenarios.model import (
     Action,
     Bound,
@@ -340,8 +344,11 @@ def _with_flink_config(path: Path, scenario: Scenario, table: Any) -> Scenario:
     job, checkpointing = scenario.job, scenario.checkpointing
     try:
         cfg.warn_unknown_keys(config)
+        refuse_keys_chosen_by_the_runner(config)
         for option in cfg.OPTIONS:
             cfg.read(config, option)
+        if (storage := checkpoint_storage_kind(config)) is not None:
+            job = replace(job, storage=storage)
         if cfg.is_set(config, catalog.STATE_BACKEND):
             job = replace(job, backend=_backend_name(cfg.read(config, catalog.STATE_BACKEND)))
         if cfg.is_set(config, catalog.CHANGELOG_ENABLED):

@@ -4,11 +4,15 @@ simulator and the scenario runner (COORD-10..13)."""
 from __future__ import annotations
 
 import dataclasses
+import re
+import warnings
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
 
+from statecert.reference.config.catalog import CHECKPOINTS_DIRECTORY, ROCKSDB_LOCAL_DIR, SAVEPOINT_DIRECTORY
 from statecert.reference.coordinator.settings import ExternalizedCheckpointRetention, JobStatus
 from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.simulator.flink_config import with_flink_config
@@ -189,6 +193,44 @@ def test_scenario_config_tables_are_checked_at_load(tmp_path: Path) -> None:
         load_scenario(path)
     path.write_text('[scenario]\ndescription = "x"\n[config]\n"state.backend.type" = "ROCKSDB"\n', encoding="utf-8")
     assert load_scenario(path).job.backend == "rocksdb"
+
+
+CHOSEN_BY_THE_RUN = [
+    key for option in (CHECKPOINTS_DIRECTORY, SAVEPOINT_DIRECTORY, ROCKSDB_LOCAL_DIR) for key in option.all_keys
+]
+
+
+@pytest.mark.requirement("SCN-1")
+@pytest.mark.parametrize("key", CHOSEN_BY_THE_RUN)
+@pytest.mark.parametrize("file", ["scenario", "job"])
+def test_directories_every_run_chooses_are_refused_in_config_tables(tmp_path: Path, key: str, file: str) -> None:
+    """A scenario or job file setting the checkpoint or savepoint directory or RocksDB's local directory in
+    `[config]` is refused naming the file and the key: the runners choose them per run, and ignored them."""
+    path = tmp_path / f"{file}.toml"
+    head = '[scenario]\ndescription = "x"\n' if file == "scenario" else to_toml(BASE)
+    path.write_text(f'{head}\n[config]\n"{key}" = "/tmp/elsewhere"\n', encoding="utf-8")
+    error: type[Exception] = ScenarioError if file == "scenario" else SimulationSpecError
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(error, match=rf"{file}\.toml: \[config\]: {re.escape(key)}: not settable"):
+            load_scenario(path) if file == "scenario" else load_job_spec(path)
+
+
+@pytest.mark.requirement("SCN-1")
+@pytest.mark.parametrize("file", ["scenario", "job"])
+def test_the_storage_key_of_a_config_table_selects_the_jobs_storage(tmp_path: Path, file: str) -> None:
+    path = tmp_path / f"{file}.toml"
+    head = '[scenario]\ndescription = "x"\n' if file == "scenario" else to_toml(BASE)
+    load = load_scenario if file == "scenario" else load_job_spec
+    for value, expected in (("JobManager", "jobmanager"), ("filesystem", "filesystem")):
+        path.write_text(f'{head}\n[config]\n"execution.checkpointing.storage" = "{value}"\n', encoding="utf-8")
+        loaded: Any = load(path)
+        got = loaded.job.storage if file == "scenario" else loaded.storage
+        assert got == expected, f"{file} file with execution.checkpointing.storage = {value!r}: storage {got!r}"
+    path.write_text(f'{head}\n[config]\n"execution.checkpointing.storage" = "s3-magic"\n', encoding="utf-8")
+    error: type[Exception] = ScenarioError if file == "scenario" else SimulationSpecError
+    with pytest.raises(error, match=r"\[config\]: execution\.checkpointing\.storage: .*'s3-magic'"):
+        load(path)
 
 
 def test_a_claimed_savepoint_metadata_is_read_back(tmp_path: Path) -> None:

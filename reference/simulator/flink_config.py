@@ -1,7 +1,8 @@
 """A simulated job's settings from Flink 2.x keys (a job or scenario file's `[config]` table): the checkpointing
 keys become the coordinator's settings, the restart keys the restart strategy, the backend keys the job's backend,
 recovery keys where it starts, the buffer-timeout keys its network buffers' timeout, the mini-batch keys its keyed
-tasks' bundles; everything else reaches the backend and storage loaders as it is."""
+tasks' bundles, the storage key its checkpoint storage; everything else reaches the backend and storage loaders as it
+is, but for the directories every run chooses itself, which are refused."""
 
 from __future__ import annotations
 
@@ -37,12 +38,46 @@ def checkpointing_as_config(settings: CheckpointingSettings) -> dict[str, object
     return config
 
 
+CHOSEN_BY_THE_RUNNER = {
+    catalog.CHECKPOINTS_DIRECTORY: "a run's checkpoints go to the directory its runner gives it (--checkpoint-dir "
+    "on Spark, the work directory on the simulator)",
+    catalog.SAVEPOINT_DIRECTORY: "a run's savepoints go to the directory its runner gives it (--checkpoint-dir on "
+    "Spark, the work directory on the simulator)",
+    catalog.ROCKSDB_LOCAL_DIR: "each run keeps RocksDB's working directories in its own work directory",
+}
+"""Keys a job or scenario file cannot set, because every run chooses them itself: a value would be ignored."""
+
+
+def refuse_keys_chosen_by_the_runner(config: Mapping[str, object]) -> None:
+    """IllegalConfigurationError naming the first key of `config` a run chooses itself (CHOSEN_BY_THE_RUNNER)."""
+    for option, why in CHOSEN_BY_THE_RUNNER.items():
+        for key in option.all_keys:
+            if config.get(key) is not None:
+                raise IllegalConfigurationError(f"{key}: not settable in a job or scenario file: {why}")
+
+
+def checkpoint_storage_kind(config: Mapping[str, object]) -> str | None:
+    """`execution.checkpointing.storage` as a simulated or scenario job's storage (`jobmanager` or `filesystem`, any
+    case), None when unset; any other storage is an IllegalConfigurationError naming the key."""
+    value = cfg.read(config, catalog.CHECKPOINT_STORAGE)
+    if value is None:
+        return None
+    kind = value.lower()
+    if kind not in ("jobmanager", "filesystem"):
+        raise IllegalConfigurationError(
+            f"{catalog.CHECKPOINT_STORAGE.key}: a job or scenario runs on 'jobmanager' or 'filesystem' storage, "
+            f"got {kind!r}"
+        )
+    return kind
+
+
 def with_flink_config(spec: JobSpec, config: Mapping[str, object]) -> JobSpec:
     """`spec` with the Flink keys of `config` applied over its native settings (IllegalConfigurationError names
     the key)."""
     if not config:
         return spec
     cfg.warn_unknown_keys(config)
+    refuse_keys_chosen_by_the_runner(config)
     keys = dict(config)
     settings = CheckpointingSettings.from_config(cfg.overlay(checkpointing_as_config(spec.checkpointing), keys))
     assert settings is not None  # the native settings always carry an interval
@@ -50,6 +85,8 @@ def with_flink_config(spec: JobSpec, config: Mapping[str, object]) -> JobSpec:
     changes: dict[str, object] = {"checkpointing": settings, "config": as_text}
     if cfg.is_set(keys, catalog.STATE_BACKEND):
         changes["backend"] = cfg.read(keys, catalog.STATE_BACKEND)
+    if (storage := checkpoint_storage_kind(keys)) is not None:
+        changes["storage"] = storage
     if cfg.is_set(keys, catalog.INCREMENTAL_CHECKPOINTS):
         changes["incremental"] = cfg.read(keys, catalog.INCREMENTAL_CHECKPOINTS)
     if cfg.is_set(keys, catalog.CHANGELOG_ENABLED):
