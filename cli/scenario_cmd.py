@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -137,12 +138,33 @@ def _spark(master: str | None) -> Any:
     line naming `--master`, not Py4J's traceback."""
     from statecert.scenarios.spark.session import DEFAULT_MASTER, spark_session
 
+    if master is not None and master.startswith("spark://"):
+        _check_standalone_master(master)
     try:
         return spark_session(master or DEFAULT_MASTER)
     except Exception as exc:  # pyspark raises its own PySparkRuntimeError, Py4J's errors or RuntimeError
         java = getattr(exc, "java_exception", None)  # Py4J's error says only which call failed; Java says why
         lines = (str(java.toString()) if java is not None else str(exc)).strip().splitlines() or [type(exc).__name__]
         raise ValueError(f"--master {master or DEFAULT_MASTER!r}: Spark could not start: {lines[0]}") from None
+
+
+MASTER_CONNECT_TIMEOUT_S = 10.0
+"""How long `--master spark://...` waits for a master to accept a connection before the run starts."""
+
+
+def _check_standalone_master(master: str) -> None:
+    """A `spark://` master none of whose hosts accepts a connection is one line naming `--master` and why, before a
+    JVM starts: Spark itself retries for a minute, logs a page of Java stack traces and then reports only that its
+    context was stopped."""
+    problems = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":") if ":" in address else (address, "", "7077")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=MASTER_CONNECT_TIMEOUT_S).close()
+            return
+        except OSError as exc:
+            problems.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise ValueError(f"--master {master!r}: no Spark master accepts connections ({'; '.join(problems)})")
 
 
 def _checkpoint_dir(args: argparse.Namespace) -> str | None:

@@ -6,6 +6,7 @@ import argparse
 import inspect
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,23 @@ def test_bad_demo_values_are_one_line(tmp_path: Path, args: list[str], problem: 
     assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
     assert lines[0].startswith("statecert: error: ") and problem in lines[0], lines[0]
     assert "OK" not in result.stdout and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.requirement("ERR-2")
+def test_a_standalone_master_nobody_answers_at_is_one_line_before_spark_starts(tmp_path: Path) -> None:
+    """`--master spark://HOST:PORT` where nothing listens: one line naming --master and why, exit status 2, no JVM
+    (Spark retried for a minute, printed 130 lines of Java logs and said only that its context had stopped)."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "library" / "savepoint-and-resume.toml"
+    master = f"spark://127.0.0.1:{port}"
+    result = statecert("scenario", "run", str(scenario), "--runner", "spark", "--master", master, tmpdir=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stdout + result.stderr
+    assert lines[0].startswith(f"statecert: error: --master {master!r}: no Spark master accepts connections"), lines
+    assert f"127.0.0.1:{port}: " in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == [], "nothing is left in the temporary directory"
 
 
 @pytest.mark.requirement("ERR-2")
