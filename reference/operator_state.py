@@ -34,6 +34,9 @@ class _Registered:
     mode: OperatorStateMode
     serializer: TypeSerializer[Any]
     elements: list[bytes] = field(default_factory=list)
+    positions: dict[bytes, int] | None = None
+    """Broadcast state: each user key's bytes -> its element's position, built on first use (only the broadcast
+    state's own methods change its elements, and they keep it up to date)."""
 
 
 class OperatorListStateImpl:
@@ -78,35 +81,57 @@ class BroadcastStateImpl:
         self._backend = backend
         self._state = state
 
-    def _index(self, key: Any) -> int | None:
+    def _key_bytes(self, key: Any) -> bytes:
         self._backend._check_open()
         serializer = self._state.serializer
         assert isinstance(serializer, TupleSerializer)
-        key_bytes = serializer.fields[0].serialize(key)
-        for i, element in enumerate(self._state.elements):
-            if msgpack.unpackb(element)[0] == key_bytes:
-                return i
-        return None
+        return serializer.fields[0].serialize(key)
+
+    def _positions(self) -> dict[bytes, int]:
+        """The user keys' positions, built once from the elements (a restored stream naming a user key twice keeps
+        its first entry, the one reads found)."""
+        if self._state.positions is None:
+            positions: dict[bytes, int] = {}
+            kept: list[bytes] = []
+            for element in self._state.elements:
+                key_bytes = msgpack.unpackb(element)[0]
+                if key_bytes not in positions:
+                    positions[key_bytes] = len(kept)
+                    kept.append(element)
+            self._state.elements[:] = kept
+            self._state.positions = positions
+        return self._state.positions
 
     def get(self, key: Any) -> Any:
-        i = self._index(key)
+        i = self._positions().get(self._key_bytes(key))
         return None if i is None else self._state.serializer.deserialize(self._state.elements[i])[1]
 
     def put(self, key: Any, value: Any) -> None:
-        i = self._index(key)  # checks that the backend is open (OS-9)
+        key_bytes = self._key_bytes(key)  # checks that the backend is open (OS-9)
         element = self._state.serializer.serialize((key, value))
+        positions = self._positions()
+        i = positions.get(key_bytes)
         if i is None:
+            positions[key_bytes] = len(self._state.elements)
             self._state.elements.append(element)
         else:
             self._state.elements[i] = element
 
     def remove(self, key: Any) -> None:
-        i = self._index(key)
-        if i is not None:
-            del self._state.elements[i]
+        """The last element takes the removed one's place: entries have no order (OS-3)."""
+        key_bytes = self._key_bytes(key)
+        positions = self._positions()
+        i = positions.pop(key_bytes, None)
+        if i is None:
+            return
+        elements = self._state.elements
+        last = elements.pop()
+        if i < len(elements):
+            elements[i] = last
+            positions[msgpack.unpackb(last)[0]] = i
 
     def contains(self, key: Any) -> bool:
-        return self._index(key) is not None
+        return self._key_bytes(key) in self._positions()
 
     def items(self) -> list[tuple[Any, Any]]:
         self._backend._check_open()
@@ -115,6 +140,7 @@ class BroadcastStateImpl:
     def clear(self) -> None:
         self._backend._check_open()
         self._state.elements.clear()
+        self._state.positions = {}
 
 
 def check_elements(name: str, snapshot: SerializerSnapshot, elements: list[bytes], source: str) -> None:

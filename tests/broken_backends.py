@@ -113,6 +113,10 @@ class _RewritesSnapshotEntries(HeapKeyedStateBackend):
     def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
         return lambda entry: entry
 
+    def block_rewriter(self) -> Callable[[list[list[Any]]], list[list[Any]]]:
+        """What the snapshot writes of a key group's block (its entries, each rewritten), as written."""
+        return lambda entries: entries
+
     def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
         self.check_open()
         names = sorted(n for n, t in self._stores.items() if len(t))
@@ -121,11 +125,12 @@ class _RewritesSnapshotEntries(HeapKeyedStateBackend):
         header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
         key_group_range = self.key_group_range
         blocks, rewrite = entry_blocks(captured, key_group_range.start), self.entry_rewriter(names)
+        rewrite_block = self.block_rewriter()
 
         def write(cancelled: Any) -> Any:
             if not captured:
                 return None
-            rewritten = lambda key_group: [rewrite(entry) for entry in blocks(key_group)]  # noqa: E731
+            rewritten = lambda key_group: rewrite_block([rewrite(entry) for entry in blocks(key_group)])  # noqa: E731
             return write_canonical_snapshot(stream_factory, header, key_group_range, rewritten, cancelled)
 
         return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
@@ -1785,13 +1790,17 @@ class _RewritesOperatorElements(DefaultOperatorStateBackend):
     def element_rewriter(self) -> Callable[[Any], bytes]:
         return lambda element: element  # type: ignore[no-any-return]
 
+    def list_rewriter(self) -> Callable[[list[bytes]], list[bytes]]:
+        """What the snapshot writes of a state's elements (each rewritten), as written."""
+        return lambda elements: elements
+
     def snapshot(self, checkpoint_id: Any, timestamp_ms: Any, stream_factory: Any, options: Any = None) -> Any:
         self._check_open()
-        captured, rewrite = self.captured_states(), self.element_rewriter()
+        captured, rewrite, rewrite_list = self.captured_states(), self.element_rewriter(), self.list_rewriter()
 
         def write(cancelled: Any) -> Any:
             rewritten = {
-                name: (mode, snapshot, [rewrite(e) for e in elements])
+                name: (mode, snapshot, rewrite_list([rewrite(e) for e in elements]))
                 for name, (mode, snapshot, elements) in captured.items()
             }
             return write_operator_snapshot(stream_factory, rewritten, cancelled) if rewritten else None
@@ -2013,6 +2022,45 @@ class _SharesOperatorBuffer(_RewritesOperatorElements):
         return functools.partial(_through, self.buffer)
 
 
+# 136. The snapshot records how many entries a key group holds in 16 bits (a `struct` "H", say) and the restore
+# reads that many: a key group of more than 65,535 entries (keys x namespaces x states) comes back with the count's
+# remainder (KB-RESTORE-1). The suite's largest state held 2,000 keys over 128 or 1,024 key groups.
+class _SixteenBitEntryCounts(_RewritesSnapshotEntries):
+    def block_rewriter(self) -> Callable[[list[list[Any]]], list[list[Any]]]:
+        return lambda entries: entries[: len(entries) & 0xFFFF]
+
+
+# 137. The snapshot records how many elements a list, or user keys a map, holds in 16 bits: a list or map of more
+# than 65,535 comes back with the remainder (KS-MAP-2, KS-LIST-1 through a restore). The suite's largest map held
+# 2,049 user keys, its largest list 1,000 elements.
+class _SixteenBitCollectionSizes(_RewritesSnapshotEntries):
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
+        def cut(entry: list[Any]) -> list[Any]:
+            payload = entry[3]
+            return entry if isinstance(payload, bytes) else [*entry[:3], payload[: len(payload) & 0xFFFF]]
+
+        return cut
+
+
+# 138. Writes go to a memtable that is frozen and replaced when it reaches 16,384 puts, as an LSM store's is; the
+# put that fills it is written to the frozen one after its contents were taken, and is lost (KS-VALUE-1: a later
+# read gives the default). Only a state of more than 16,383 writes meets it.
+class _MemtableLosesTheFillingPut(StateTable):
+    MEMTABLE_PUTS = 16_384
+
+    def put(self, key_group: int, key: Any, value: bytes) -> None:
+        self.puts = getattr(self, "puts", 0) + 1
+        if self.puts % self.MEMTABLE_PUTS:
+            super().put(key_group, key, value)
+
+
+# 139. An operator snapshot records how many elements (offsets) a list or broadcast state holds in 16 bits: one of
+# more than 65,535 comes back with the remainder (OS-7). The suite's largest operator list held 1,000 elements.
+class _SixteenBitOffsetCounts(_RewritesOperatorElements):
+    def list_rewriter(self) -> Callable[[list[bytes]], list[bytes]]:
+        return lambda elements: elements[: len(elements) & 0xFFFF]
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2223,6 +2271,10 @@ task_thread_shares_buffer = _factory(_SharesBuffer)
 operator_task_thread_shares_buffer = _factory(operator=_with_operator_list(_SharedBufferList, _SharesOperatorBuffer))
 asynchronous_parts_share_buffer = _factory(_AsynchronousPartsShareBuffer)
 operator_asynchronous_parts_share_buffer = _factory(operator=_SharesOperatorBuffer)
+entry_counts_in_16_bits = _factory(_SixteenBitEntryCounts)
+collection_sizes_in_16_bits = _factory(_SixteenBitCollectionSizes)
+memtable_loses_the_filling_put = _factory(_with_table(_MemtableLosesTheFillingPut))
+operator_offset_counts_in_16_bits = _factory(operator=_SixteenBitOffsetCounts)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2361,4 +2413,8 @@ CAUGHT_BY = {
     "operator_task_thread_shares_buffer": "KB-SNAP-2",
     "asynchronous_parts_share_buffer": "KB-SNAP-5",
     "operator_asynchronous_parts_share_buffer": "KB-SNAP-5",
+    "entry_counts_in_16_bits": "KB-RESTORE-1",
+    "collection_sizes_in_16_bits": "KS-MAP-2",
+    "memtable_loses_the_filling_put": "KS-VALUE-1",
+    "operator_offset_counts_in_16_bits": "OS-7",
 }

@@ -1,5 +1,6 @@
 """Snapshots under way and snapshots of size (chapter KB): closing a backend cancels a snapshot whose
-asynchronous part is already writing, and large snapshots, read back key group by key group, lose nothing."""
+asynchronous part is already writing, and large snapshots, read back key group by key group, lose nothing, nor do
+states whose counts exceed 16 bits."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from statecert.conformance.helpers import (
     keyed_backend,
     location_for,
     owner_of,
+    snapshot_now,
     stream_handles,
 )
 from statecert.reference.checkpointing import take_snapshot
@@ -22,11 +24,13 @@ from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import SnapshotCancelledError
 from statecert.spec.handles import ByteStreamStateHandle
-from statecert.spec.state import VOID_NAMESPACE, ValueStateDescriptor
+from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
 KEYS = StringSerializer()
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
 BLOB = ValueStateDescriptor("blob", serializer=StringSerializer())
+LIST = ListStateDescriptor("l", element_serializer=LongSerializer())
+MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
 
 
 class _HeldStream:
@@ -140,6 +144,57 @@ def test_large_snapshots_restore_key_group_by_key_group(state_backend: Any, tmp_
     assert not missing and not wrong, (
         f"FMT-6: {old}->{new} at max parallelism {max_parallelism}: {len(missing)} keys missing "
         f"(e.g. {missing[:3]}), {len(wrong)} wrong (e.g. {wrong[:3]})"
+    )
+
+
+BEYOND_16_BITS = 70_000
+"""More entries than 16 bits count (65,535), and more writes than a memtable of 2**14 or 2**16 puts holds."""
+
+
+@pytest.mark.requirement("KB-RESTORE-1", "KS-VALUE-1", "KS-LIST-1", "KS-MAP-2")
+def test_state_beyond_16_bit_counts_comes_back_whole(state_backend: Any, tmp_path: Path) -> None:
+    """70,000 keys in one key group (max parallelism 1), and one key whose list holds 70,000 elements and whose map
+    holds 70,000 user keys: every value reads back as written, live and after a restore. A count written in 16
+    bits, or a write lost where a bounded in-memory table turns over, shows only at this size."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    keys = [f"k{i}" for i in range(BEYOND_16_BITS)]
+    elements = list(range(BEYOND_16_BITS))
+    entries = {f"u{i}": i for i in range(BEYOND_16_BITS)}
+    with keyed_backend(state_backend, max_parallelism=1) as backend:
+        value = backend.get_or_create_state(VALUE)
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            value.update(i)
+        backend.set_current_key("big")
+        backend.get_or_create_state(LIST).add_all(elements)
+        backend.get_or_create_state(MAP).put_all(entries)
+        _assert_whole(backend, keys, elements, entries, "live")
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, max_parallelism=1, restore=[handle]) as restored:
+        _assert_whole(restored, keys, elements, entries, "after a restore")
+
+
+def _assert_whole(backend: Any, keys: list[str], elements: list[int], entries: dict[str, int], when: str) -> None:
+    value = backend.get_or_create_state(VALUE)
+    wrong = []
+    for i, key in enumerate(keys):
+        backend.set_current_key(key)
+        if (got := value.value()) != i:
+            wrong.append((key, i, got))
+    requirement = "KS-VALUE-1" if when == "live" else "KB-RESTORE-1"
+    assert not wrong, (
+        f"{requirement}: {len(keys)} keys in one key group, {when}: {len(wrong)} values wrong, (key, expected, got) "
+        f"e.g. {wrong[:3]}"
+    )
+    backend.set_current_key("big")
+    got_entries = dict(backend.get_or_create_state(MAP).items())
+    assert got_entries == entries, (
+        f"KS-MAP-2: a map of {len(entries)} user keys, {when}: items() gave {len(got_entries)} "
+        f"({len(set(entries) - set(got_entries))} missing)"
+    )
+    got_elements = backend.get_or_create_state(LIST).get()
+    assert got_elements == elements, (
+        f"KS-LIST-1: a list of {len(elements)} elements, {when}: get() gave {len(got_elements or [])}"
     )
 
 
