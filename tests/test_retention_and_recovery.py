@@ -198,39 +198,43 @@ def test_scenario_config_tables_are_checked_at_load(tmp_path: Path) -> None:
 CHOSEN_BY_THE_RUN = [
     key for option in (CHECKPOINTS_DIRECTORY, SAVEPOINT_DIRECTORY, ROCKSDB_LOCAL_DIR) for key in option.all_keys
 ]
+FILE_KINDS = {  # a file of each kind that takes a [config] table: its sections before it, its loader, its error
+    "scenario": ('[scenario]\ndescription = "x"\n', load_scenario, ScenarioError),
+    "job": (to_toml(BASE), load_job_spec, SimulationSpecError),
+}
+
+
+def _with_config(tmp_path: Path, file: str, key: str, value: str) -> Path:
+    path = tmp_path / f"{file}.toml"
+    path.write_text(f'{FILE_KINDS[file][0]}\n[config]\n"{key}" = "{value}"\n', encoding="utf-8")
+    return path
 
 
 @pytest.mark.requirement("SCN-1")
 @pytest.mark.parametrize("key", CHOSEN_BY_THE_RUN)
-@pytest.mark.parametrize("file", ["scenario", "job"])
+@pytest.mark.parametrize("file", sorted(FILE_KINDS))
 def test_directories_every_run_chooses_are_refused_in_config_tables(tmp_path: Path, key: str, file: str) -> None:
     """A scenario or job file setting the checkpoint or savepoint directory or RocksDB's local directory in
     `[config]` is refused naming the file and the key: the runners choose them per run, and ignored them."""
-    path = tmp_path / f"{file}.toml"
-    head = '[scenario]\ndescription = "x"\n' if file == "scenario" else to_toml(BASE)
-    path.write_text(f'{head}\n[config]\n"{key}" = "/tmp/elsewhere"\n', encoding="utf-8")
-    error: type[Exception] = ScenarioError if file == "scenario" else SimulationSpecError
+    _, load, error = FILE_KINDS[file]
+    path = _with_config(tmp_path, file, key, "/tmp/elsewhere")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         with pytest.raises(error, match=rf"{file}\.toml: \[config\]: {re.escape(key)}: not settable"):
-            load_scenario(path) if file == "scenario" else load_job_spec(path)
+            load(path)
 
 
 @pytest.mark.requirement("SCN-1")
-@pytest.mark.parametrize("file", ["scenario", "job"])
+@pytest.mark.parametrize("file", sorted(FILE_KINDS))
 def test_the_storage_key_of_a_config_table_selects_the_jobs_storage(tmp_path: Path, file: str) -> None:
-    path = tmp_path / f"{file}.toml"
-    head = '[scenario]\ndescription = "x"\n' if file == "scenario" else to_toml(BASE)
-    load = load_scenario if file == "scenario" else load_job_spec
+    _, load, error = FILE_KINDS[file]
+    key = "execution.checkpointing.storage"
     for value, expected in (("JobManager", "jobmanager"), ("filesystem", "filesystem")):
-        path.write_text(f'{head}\n[config]\n"execution.checkpointing.storage" = "{value}"\n', encoding="utf-8")
-        loaded: Any = load(path)
+        loaded: Any = load(_with_config(tmp_path, file, key, value))
         got = loaded.job.storage if file == "scenario" else loaded.storage
-        assert got == expected, f"{file} file with execution.checkpointing.storage = {value!r}: storage {got!r}"
-    path.write_text(f'{head}\n[config]\n"execution.checkpointing.storage" = "s3-magic"\n', encoding="utf-8")
-    error: type[Exception] = ScenarioError if file == "scenario" else SimulationSpecError
+        assert got == expected, f"{file} file with {key} = {value!r}: storage {got!r}"
     with pytest.raises(error, match=r"\[config\]: execution\.checkpointing\.storage: .*'s3-magic'"):
-        load(path)
+        load(_with_config(tmp_path, file, key, "s3-magic"))
 
 
 def test_a_claimed_savepoint_metadata_is_read_back(tmp_path: Path) -> None:
