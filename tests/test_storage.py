@@ -77,7 +77,7 @@ def test_savepoint_location_is_self_contained_and_outside_checkpoints(storage: A
 @pytest.mark.requirement("CS-2")
 def test_savepoint_without_any_target_is_a_configuration_error() -> None:
     access = JobManagerCheckpointStorage().create_checkpoint_storage("job")
-    with pytest.raises(IllegalConfigurationError, match=r"state\.savepoints\.dir"):
+    with pytest.raises(IllegalConfigurationError, match=r"execution\.checkpointing\.savepoint-dir: no savepoint"):
         access.initialize_location_for_savepoint(1)
 
 
