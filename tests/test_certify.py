@@ -56,7 +56,7 @@ def failed_requirements(report: dict[str, Any]) -> set[str]:
     ("backend", "extra"),
     [
         ("hashmap", []),
-        # RocksDB with full checkpoints and with heap timers: `tox -e conformance-rocksdb` (100 s each, here).
+        # RocksDB with full checkpoints and with heap timers: `tox -e conformance-rocksdb` (99 and 73 s here).
         ("rocksdb", ["--config", "execution.checkpointing.incremental=true"]),
         ("hashmap", ["--storage", "memory://certify", "--tier", "contract"]),
         ("hashmap", ["--storage", "jobmanager", "--tier", "contract"]),
