@@ -3,7 +3,6 @@ rejected naming the requirement it violates, and settings, expected failures and
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from statecert.spec.requirements import load_requirements
 from tests.broken_backends import CAUGHT_BY
 from tests.broken_storages import CAUGHT_BY as STORAGE_CAUGHT_BY
 from tests.restricted_backends import KEYED_WITHOUT
+from tests.test_traceability import citing_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTCOMES = {"passed", "failed", "expected-failure", "not-run", "unsupported", "skipped", "not-applicable"}
@@ -118,28 +118,13 @@ def test_a_run_of_part_of_the_suite_certifies_nothing(tmp_path: Path, selection:
         assert any(t.startswith("test_keys_and_loader::") for t in incomplete["tests_not_run"]), incomplete
 
 
-def citing_tests(requirement: str) -> str:
+def citing_tests_expression(requirement: str) -> str:
     """A `-k` expression selecting the suite tests that cite `requirement`: a failure is attributed only to
     requirements its test cites, so only they can name it violated, and certifying a broken backend against the rest
     of the contract (or the rest of the modules citing it) took most of this file's time."""
-    names = set()
-    for path in sorted((ROOT / "conformance" / "suite").glob("test_*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and requirement in _cited_by(node):
-                names.add(node.name)
+    names = citing_tests().get(requirement)
     assert names, f"no suite test cites {requirement}"
     return " or ".join(sorted(names))
-
-
-def _cited_by(function: ast.FunctionDef) -> set[str]:
-    """The requirement IDs of a test function's `@pytest.mark.requirement(...)` decorators."""
-    return {
-        argument.value
-        for decorator in function.decorator_list
-        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.requirement"
-        for argument in decorator.args
-        if isinstance(argument, ast.Constant) and isinstance(argument.value, str)
-    }
 
 
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
@@ -159,7 +144,7 @@ def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name:
         str(tmp_path / "r.json"),
         "--",
         "-k",
-        citing_tests(CAUGHT_BY[name]),
+        citing_tests_expression(CAUGHT_BY[name]),
         tmpdir=system_temp,  # what a broken backend leaves in the system temp dir goes with this test's directory
         cwd=working_directory,  # and what it leaves in its working directory too
     )

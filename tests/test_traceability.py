@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from pathlib import Path
 
@@ -25,6 +27,30 @@ def cited(directories: tuple[Path, ...] = TEST_DIRS) -> dict[str, set[str]]:
             for requirement in QUOTED.findall(args):
                 found.setdefault(requirement, set()).add(f"{path.parent.name}/{path.name}")
     return found
+
+
+@functools.cache
+def citing_tests(directory: Path = ROOT / "conformance" / "suite") -> dict[str, frozenset[str]]:
+    """Requirement ID -> names of the test functions whose `@pytest.mark.requirement(...)` cites it (module-level
+    `pytestmark` aside, which `cited` counts): parsed once per run."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(directory.glob("test_*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef):
+                for requirement in _cited_by(node):
+                    found.setdefault(requirement, set()).add(node.name)
+    return {requirement: frozenset(names) for requirement, names in found.items()}
+
+
+def _cited_by(function: ast.FunctionDef) -> set[str]:
+    """The requirement IDs of a test function's `@pytest.mark.requirement(...)` decorators."""
+    return {
+        argument.value
+        for decorator in function.decorator_list
+        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.requirement"
+        for argument in decorator.args
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str)
+    }
 
 
 def test_spec_parses_with_unique_ids() -> None:
