@@ -127,7 +127,8 @@ class KeyedStateBackend(Protocol[K]):
     ) -> SnapshotTask[KeyedStateHandle]: ...
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Checkpoint `checkpoint_id` completed: its files may be the base of later snapshots (KB-SNAP-8)."""
+        """Checkpoint `checkpoint_id` completed: its files may be the base of later snapshots (KB-SNAP-8), unless it
+        is a savepoint or a later checkpoint was notified first (KB-SNAP-9)."""
         ...
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:

@@ -2061,6 +2061,24 @@ class _SixteenBitOffsetCounts(_RewritesOperatorElements):
         return lambda elements: elements[: len(elements) & 0xFFFF]
 
 
+# 140. RocksDB: whichever checkpoint is notified complete becomes the base of the next incremental one, a late
+# notification too: after checkpoint 2's notification, checkpoint 1's moves the base back to 1, whose files the
+# coordinator discarded when 2 subsumed it (KB-SNAP-9; Flink keeps the highest completed id).
+class _LateNotificationBecomesTheBase(RocksDBKeyedStateBackend):
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if checkpoint_id in self._uploaded:
+            self._base_uploads = self._uploaded[checkpoint_id]
+
+
+# 141. RocksDB: a native savepoint's uploads are remembered as a checkpoint's, so once the savepoint is notified
+# complete the next checkpoint references its files, in the savepoint's directory, which the user may delete
+# (KB-SNAP-9, SP-4; Flink's incremental snapshots build only on checkpoints they uploaded).
+class _SavepointBecomesTheBase(RocksDBKeyedStateBackend):
+    def _native_writer(self, *args: Any) -> Any:
+        *rest, _incremental = args
+        return super()._native_writer(*rest, True)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2275,6 +2293,8 @@ entry_counts_in_16_bits = _factory(_SixteenBitEntryCounts)
 collection_sizes_in_16_bits = _factory(_SixteenBitCollectionSizes)
 memtable_loses_the_filling_put = _factory(_with_table(_MemtableLosesTheFillingPut))
 operator_offset_counts_in_16_bits = _factory(operator=_SixteenBitOffsetCounts)
+late_notification_becomes_the_base = _rocksdb_factory(_LateNotificationBecomesTheBase)
+savepoint_becomes_the_base = _rocksdb_factory(_SavepointBecomesTheBase)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2417,4 +2437,6 @@ CAUGHT_BY = {
     "collection_sizes_in_16_bits": "KS-MAP-2",
     "memtable_loses_the_filling_put": "KS-VALUE-1",
     "operator_offset_counts_in_16_bits": "OS-7",
+    "late_notification_becomes_the_base": "KB-SNAP-9",
+    "savepoint_becomes_the_base": "KB-SNAP-9",
 }

@@ -49,6 +49,14 @@ def storage_with_files(tmp_path: Path) -> FileSystemCheckpointStorage:
     )
 
 
+def delete_files(paths: set[str]) -> None:
+    """What the coordinator does with the files of a checkpoint aborted or subsumed that no other references."""
+    for path in paths:
+        fs, p = fsspec.core.url_to_fs(path)
+        if fs.exists(p):
+            fs.rm(p)
+
+
 @pytest.mark.requirement("KB-SNAP-8", "KB-NOTIFY-1")
 def test_every_retained_checkpoint_restores_while_later_ones_complete(state_backend: Any, tmp_path: Path) -> None:
     storage = storage_with_files(tmp_path)
@@ -82,10 +90,7 @@ def test_an_aborted_checkpoint_is_never_the_base_of_the_next(state_backend: Any,
         backend.notify_checkpoint_aborted(2)
         # What the coordinator does with an aborted checkpoint: its files are deleted, except those a completed
         # checkpoint still references.
-        for path in files_of(aborted) - files_of(first):
-            fs, p = fsspec.core.url_to_fs(path)
-            if fs.exists(p):
-                fs.rm(p)
+        delete_files(files_of(aborted) - files_of(first))
         aborted_location.dispose_on_failure()
         write_round(backend, 3)
         expected = contents(backend)
@@ -93,6 +98,64 @@ def test_an_aborted_checkpoint_is_never_the_base_of_the_next(state_backend: Any,
         backend.notify_checkpoint_complete(3)
     with keyed_backend(state_backend, restore=[third]) as restored:
         assert contents(restored) == expected, "KB-SNAP-9: the checkpoint after an aborted one restores wrong"
+
+
+@pytest.mark.requirement("KB-SNAP-9", "KB-NOTIFY-1")
+def test_a_late_notification_never_moves_the_base_back(state_backend: Any, tmp_path: Path) -> None:
+    """Flink's checkpoint subsuming contract: checkpoints overlap and notifications are best effort, so checkpoint
+    1's may arrive after checkpoint 2's. By then 2 has subsumed 1 and the coordinator has deleted 1's files that 2
+    does not reference; a backend building its next checkpoint on 1 references deleted files."""
+    storage = storage_with_files(tmp_path)
+    with keyed_backend(state_backend) as backend:
+        write_round(backend, 1)
+        first = snapshot_now(backend, location_for(storage, 1), 1)
+        write_round(backend, 2)
+        second = snapshot_now(backend, location_for(storage, 2), 2)
+        backend.notify_checkpoint_complete(2)
+        backend.notify_checkpoint_complete(1)  # late: checkpoint 2 completed, and subsumed 1, before it arrived
+        delete_files(files_of(first) - files_of(second))  # the shared state registry discards what only 1 used
+        write_round(backend, 3)
+        expected = contents(backend)
+        third = snapshot_now(backend, location_for(storage, 3), 3)
+        backend.notify_checkpoint_complete(3)
+    missing = sorted(files_of(third) & (files_of(first) - files_of(second)))
+    assert not missing, (
+        f"KB-SNAP-9: notify_checkpoint_complete(2) then (1): checkpoint 3 references {len(missing)} files of the "
+        f"subsumed checkpoint 1, deleted with it: {missing[:3]}"
+    )
+    with keyed_backend(state_backend, restore=[third]) as restored:
+        assert contents(restored) == expected, "KB-SNAP-9: after a late notification, checkpoint 3 restores wrong"
+
+
+@pytest.mark.requirement("KB-SNAP-9", "SP-4")
+@pytest.mark.capability("native_savepoint_format")
+def test_a_native_savepoint_is_never_the_base_of_a_checkpoint(state_backend: Any, tmp_path: Path) -> None:
+    """Flink notifies the completion of savepoints as of checkpoints; a savepoint belongs to the user, who may delete
+    it at once, so the checkpoints after it never reference its files (Flink's incremental snapshots build only on
+    checkpoints they uploaded)."""
+    storage = storage_with_files(tmp_path)
+    access = storage.create_checkpoint_storage("job")
+    with keyed_backend(state_backend) as backend:
+        write_round(backend, 1)
+        snapshot_now(backend, location_for(storage, 1), 1)
+        backend.notify_checkpoint_complete(1)
+        write_round(backend, 2)
+        location = access.initialize_location_for_savepoint(2)
+        backend.snapshot(2, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_NATIVE)).run()
+        backend.notify_checkpoint_complete(2)
+        write_round(backend, 3)
+        expected = contents(backend)
+        third = snapshot_now(backend, location_for(storage, 3), 3)
+        backend.notify_checkpoint_complete(3)
+    root = location.pointer.rstrip("/")
+    inside = sorted(p for p in files_of(third) if p.startswith(root + "/"))
+    assert not inside, (
+        f"KB-SNAP-9: checkpoint 3, after native savepoint 2 was notified complete, references {len(inside)} of "
+        f"the savepoint's files in {root}: {inside[:3]}"
+    )
+    shutil.rmtree(tmp_path / "sp")  # the user deletes the savepoint
+    with keyed_backend(state_backend, restore=[third]) as restored:
+        assert contents(restored) == expected, "KB-SNAP-9: checkpoint 3 restores wrong once savepoint 2 is deleted"
 
 
 @pytest.mark.requirement("KB-SNAP-10")
