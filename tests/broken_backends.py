@@ -66,7 +66,7 @@ from statecert.spec.handles import (
     OperatorStateHandle,
     OperatorStateMode,
 )
-from statecert.spec.keyed_backend import CheckpointOptions
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility
@@ -2079,6 +2079,18 @@ class _SavepointBecomesTheBase(RocksDBKeyedStateBackend):
         return super()._native_writer(*rest, True)
 
 
+# 142. Changelog: a savepoint is taken for a materialization, the wrapped backend's full snapshot holding every change
+# so far, and the log up to it is never uploaded; but the checkpoints after it still build on the last
+# materialization, and restore without the changes made between that and the savepoint (CL-5).
+class _SavepointTakenForAMaterialization(ChangelogKeyedStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        options = options or CheckpointOptions()
+        task = super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
+        if options.snapshot_type is not SnapshotType.CHECKPOINT:
+            self._writer.skip_to(self._writer.last_sequence)
+        return task
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2295,6 +2307,7 @@ memtable_loses_the_filling_put = _factory(_with_table(_MemtableLosesTheFillingPu
 operator_offset_counts_in_16_bits = _factory(operator=_SixteenBitOffsetCounts)
 late_notification_becomes_the_base = _rocksdb_factory(_LateNotificationBecomesTheBase)
 savepoint_becomes_the_base = _rocksdb_factory(_SavepointBecomesTheBase)
+savepoint_taken_for_a_materialization = _changelog_factory(_SavepointTakenForAMaterialization)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2439,4 +2452,5 @@ CAUGHT_BY = {
     "operator_offset_counts_in_16_bits": "OS-7",
     "late_notification_becomes_the_base": "KB-SNAP-9",
     "savepoint_becomes_the_base": "KB-SNAP-9",
+    "savepoint_taken_for_a_materialization": "CL-5",
 }

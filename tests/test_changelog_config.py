@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from statecert.conformance.helpers import keyed_backend, location_for
 from statecert.reference.changelog.backend import ChangelogStateBackend, changelog_settings
+from statecert.reference.changelog.keyed_backend import ChangelogSettings
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.reference.loader import load_state_backend
@@ -218,3 +219,19 @@ def test_accumulators_are_logged_and_replayed_through_internal_access(tmp_path_f
         state.add(1)
         expected = _Sum().get_result([*values, 1])
         assert state.get() == expected, f"after replaying {values} and adding 1: expected {expected}, got {state.get()}"
+
+
+class _OwnChangelogBackend(ChangelogStateBackend):
+    """An application's own subclass of the changelog backend."""
+
+
+@pytest.mark.requirement("LD-2", "CL-1")
+def test_configuring_the_changelog_backend_keeps_its_class_and_explicit_settings() -> None:
+    """An application's changelog backend, configured by the loader, stays of its class; a setting it gave wins over
+    the configuration, and those it left at their defaults are taken from it."""
+    own = _OwnChangelogBackend(HashMapStateBackend(), ChangelogSettings(materialize_interval_ms=0))
+    config = {"state.changelog.periodic-materialize.interval": "5 min", "state.changelog.max-failures-allowed": "7"}
+    chosen = load_state_backend(own, job_config=config)
+    assert type(chosen) is _OwnChangelogBackend, f"load_state_backend({own!r}) gave a {type(chosen).__name__}"
+    expected = ChangelogSettings(materialize_interval_ms=0, max_failures_allowed=7)
+    assert chosen.settings == expected, f"configured with {config}: expected {expected}, got {chosen.settings}"

@@ -14,6 +14,7 @@ import pytest
 from statecert.conformance.helpers import files_of, keyed_backend, location_for, snapshot_now
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.handles import ChangelogStateBackendHandle
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.state import MapStateDescriptor, ValueStateDescriptor
 
@@ -127,12 +128,19 @@ def test_a_late_notification_never_moves_the_base_back(state_backend: Any, tmp_p
         assert contents(restored) == expected, "KB-SNAP-9: after a late notification, checkpoint 3 restores wrong"
 
 
-@pytest.mark.requirement("KB-SNAP-9", "SP-4")
-@pytest.mark.capability("native_savepoint_format")
-def test_a_native_savepoint_is_never_the_base_of_a_checkpoint(state_backend: Any, tmp_path: Path) -> None:
+@pytest.mark.requirement("KB-SNAP-9", "SP-4", "CL-5")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(SnapshotType.SAVEPOINT_CANONICAL, marks=pytest.mark.capability("canonical_savepoints")),
+        pytest.param(SnapshotType.SAVEPOINT_NATIVE, marks=pytest.mark.capability("native_savepoint_format")),
+    ],
+)
+def test_a_savepoint_is_never_the_base_of_a_checkpoint(state_backend: Any, tmp_path: Path, kind: SnapshotType) -> None:
     """Flink notifies the completion of savepoints as of checkpoints; a savepoint belongs to the user, who may delete
-    it at once, so the checkpoints after it never reference its files (Flink's incremental snapshots build only on
-    checkpoints they uploaded)."""
+    it at once, so the checkpoints after it never reference its files, nor stop referencing what they still need
+    (Flink's incremental snapshots build only on checkpoints they uploaded; a changelog backend keeps its log until a
+    checkpoint holding a materialization completes, CL-5)."""
     storage = storage_with_files(tmp_path)
     access = storage.create_checkpoint_storage("job")
     with keyed_backend(state_backend) as backend:
@@ -141,7 +149,7 @@ def test_a_native_savepoint_is_never_the_base_of_a_checkpoint(state_backend: Any
         backend.notify_checkpoint_complete(1)
         write_round(backend, 2)
         location = access.initialize_location_for_savepoint(2)
-        backend.snapshot(2, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_NATIVE)).run()
+        backend.snapshot(2, 0, location, CheckpointOptions(kind)).run()
         backend.notify_checkpoint_complete(2)
         write_round(backend, 3)
         expected = contents(backend)
@@ -150,12 +158,19 @@ def test_a_native_savepoint_is_never_the_base_of_a_checkpoint(state_backend: Any
     root = location.pointer.rstrip("/")
     inside = sorted(p for p in files_of(third) if p.startswith(root + "/"))
     assert not inside, (
-        f"KB-SNAP-9: checkpoint 3, after native savepoint 2 was notified complete, references {len(inside)} of "
-        f"the savepoint's files in {root}: {inside[:3]}"
+        f"KB-SNAP-9: checkpoint 3, after {kind.value} 2 was notified complete, references {len(inside)} of the "
+        f"savepoint's files in {root}: {inside[:3]}"
     )
     shutil.rmtree(tmp_path / "sp")  # the user deletes the savepoint
     with keyed_backend(state_backend, restore=[third]) as restored:
-        assert contents(restored) == expected, "KB-SNAP-9: checkpoint 3 restores wrong once savepoint 2 is deleted"
+        got = contents(restored)
+    # A changelog's checkpoint references its materialization and the log since it (CL-5): a savepoint is neither.
+    requirement = "CL-5" if isinstance(third, ChangelogStateBackendHandle) else "KB-SNAP-9"
+    assert got == expected, (
+        f"{requirement}: checkpoint 3, taken after {kind.value} 2 was notified complete, restores "
+        f"{len(got)} entries, {sum(got.get(k) != v for k, v in expected.items())} of {len(expected)} expected "
+        "ones wrong or missing"
+    )
 
 
 @pytest.mark.requirement("KB-SNAP-10")

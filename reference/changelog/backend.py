@@ -55,11 +55,19 @@ class ChangelogStateBackend:
         self.capabilities = dataclasses.replace(self.delegate.capabilities, incremental_checkpoints=True, timers=True)
 
     def configure(self, config: Mapping[str, object]) -> ChangelogStateBackend:
+        """A copy of this backend (of its class) with the wrapped backend configured too (LD-2): a setting given
+        another value than its default when this backend was made wins; the others come from `config`."""
         delegate = self.delegate
         configure = getattr(delegate, "configure", None)
         if configure is not None:
             delegate = configure(config)
-        return ChangelogStateBackend(delegate, changelog_settings(config))
+        defaults, from_config = ChangelogSettings(), changelog_settings(config)
+        explicit = {
+            f.name: getattr(self.settings, f.name)
+            for f in dataclasses.fields(ChangelogSettings)
+            if getattr(self.settings, f.name) != getattr(defaults, f.name)
+        }
+        return dataclasses.replace(self, delegate=delegate, settings=dataclasses.replace(from_config, **explicit))
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> ChangelogKeyedStateBackend:
         return ChangelogKeyedStateBackend(self.delegate, params, self.settings)
