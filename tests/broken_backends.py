@@ -2091,6 +2091,14 @@ class _SavepointTakenForAMaterialization(ChangelogKeyedStateBackend):
         return task
 
 
+# 143. The snapshot keeps each key's and namespace's length in 16 bits, as 121 does a value's: a key or namespace of
+# 64 KiB or more comes back cut to its length modulo 65,536, another key or none (KS-3). The suite's keys and
+# namespaces were a few bytes long.
+class _SixteenBitKeyLengths(_RewritesSnapshotEntries):
+    def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
+        return lambda entry: [entry[0], _cut(entry[1]), _cut(entry[2]), entry[3]]
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2308,6 +2316,7 @@ operator_offset_counts_in_16_bits = _factory(operator=_SixteenBitOffsetCounts)
 late_notification_becomes_the_base = _rocksdb_factory(_LateNotificationBecomesTheBase)
 savepoint_becomes_the_base = _rocksdb_factory(_SavepointBecomesTheBase)
 savepoint_taken_for_a_materialization = _changelog_factory(_SavepointTakenForAMaterialization)
+key_lengths_in_16_bits = _factory(_SixteenBitKeyLengths)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2453,4 +2462,5 @@ CAUGHT_BY = {
     "late_notification_becomes_the_base": "KB-SNAP-9",
     "savepoint_becomes_the_base": "KB-SNAP-9",
     "savepoint_taken_for_a_materialization": "CL-5",
+    "key_lengths_in_16_bits": "KS-3",
 }

@@ -447,6 +447,46 @@ def test_empty_and_large_values_keep_their_size(certification: Any, tmp_path_fac
                         )
 
 
+KEY_SIZES = (0, 1, 65_535, 65_536, 70_001)
+"""Sizes of keys and namespaces, in bytes: either side of the 16-bit boundary."""
+
+
+@pytest.mark.requirement("KS-3", "KB-RESTORE-1")
+def test_keys_and_namespaces_of_any_size_come_back_whole(certification: Any, tmp_path_factory: Any) -> None:
+    """Keys and namespaces are their serializer's bytes whatever their length, as values are (KS-1): a key or a
+    namespace of 64 KiB and more is an entry of its own, live and through a snapshot (a length kept in 16 bits cuts
+    it to another key, or to none)."""
+    descriptor = ValueStateDescriptor("sized-keys", serializer=LongSerializer())
+    expected = {("k" * k, "n" * n): i for i, (k, n) in enumerate((k, n) for k in KEY_SIZES for n in (0, 70_001))}
+
+    def read(b: Any) -> dict[tuple[str, str], Any]:
+        state = b.get_or_create_state(descriptor, NS)
+        got = {}
+        for key, namespace in expected:
+            b.set_current_key(key)
+            state.set_current_namespace(namespace)
+            got[(key, namespace)] = state.value()
+        return got
+
+    def shown(entries: dict[tuple[str, str], Any]) -> dict[str, Any]:
+        return {f"key of {len(k)}, namespace of {len(n)}": v for (k, n), v in entries.items()}
+
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = backend.get_or_create_state(descriptor, NS)
+        for (key, namespace), value in expected.items():
+            backend.set_current_key(key)
+            state.set_current_namespace(namespace)
+            state.update(value)
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            for when, b in (("as written", backend), ("restored", restored)):
+                got = read(b)
+                listed = sorted((len(k), len(n)) for k, n in b.get_keys_and_namespaces("sized-keys"))
+                assert got == expected and listed == sorted((len(k), len(n)) for k, n in expected), (
+                    f"KS-3: {when}: value() per key and namespace: expected {shown(expected)}, got {shown(got)}; "
+                    f"get_keys_and_namespaces() lengths: {listed}"
+                )
+
+
 @pytest.mark.requirement("KS-VALUE-2")
 def test_nested_default_is_a_fresh_copy(state_backend: Any) -> None:
     default = {"counts": [1, 2], "meta": {"tags": ["a"]}}
