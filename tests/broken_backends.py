@@ -2107,6 +2107,31 @@ class _EightBitStateIndexes(_RewritesSnapshotEntries):
         return lambda entry: [entry[0] & 0xFF, *entry[1:]]
 
 
+# 145-147. State names: the suite's were short ASCII words. A restore splitting a state's name at ":" (as a format
+# writing "name:kind" and parsing it back would) restores "a:b" as "a" (KB-RESTORE-1); a backend encoding names as
+# ASCII fails on "ünï" (KS-2); a snapshot leaving out states whose name is falsy loses the state named ""
+# (KB-RESTORE-1).
+class _NamesSplitAtColon(HeapKeyedStateBackend):
+    def _restored_store(self, meta: Any, source: str) -> Any:
+        return super()._restored_store(dataclasses.replace(meta, name=meta.name.split(":")[0]), source)
+
+
+class _NamesAsciiOnly(HeapKeyedStateBackend):
+    def create_store(self, meta: Any) -> Any:
+        meta.name.encode("ascii")
+        return super().create_store(meta)
+
+
+class _UnnamedStateNotSnapshotted(HeapKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        stores = self._stores
+        self._stores = {name: store for name, store in stores.items() if name}
+        try:
+            return super().snapshot(*args, **kwargs)
+        finally:
+            self._stores = stores
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2326,6 +2351,9 @@ savepoint_becomes_the_base = _rocksdb_factory(_SavepointBecomesTheBase)
 savepoint_taken_for_a_materialization = _changelog_factory(_SavepointTakenForAMaterialization)
 key_lengths_in_16_bits = _factory(_SixteenBitKeyLengths)
 state_indexes_in_8_bits = _factory(_EightBitStateIndexes)
+names_split_at_colon = _factory(_NamesSplitAtColon)
+names_ascii_only = _factory(_NamesAsciiOnly)
+unnamed_state_not_snapshotted = _factory(_UnnamedStateNotSnapshotted)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2473,4 +2501,7 @@ CAUGHT_BY = {
     "savepoint_taken_for_a_materialization": "CL-5",
     "key_lengths_in_16_bits": "KS-3",
     "state_indexes_in_8_bits": "KB-RESTORE-1",
+    "names_split_at_colon": "KB-RESTORE-1",
+    "names_ascii_only": "KS-2",
+    "unnamed_state_not_snapshotted": "KB-RESTORE-1",
 }
