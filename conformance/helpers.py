@@ -31,6 +31,16 @@ KEYS = StringSerializer()
 COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 REJECTED = (StateCertError, ValueError, TypeError)
+
+STATE_NAMES = ("", " ", "a", "a:b", "a/b", "../a", "state:a", "ünï", "計数", "😀", "a\nb", "n" * 1000)
+"""State names a backend may meet (KS-2): empty, non-ASCII, with separators a format or a path might split at, long."""
+
+
+def shown_name(name: str) -> str:
+    """A state name as an assertion message shows it: a long one by its length."""
+    return repr(name) if len(name) < 20 else f"'{name[0]}' * {len(name)}"
+
+
 """What "rejected" means where the spec names no error type (ERR-3)."""
 
 LOCAL_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("statecert_local_dir", default=None)

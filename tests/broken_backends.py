@@ -2132,6 +2132,19 @@ class _UnnamedStateNotSnapshotted(HeapKeyedStateBackend):
             self._stores = stores
 
 
+# 148-149. Operator state names, as 145 and 147 for keyed state: a restore splitting names at ":" gives "a:b"'s
+# elements to "a", and a snapshot leaving out the states named "" loses them (OS-7).
+class _OperatorNamesSplitAtColon(DefaultOperatorStateBackend):
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self._restored = {name.split(":")[0]: restored for name, restored in self._restored.items()}
+
+
+class _OperatorUnnamedNotSnapshotted(DefaultOperatorStateBackend):
+    def captured_states(self) -> Any:
+        return {name: captured for name, captured in super().captured_states().items() if name}
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2354,6 +2367,8 @@ state_indexes_in_8_bits = _factory(_EightBitStateIndexes)
 names_split_at_colon = _factory(_NamesSplitAtColon)
 names_ascii_only = _factory(_NamesAsciiOnly)
 unnamed_state_not_snapshotted = _factory(_UnnamedStateNotSnapshotted)
+operator_names_split_at_colon = _factory(operator=_OperatorNamesSplitAtColon)
+operator_unnamed_not_snapshotted = _factory(operator=_OperatorUnnamedNotSnapshotted)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2504,4 +2519,6 @@ CAUGHT_BY = {
     "names_split_at_colon": "KB-RESTORE-1",
     "names_ascii_only": "KS-2",
     "unnamed_state_not_snapshotted": "KB-RESTORE-1",
+    "operator_names_split_at_colon": "OS-7",
+    "operator_unnamed_not_snapshotted": "OS-7",
 }

@@ -15,11 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import (
+    STATE_NAMES,
     RecordingStreamFactory,
     assert_snapshot_fails,
     location_for,
     run_beside_a_twin,
     run_while,
+    shown_name,
 )
 from statecert.conformance.interleaving import Interleaving
 from statecert.reference.format.operator_stream import read_operator_states
@@ -549,6 +551,33 @@ def test_lists_beyond_16_bit_counts_come_back_whole(certification: Any, tmp_path
             assert split == list(range(size)), f"OS-7: a split list of {size} elements restored as {len(split)}"
             union = list(restored.get_union_list_state(UNION).get())
             assert union == names, f"OS-7: a union list of {size} elements restored as {len(union)}"
+
+
+def _broadcast_named(name: str) -> MapStateDescriptor[str, int]:
+    return MapStateDescriptor(name, user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+
+
+@pytest.mark.requirement("OS-7", "OS-3", "KS-2")
+@pytest.mark.capability("operator_state")
+def test_operator_state_names_are_any_text(certification: Any, tmp_path_factory: Any) -> None:
+    """Operator state names are any text without NUL, as keyed ones (KS-2): a split list, and a broadcast state, under
+    each of the STATE_NAMES come back as their own after a restore."""
+    expected = {shown_name(name): ([i], [(f"r{i}", i)]) for i, name in enumerate(STATE_NAMES)}
+    with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        for i, name in enumerate(STATE_NAMES):
+            backend.get_list_state(ListStateDescriptor(name, element_serializer=LongSerializer())).add(i)
+            backend.get_broadcast_state(_broadcast_named(f"b{name}")).put(f"r{i}", i)
+        with _restored(certification, tmp_path_factory, backend) as restored:
+            got = {
+                shown_name(name): (
+                    list(restored.get_list_state(ListStateDescriptor(name, element_serializer=LongSerializer())).get()),
+                    sorted(restored.get_broadcast_state(_broadcast_named(f"b{name}")).items()),
+                )
+                for name in STATE_NAMES
+            }
+    assert got == expected, (
+        f"OS-7: (split list, broadcast items) per state name after a restore: expected {expected}, got {got}"
+    )
 
 
 @pytest.mark.requirement("OS-7")

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from statecert.conformance.helpers import (
+    STATE_NAMES,
     RecordingStreamFactory,
     create_subtasks,
     keyed_backend,
     location_for,
     owner_of,
+    shown_name,
     snapshot_now,
     stream_handles,
 )
@@ -236,25 +238,17 @@ def test_hundreds_of_states_come_back_apart(state_backend: Any, tmp_path: Path) 
         read(restored, "after a restore")
 
 
-STATE_NAMES = ("", " ", "a", "a:b", "a/b", "../a", "state:a", "ünï", "計数", "😀", "a\nb", "n" * 1000)
-"""State names a backend may meet: empty, non-ASCII, with separators a format or a path might split at, long."""
-
-
-def _shown(name: str) -> str:
-    return repr(name) if len(name) < 20 else f"'{name[0]}' * {len(name)}"
-
-
 @pytest.mark.requirement("KS-2", "KB-RESTORE-1")
 def test_state_names_are_any_text(state_backend: Any, tmp_path: Path) -> None:
     """A state's name is any text without NUL: each of the STATE_NAMES is a state of its own, live and after a
     restore. A name split at a separator, encoded as ASCII, or dropped when empty shows only with such names."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
     descriptors = {name: ValueStateDescriptor(name, serializer=LongSerializer()) for name in STATE_NAMES}
-    expected = {_shown(name): i for i, name in enumerate(STATE_NAMES)}
+    expected = {shown_name(name): i for i, name in enumerate(STATE_NAMES)}
 
     def read(backend: Any, when: str) -> None:
         backend.set_current_key("k")
-        got = {_shown(name): backend.get_or_create_state(d).value() for name, d in descriptors.items()}
+        got = {shown_name(name): backend.get_or_create_state(d).value() for name, d in descriptors.items()}
         requirement = "KS-2" if when == "live" else "KB-RESTORE-1"
         assert got == expected, f"{requirement}: value() of each state, {when}: expected {expected}, got {got}"
 
