@@ -15,6 +15,7 @@ import heapq
 import importlib
 import io
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -2145,6 +2146,14 @@ class _OperatorUnnamedNotSnapshotted(DefaultOperatorStateBackend):
         return {name: captured for name, captured in super().captured_states().items() if name}
 
 
+# 150. Timer services named as files may be: every character but letters, digits, "_" and "-" becomes "_", as a
+# backend keeping a file or column family per service might do, so "a:b", "a/b" and "../a" share one service and
+# fire into whichever asked last (TM-9). The suite's services were named by plain words.
+class _TimerServiceNamesSanitized(HeapKeyedStateBackend):
+    def get_timer_service(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return super().get_timer_service(re.sub(r"[^A-Za-z0-9_-]", "_", name), *args, **kwargs)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2369,6 +2378,7 @@ names_ascii_only = _factory(_NamesAsciiOnly)
 unnamed_state_not_snapshotted = _factory(_UnnamedStateNotSnapshotted)
 operator_names_split_at_colon = _factory(operator=_OperatorNamesSplitAtColon)
 operator_unnamed_not_snapshotted = _factory(operator=_OperatorUnnamedNotSnapshotted)
+timer_service_names_sanitized = _factory(_TimerServiceNamesSanitized)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2521,4 +2531,5 @@ CAUGHT_BY = {
     "unnamed_state_not_snapshotted": "KB-RESTORE-1",
     "operator_names_split_at_colon": "OS-7",
     "operator_unnamed_not_snapshotted": "OS-7",
+    "timer_service_names_sanitized": "TM-9",
 }

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from statecert.conformance.helpers import (
     REJECTED,
+    STATE_NAMES,
     create_subtasks,
     first_canonical_entry,
     key_group_of,
@@ -21,6 +22,7 @@ from statecert.conformance.helpers import (
     location_for,
     owner_of,
     rewritten_canonical_stream,
+    shown_name,
     snapshot_now,
 )
 from statecert.reference.checkpointing import take_snapshot
@@ -457,6 +459,34 @@ def test_timers_of_a_service_not_asked_for_since_the_restore_stay_in_later_snaps
         call = "restore with service 'first' only, snapshot, restore, advance both"
         assert_fired_in_order(lazy_recorder, set(second), f"{call}: service 'second'")
         assert_fired_in_order(recorder, {t for t in first if t[2] > fired_at}, f"{call}: service 'first'")
+
+
+@pytest.mark.requirement("TM-9", "TM-6")
+@pytest.mark.capability("timers")
+def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, tmp_path: Any) -> None:
+    """Timer services are named by any text, as states are (KS-2): a service under each of the STATE_NAMES keeps
+    its own event- and processing-time timers through a restore. A name split at a separator, or dropped when
+    empty, shows only with such names."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    timers = {name: ([(f"k{i}", i, 10 + i)], [(f"k{i}", i, 20 + i)]) for i, name in enumerate(STATE_NAMES)}
+    with keyed_backend(state_backend) as backend:
+        for name, (event, processing) in timers.items():
+            service, _ = service_of(backend, name)
+            register(backend, service, event)
+            register(backend, service, processing, kind="processing")
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        got = {}
+        for name in STATE_NAMES:
+            service, recorder = service_of(restored, name)
+            service.advance_watermark(MAX_TIMESTAMP)
+            service.advance_processing_time(MAX_TIMESTAMP)
+            got[shown_name(name)] = (fired_timers(recorder), fired_timers(recorder, "processing"))
+    expected = {shown_name(name): fired for name, fired in timers.items()}
+    assert got == expected, (
+        "TM-9: restored, each service advanced to the end of time fires its own (event, processing) timers: "
+        f"expected {expected}, got {got}"
+    )
 
 
 @pytest.mark.requirement("TM-2", "TM-5")
