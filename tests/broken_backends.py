@@ -70,7 +70,7 @@ from statecert.spec.handles import (
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
-from statecert.spec.serializers import Compatibility
+from statecert.spec.serializers import Compatibility, SerializerSnapshot
 from statecert.spec.state import StateKind, TtlUpdateType
 from statecert.spec.timers import InternalTimer
 
@@ -2154,6 +2154,34 @@ class _TimerServiceNamesSanitized(HeapKeyedStateBackend):
         return super().get_timer_service(re.sub(r"[^A-Za-z0-9_-]", "_", name), *args, **kwargs)
 
 
+# 151. Serializer configurations written with texts' lengths in 16 bits (a port of Java's `writeUTF`, which Flink used
+# for serializer snapshots until Avro schemas of more than 64 KiB broke it): a restored state's serializer snapshot
+# comes back with its long texts cut, and the serializer that wrote it finds it incompatible (SER-2).
+def _cut_text(value: Any) -> Any:
+    if isinstance(value, str):
+        data = value.encode()
+        return data[: len(data) & 0xFFFF].decode(errors="ignore")
+    if isinstance(value, dict):
+        return {k: _cut_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_text(v) for v in value]
+    return value
+
+
+def _with_texts_cut(snapshot: SerializerSnapshot) -> SerializerSnapshot:
+    return SerializerSnapshot(snapshot.serializer_id, snapshot.version, _cut_text(dict(snapshot.config)))
+
+
+class _SerializerConfigTextsIn16Bits(HeapKeyedStateBackend):
+    def _restored_store(self, meta: Any, source: str) -> Any:
+        meta = dataclasses.replace(
+            meta,
+            namespace_serializer=_with_texts_cut(meta.namespace_serializer),
+            serializers={role: _with_texts_cut(s) for role, s in meta.serializers.items()},
+        )
+        return super()._restored_store(meta, source)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2379,6 +2407,7 @@ unnamed_state_not_snapshotted = _factory(_UnnamedStateNotSnapshotted)
 operator_names_split_at_colon = _factory(operator=_OperatorNamesSplitAtColon)
 operator_unnamed_not_snapshotted = _factory(operator=_OperatorUnnamedNotSnapshotted)
 timer_service_names_sanitized = _factory(_TimerServiceNamesSanitized)
+serializer_config_texts_in_16_bits = _factory(_SerializerConfigTextsIn16Bits)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2532,4 +2561,5 @@ CAUGHT_BY = {
     "operator_names_split_at_colon": "OS-7",
     "operator_unnamed_not_snapshotted": "OS-7",
     "timer_service_names_sanitized": "TM-9",
+    "serializer_config_texts_in_16_bits": "SER-2",
 }

@@ -155,6 +155,82 @@ class VersionedCount(BaseSerializer):
         return SchemaCompatibility.as_is()
 
 
+LARGE_CONFIGURATION: dict[str, Any] = {
+    "schema": '{"type": "record", "doc": "' + "ü" * 40_000 + '"}',
+    "fields": ["a", "ü", "計数", ""],
+    "limits": {"small": 1, "wide": 2**40, "negative": -(2**62)},
+    "flags": [True, False, None],
+}
+"""A serializer configuration as an Avro serializer's schema makes one: a text of more than 64 KiB in UTF-8 (Flink's
+`writeUTF` refused such schemas), non-ASCII text, 64-bit numbers, nesting."""
+
+
+class LargelyConfiguredLong(BaseSerializer):
+    """The `long` serializer's bytes under LARGE_CONFIGURATION; compatible as is only with a snapshot of that very
+    configuration, so a configuration that does not come back unchanged (SER-2) makes it incompatible."""
+
+    serializer_id = "statecert-suite-largely-configured-long"
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        self.configuration = LARGE_CONFIGURATION if config is None else config
+
+    def serialize(self, value: int) -> bytes:
+        return struct.pack(">q", value)
+
+    def deserialize(self, data: bytes) -> int:
+        return int(struct.unpack(">q", data)[0])
+
+    def snapshot_configuration(self) -> SerializerSnapshot:
+        return SerializerSnapshot(self.serializer_id, 1, self.configuration)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SerializerSnapshot) -> LargelyConfiguredLong:
+        return cls(dict(snapshot.config))
+
+    def resolve_compatibility(self, old: SerializerSnapshot) -> SchemaCompatibility[Any]:
+        if (old.serializer_id, old.version) != (self.serializer_id, 1):
+            return SchemaCompatibility.incompatible(f"written by {old.serializer_id} v{old.version}")
+        mine = self.configuration
+        if dict(old.config) != mine:
+            changed = sorted(k for k in {*old.config, *mine} if old.config.get(k) != mine.get(k))
+            return SchemaCompatibility.incompatible(f"SER-2: the configuration came back changed in {changed}")
+        return SchemaCompatibility.as_is()
+
+
+@pytest.mark.requirement("SER-2")
+def test_a_large_serializer_configuration_comes_back_unchanged(state_backend: Any, storage: Any) -> None:
+    """Every serializer role (key, namespace, value, list element, map user key and value) under a configuration of
+    more than 64 KiB: restored and registered again with the same serializers, each is compatible as is, which it
+    is only with its configuration back unchanged."""
+    ser = LargelyConfiguredLong()
+    descriptors = [
+        ValueStateDescriptor("v", serializer=ser),
+        ListStateDescriptor("l", element_serializer=ser),
+        MapStateDescriptor("m", user_key_serializer=ser, user_value_serializer=ser),
+    ]
+    with keyed_backend(state_backend, key_serializer=ser) as backend:
+        backend.set_current_key(7)
+        value, elements, entries = (backend.get_or_create_state(d, ser) for d in descriptors)
+        for state in (value, elements, entries):
+            state.set_current_namespace(3)
+        value.update(1)
+        elements.add_all([2, 3])
+        entries.put(4, 5)
+        handle = snapshot_now(backend, location_for(storage))
+    try:
+        with keyed_backend(state_backend, restore=[handle], key_serializer=LargelyConfiguredLong()) as restored:
+            restored.set_current_key(7)
+            value, elements, entries = (restored.get_or_create_state(d, LargelyConfiguredLong()) for d in descriptors)
+            for state in (value, elements, entries):
+                state.set_current_namespace(3)
+            got = (value.value(), elements.get(), dict(entries.items()))
+    except StateMigrationError as exc:
+        pytest.fail(f"SER-2: restoring and registering again with the serializers that wrote the state: {exc}")
+    assert got == (1, [2, 3], {4: 5}), (
+        f"SER-2: (value, list, map) after the restore: expected (1, [2, 3], {{4: 5}}), got {got}"
+    )
+
+
 @pytest.mark.requirement("SER-6", "SER-7")
 @pytest.mark.parametrize("change", ["incompatible", "after migration"])
 def test_a_restored_states_namespace_serializer_is_never_migrated(
