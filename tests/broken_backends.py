@@ -2182,6 +2182,16 @@ class _SerializerConfigTextsIn16Bits(HeapKeyedStateBackend):
         return super()._restored_store(meta, source)
 
 
+
+# 152. The same for operator state: restored operator states' serializer snapshots come back with long texts cut (SER-2).
+class _OperatorSerializerConfigTextsIn16Bits(DefaultOperatorStateBackend):
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self._restored = {
+            name: (mode, _with_texts_cut(snapshot), elements)
+            for name, (mode, snapshot, elements) in self._restored.items()
+        }
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2408,6 +2418,7 @@ operator_names_split_at_colon = _factory(operator=_OperatorNamesSplitAtColon)
 operator_unnamed_not_snapshotted = _factory(operator=_OperatorUnnamedNotSnapshotted)
 timer_service_names_sanitized = _factory(_TimerServiceNamesSanitized)
 serializer_config_texts_in_16_bits = _factory(_SerializerConfigTextsIn16Bits)
+operator_serializer_config_texts_in_16_bits = _factory(operator=_OperatorSerializerConfigTextsIn16Bits)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2562,4 +2573,5 @@ CAUGHT_BY = {
     "operator_unnamed_not_snapshotted": "OS-7",
     "timer_service_names_sanitized": "TM-9",
     "serializer_config_texts_in_16_bits": "SER-2",
+    "operator_serializer_config_texts_in_16_bits": "SER-2",
 }

@@ -14,6 +14,7 @@ from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BaseSerializer, DoubleSerializer, LongSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -229,6 +230,30 @@ def test_a_large_serializer_configuration_comes_back_unchanged(state_backend: An
     assert got == (1, [2, 3], {4: 5}), (
         f"SER-2: (value, list, map) after the restore: expected (1, [2, 3], {{4: 5}}), got {got}"
     )
+
+
+@pytest.mark.requirement("SER-2")
+@pytest.mark.capability("operator_state")
+def test_a_large_operator_serializer_configuration_comes_back_unchanged(state_backend: Any, storage: Any) -> None:
+    """Operator state too: a split list's element serializer and a broadcast state's key and value serializers under
+    a configuration of more than 64 KiB are compatible as is after a restore, so they came back unchanged."""
+    split = ListStateDescriptor("split", element_serializer=LargelyConfiguredLong())
+    broadcast = MapStateDescriptor(
+        "broadcast", user_key_serializer=LargelyConfiguredLong(), user_value_serializer=LargelyConfiguredLong()
+    )
+    params = OperatorBackendParameters("job", "op", ())
+    with state_backend.create_operator_state_backend(params) as backend:
+        backend.get_list_state(split).add_all([1, 2])
+        backend.get_broadcast_state(broadcast).put(3, 4)
+        handle = backend.snapshot(1, 0, location_for(storage)).run()
+    try:
+        restored_params = OperatorBackendParameters("job", "op", (handle,))
+        with state_backend.create_operator_state_backend(restored_params) as restored:
+            got = (list(restored.get_list_state(split).get()), dict(restored.get_broadcast_state(broadcast).items()))
+    except StateMigrationError as exc:
+        pytest.fail(f"SER-2: restoring operator state and registering it again with the same serializers: {exc}")
+    expected = ([1, 2], {3: 4})
+    assert got == expected, f"SER-2: (split list, broadcast items) after the restore: expected {expected}, got {got}"
 
 
 @pytest.mark.requirement("SER-6", "SER-7")
