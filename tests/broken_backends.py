@@ -2183,7 +2183,8 @@ class _SerializerConfigTextsIn16Bits(HeapKeyedStateBackend):
 
 
 
-# 152. The same for operator state: restored operator states' serializer snapshots come back with long texts cut (SER-2).
+# 152. The same for operator state: restored operator states' serializer snapshots come back with long texts cut
+# (SER-2).
 class _OperatorSerializerConfigTextsIn16Bits(DefaultOperatorStateBackend):
     def __init__(self, params: Any) -> None:
         super().__init__(params)
