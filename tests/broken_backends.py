@@ -2182,7 +2182,6 @@ class _SerializerConfigTextsIn16Bits(HeapKeyedStateBackend):
         return super()._restored_store(meta, source)
 
 
-
 # 152. The same for operator state: restored operator states' serializer snapshots come back with long texts cut
 # (SER-2).
 class _OperatorSerializerConfigTextsIn16Bits(DefaultOperatorStateBackend):
@@ -2192,6 +2191,7 @@ class _OperatorSerializerConfigTextsIn16Bits(DefaultOperatorStateBackend):
             name: (mode, _with_texts_cut(snapshot), elements)
             for name, (mode, snapshot, elements) in self._restored.items()
         }
+
 
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
