@@ -489,6 +489,35 @@ def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, tmp_pa
     )
 
 
+@pytest.mark.requirement("TM-6")
+@pytest.mark.capability("timers")
+def test_timers_beyond_16_bit_counts_all_fire_after_a_restore(state_backend: Any, tmp_path: Any) -> None:
+    """One key and namespace with 70,000 event-time timers (a timer per element, as a process function may
+    register) and another with 70,000 processing-time timers: restored, every one fires once, in order. A count of
+    timers written in 16 bits shows only at this size."""
+    size = 70_000
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    with keyed_backend(state_backend) as backend:
+        service, _ = service_of(backend)
+        backend.set_current_key("e")
+        for time in range(size):
+            service.register_event_time_timer(1, time)
+        backend.set_current_key("p")
+        for time in range(size):
+            service.register_processing_time_timer(2, time)
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        service, recorder = service_of(restored)
+        service.advance_watermark(MAX_TIMESTAMP)
+        service.advance_processing_time(MAX_TIMESTAMP)
+    for kind, key, namespace in (("event", "e", 1), ("processing", "p", 2)):
+        fired = fired_timers(recorder, kind)
+        assert fired == [(key, namespace, time) for time in range(size)], (
+            f"TM-6: {size} {kind}-time timers of one key restored, advanced to the end of time: {len(fired)} fired, "
+            f"first {fired[:2]}, last {fired[-2:]}"
+        )
+
+
 @pytest.mark.requirement("TM-2", "TM-5")
 @pytest.mark.capability("timers")
 @given(timers=TIMERS, now=st.integers(-60, 210), kind=st.sampled_from(["event", "processing"]))
