@@ -176,6 +176,32 @@ def test_state_beyond_16_bit_counts_comes_back_whole(state_backend: Any, tmp_pat
         _assert_whole(restored, keys, elements, entries, "after a restore")
 
 
+@pytest.mark.requirement("KB-RESTORE-1", "KS-3")
+def test_a_key_in_more_than_65535_namespaces_comes_back_whole(state_backend: Any, tmp_path: Path) -> None:
+    """One key's value in 70,000 namespaces (a window per element, say): every namespace reads back its own value,
+    live and after a restore. A snapshot counting a key's namespaces in 16 bits shows only at this size."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    with keyed_backend(state_backend) as backend:
+        backend.set_current_key("k")
+        value = backend.get_or_create_state(VALUE, LongSerializer())
+        for namespace in range(BEYOND_16_BITS):
+            value.set_current_namespace(namespace)
+            value.update(namespace)
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        value = restored.get_or_create_state(VALUE, LongSerializer())
+        wrong = []
+        for namespace in range(BEYOND_16_BITS):
+            value.set_current_namespace(namespace)
+            if (got := value.value()) != namespace:
+                wrong.append((namespace, got))
+    assert not wrong, (
+        f"KB-RESTORE-1: one key in {BEYOND_16_BITS} namespaces, restored: {len(wrong)} values wrong, "
+        f"(namespace, got) e.g. {wrong[:3]}"
+    )
+
+
 def _assert_whole(backend: Any, keys: list[str], elements: list[int], entries: dict[str, int], when: str) -> None:
     value = backend.get_or_create_state(VALUE)
     wrong = []
