@@ -1,6 +1,6 @@
 """Incremental checkpoints and native savepoints (KB-SNAP, KB-NOTIFY, SP-4): every retained checkpoint restores
-while later ones complete, an aborted checkpoint's files are never the base of the next one, and a native
-savepoint contains all of its files."""
+while later ones complete, an aborted checkpoint's files are never the base of the next one, nor a subsumed one's
+after a late notification, nor a notified savepoint's, and a native savepoint contains all of its files."""
 
 from __future__ import annotations
 
