@@ -5,6 +5,7 @@ states whose counts exceed 16 bits."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,16 +154,34 @@ BEYOND_16_BITS = 70_000
 """More entries than 16 bits count (65,535), and more writes than a memtable of 2**14 or 2**16 puts holds."""
 
 
+def _written_then_restored(
+    state_backend: Any,
+    tmp_path: Path,
+    write: Callable[[Any], None],
+    check: Callable[[Any, str], None],
+    **backend_options: Any,
+) -> None:
+    """`write` into a new keyed backend, `check(backend, "live")`, snapshot it, then `check(restored, "after a
+    restore")` in a backend restored from that snapshot (made with the same `backend_options`)."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    with keyed_backend(state_backend, **backend_options) as backend:
+        write(backend)
+        check(backend, "live")
+        handle = snapshot_now(backend, location_for(storage, 1))
+    with keyed_backend(state_backend, restore=[handle], **backend_options) as restored:
+        check(restored, "after a restore")
+
+
 @pytest.mark.requirement("KB-RESTORE-1", "KS-VALUE-1", "KS-LIST-1", "KS-MAP-2")
 def test_state_beyond_16_bit_counts_comes_back_whole(state_backend: Any, tmp_path: Path) -> None:
     """70,000 keys in one key group (max parallelism 1), and one key whose list holds 70,000 elements and whose map
     holds 70,000 user keys: every value reads back as written, live and after a restore. A count written in 16
     bits, or a write lost where a bounded in-memory table turns over, shows only at this size."""
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
     keys = [f"k{i}" for i in range(BEYOND_16_BITS)]
     elements = list(range(BEYOND_16_BITS))
     entries = {f"u{i}": i for i in range(BEYOND_16_BITS)}
-    with keyed_backend(state_backend, max_parallelism=1) as backend:
+
+    def write(backend: Any) -> None:
         value = backend.get_or_create_state(VALUE)
         for i, key in enumerate(keys):
             backend.set_current_key(key)
@@ -170,36 +189,40 @@ def test_state_beyond_16_bit_counts_comes_back_whole(state_backend: Any, tmp_pat
         backend.set_current_key("big")
         backend.get_or_create_state(LIST).add_all(elements)
         backend.get_or_create_state(MAP).put_all(entries)
-        _assert_whole(backend, keys, elements, entries, "live")
-        handle = snapshot_now(backend, location_for(storage, 1))
-    with keyed_backend(state_backend, max_parallelism=1, restore=[handle]) as restored:
-        _assert_whole(restored, keys, elements, entries, "after a restore")
+
+    def check(backend: Any, when: str) -> None:
+        _assert_whole(backend, keys, elements, entries, when)
+
+    _written_then_restored(state_backend, tmp_path, write, check, max_parallelism=1)
 
 
 @pytest.mark.requirement("KB-RESTORE-1", "KS-3")
 def test_a_key_in_more_than_65535_namespaces_comes_back_whole(state_backend: Any, tmp_path: Path) -> None:
     """One key's value in 70,000 namespaces (a window per element, say): every namespace reads back its own value,
     live and after a restore. A snapshot counting a key's namespaces in 16 bits shows only at this size."""
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
-    with keyed_backend(state_backend) as backend:
+
+    def write(backend: Any) -> None:
         backend.set_current_key("k")
         value = backend.get_or_create_state(VALUE, LongSerializer())
         for namespace in range(BEYOND_16_BITS):
             value.set_current_namespace(namespace)
             value.update(namespace)
-        handle = snapshot_now(backend, location_for(storage, 1))
-    with keyed_backend(state_backend, restore=[handle]) as restored:
-        restored.set_current_key("k")
-        value = restored.get_or_create_state(VALUE, LongSerializer())
+
+    def check(backend: Any, when: str) -> None:
+        backend.set_current_key("k")
+        value = backend.get_or_create_state(VALUE, LongSerializer())
         wrong = []
         for namespace in range(BEYOND_16_BITS):
             value.set_current_namespace(namespace)
             if (got := value.value()) != namespace:
                 wrong.append((namespace, got))
-    assert not wrong, (
-        f"KB-RESTORE-1: one key in {BEYOND_16_BITS} namespaces, restored: {len(wrong)} values wrong, "
-        f"(namespace, got) e.g. {wrong[:3]}"
-    )
+        requirement = "KS-3" if when == "live" else "KB-RESTORE-1"
+        assert not wrong, (
+            f"{requirement}: one key in {BEYOND_16_BITS} namespaces, {when}: {len(wrong)} values wrong, "
+            f"(namespace, got) e.g. {wrong[:3]}"
+        )
+
+    _written_then_restored(state_backend, tmp_path, write, check)
 
 
 def _assert_whole(backend: Any, keys: list[str], elements: list[int], entries: dict[str, int], when: str) -> None:
@@ -235,7 +258,6 @@ snapshots number a backend's states in 16 bits). Not more: RocksDB takes 14 s fo
 def test_hundreds_of_states_come_back_apart(state_backend: Any, tmp_path: Path) -> None:
     """A backend with 258 states, values and lists under one key: every state reads back its own, live and after a
     restore. A state numbered in 8 bits in the snapshot comes back as another state's entries."""
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
     names = [f"s{i:03d}" for i in range(MANY_STATES)]
     values = {n: ValueStateDescriptor(f"{n}-v", serializer=LongSerializer()) for n in names}
     lists = {n: ListStateDescriptor(f"{n}-l", element_serializer=LongSerializer()) for n in names}
@@ -253,22 +275,19 @@ def test_hundreds_of_states_come_back_apart(state_backend: Any, tmp_path: Path) 
             f"{len(wrong)} wrong, e.g. {dict(list(wrong.items())[:3])}"
         )
 
-    with keyed_backend(state_backend) as backend:
+    def write(backend: Any) -> None:
         backend.set_current_key("k")
         for i, n in enumerate(names):
             backend.get_or_create_state(values[n]).update(i)
             backend.get_or_create_state(lists[n]).add_all([i, -i])
-        read(backend, "live")
-        handle = snapshot_now(backend, location_for(storage, 1))
-    with keyed_backend(state_backend, restore=[handle]) as restored:
-        read(restored, "after a restore")
+
+    _written_then_restored(state_backend, tmp_path, write, read)
 
 
 @pytest.mark.requirement("KS-2", "KB-RESTORE-1")
 def test_state_names_are_any_text(state_backend: Any, tmp_path: Path) -> None:
     """A state's name is any text without NUL: each of the STATE_NAMES is a state of its own, live and after a
     restore. A name split at a separator, encoded as ASCII, or dropped when empty shows only with such names."""
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
     descriptors = {name: ValueStateDescriptor(name, serializer=LongSerializer()) for name in STATE_NAMES}
     expected = {shown_name(name): i for i, name in enumerate(STATE_NAMES)}
 
@@ -278,14 +297,12 @@ def test_state_names_are_any_text(state_backend: Any, tmp_path: Path) -> None:
         requirement = "KS-2" if when == "live" else "KB-RESTORE-1"
         assert got == expected, f"{requirement}: value() of each state, {when}: expected {expected}, got {got}"
 
-    with keyed_backend(state_backend) as backend:
+    def write(backend: Any) -> None:
         backend.set_current_key("k")
         for i, descriptor in enumerate(descriptors.values()):
             backend.get_or_create_state(descriptor).update(i)
-        read(backend, "live")
-        handle = snapshot_now(backend, location_for(storage, 1))
-    with keyed_backend(state_backend, restore=[handle]) as restored:
-        read(restored, "after a restore")
+
+    _written_then_restored(state_backend, tmp_path, write, read)
 
 
 @pytest.mark.requirement("KB-SNAP-1", "IF-7")
