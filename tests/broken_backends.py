@@ -2035,13 +2035,15 @@ class _SixteenBitEntryCounts(_RewritesSnapshotEntries):
 # 137. The snapshot records how many elements a list, or user keys a map, holds in 16 bits: a list or map of more
 # than 65,535 comes back with the remainder (KS-MAP-2, KS-LIST-1 through a restore). The suite's largest map held
 # 2,049 user keys, its largest list 1,000 elements.
+def _collection_counted_in_16_bits(entry: list[Any]) -> list[Any]:
+    """An IF-4 entry whose list or map payload is cut to its length modulo 65,536; a single value's entry as it is."""
+    payload = entry[3]
+    return entry if isinstance(payload, bytes) else [*entry[:3], payload[: len(payload) & 0xFFFF]]
+
+
 class _SixteenBitCollectionSizes(_RewritesSnapshotEntries):
     def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
-        def cut(entry: list[Any]) -> list[Any]:
-            payload = entry[3]
-            return entry if isinstance(payload, bytes) else [*entry[:3], payload[: len(payload) & 0xFFFF]]
-
-        return cut
+        return _collection_counted_in_16_bits
 
 
 # 138. Writes go to a memtable that is frozen and replaced when it reaches 16,384 puts, as an LSM store's is; the
@@ -2160,8 +2162,7 @@ class _TimerServiceNamesSanitized(HeapKeyedStateBackend):
 # comes back with its long texts cut, and the serializer that wrote it finds it incompatible (SER-2).
 def _cut_text(value: Any) -> Any:
     if isinstance(value, str):
-        data = value.encode()
-        return data[: len(data) & 0xFFFF].decode(errors="ignore")
+        return _cut(value.encode()).decode(errors="ignore")
     if isinstance(value, dict):
         return {k: _cut_text(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -2200,7 +2201,7 @@ class _OperatorSerializerConfigTextsIn16Bits(DefaultOperatorStateBackend):
 class _SixteenBitTimerCounts(_RewritesSnapshotEntries):
     def entry_rewriter(self, names: list[str]) -> Callable[[list[Any]], list[Any]]:
         timers = {i for i, name in enumerate(names) if name.startswith("_timer_state/")}
-        return lambda entry: [*entry[:3], entry[3][: len(entry[3]) & 0xFFFF]] if entry[0] in timers else entry
+        return lambda entry: _collection_counted_in_16_bits(entry) if entry[0] in timers else entry
 
 
 # 154. The snapshot counts each key's namespaces in 16 bits (a nested key -> namespace layout): a key in more than
