@@ -20,10 +20,17 @@ from statecert.reference.checkpointing import create_subtasks as _create_subtask
 from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.spec.errors import StateCertError
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    KeyedStateHandle,
+    KeyGroupsStateHandle,
+    OperatorStateHandle,
+)
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange, assign_to_key_group, key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorState
+from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import VOID_NAMESPACE, Clock, SystemClock, ValueStateDescriptor
 
@@ -84,6 +91,11 @@ def keyed_backend(
         "job", "op", key_serializer, max_parallelism, rng, tuple(restore), clock or SystemClock(), LOCAL_DIR.get()
     )
     return state_backend.create_keyed_state_backend(params)
+
+
+def operator_backend(state_backend: Any, restore: Sequence[OperatorStateHandle] = ()) -> Any:
+    """An operator state backend of job "job", operator "op", restored from `restore`."""
+    return state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op", tuple(restore)))
 
 
 CHECKPOINT_OUTCOMES = ("completed", "unconfirmed", "aborted")

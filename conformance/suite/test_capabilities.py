@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import key_group_of, keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import key_group_of, keyed_backend, location_for, operator_backend, snapshot_now
 from statecert.reference.serializers import LongSerializer, RecordSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError, UnsupportedFeatureError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
-from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import TtlConfig, ValueStateDescriptor
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
@@ -41,7 +40,7 @@ def test_ttl_unsupported_is_the_documented_error(state_backend: Any) -> None:
 @pytest.mark.capability("operator_state", supported=False)
 def test_operator_state_unsupported_is_the_documented_error(state_backend: Any) -> None:
     with pytest.raises(UnsupportedFeatureError):
-        state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op"))
+        operator_backend(state_backend)
 
 
 @pytest.mark.requirement("SB-3")

@@ -14,11 +14,11 @@ import crc32c
 import msgpack
 import pytest
 
+from statecert.conformance.helpers import operator_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import FileStateHandle, OperatorStateHandle, OperatorStateMode, OperatorStatePartitions
-from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
 
 OFFSETS = ListStateDescriptor("offsets", element_serializer=LongSerializer())
@@ -178,8 +178,7 @@ def _stream_file(path: Path, data: bytes, partitions: dict[str, OperatorStatePar
 
 
 def _restore_and_read_everything(state_backend: Any, *handles: OperatorStateHandle) -> tuple[Any, ...]:
-    params = OperatorBackendParameters("job", "op", handles)
-    with state_backend.create_operator_state_backend(params) as restored:
+    with operator_backend(state_backend, handles) as restored:
         return (
             list(restored.get_list_state(OFFSETS).get()),
             list(restored.get_union_list_state(NAMES).get()),
@@ -249,7 +248,7 @@ def test_an_operator_stream_with_changed_bytes_is_refused(state_backend: Any, tm
     mark = 0x5A17C0DE00000000
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
-    with state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op")) as backend:
+    with operator_backend(state_backend) as backend:
         backend.get_list_state(OFFSETS).add_all([mark + i for i in range(20)])
         handle = backend.snapshot(1, 0, location).run()
     assert isinstance(handle.delegate, FileStateHandle), f"threshold 0 gave no file: {handle.delegate}"
@@ -261,6 +260,6 @@ def test_an_operator_stream_with_changed_bytes_is_refused(state_backend: Any, tm
     path.write_bytes(bytes(data))
     got: Any = None
     with pytest.raises(CheckpointFormatError):
-        with state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op", (handle,))) as restored:
+        with operator_backend(state_backend, (handle,)) as restored:
             got = [v - mark for v in restored.get_list_state(OFFSETS).get()]
         raise AssertionError(f"FMT-12: an operator stream with byte {position} changed restored as {got}")

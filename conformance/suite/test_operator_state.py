@@ -19,6 +19,7 @@ from statecert.conformance.helpers import (
     RecordingStreamFactory,
     assert_snapshot_fails,
     location_for,
+    operator_backend,
     run_beside_a_twin,
     run_while,
     shown_name,
@@ -41,10 +42,6 @@ from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
 
 SPLIT = ListStateDescriptor("offsets", element_serializer=LongSerializer())
 UNION = ListStateDescriptor("names", element_serializer=StringSerializer())
-
-
-def operator_backend(state_backend: Any, restore: tuple[Any, ...] = ()) -> Any:
-    return state_backend.create_operator_state_backend(OperatorBackendParameters("job", "op", restore))
 
 
 @pytest.mark.requirement("OS-4")

@@ -9,12 +9,18 @@ from typing import Any
 
 import pytest
 
-from statecert.conformance.helpers import create_subtasks, keyed_backend, location_for, owner_of, snapshot_now
+from statecert.conformance.helpers import (
+    create_subtasks,
+    keyed_backend,
+    location_for,
+    operator_backend,
+    owner_of,
+    snapshot_now,
+)
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BaseSerializer, DoubleSerializer, LongSerializer, StringSerializer
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
-from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -241,14 +247,12 @@ def test_a_large_operator_serializer_configuration_comes_back_unchanged(state_ba
     broadcast = MapStateDescriptor(
         "broadcast", user_key_serializer=LargelyConfiguredLong(), user_value_serializer=LargelyConfiguredLong()
     )
-    params = OperatorBackendParameters("job", "op", ())
-    with state_backend.create_operator_state_backend(params) as backend:
+    with operator_backend(state_backend) as backend:
         backend.get_list_state(split).add_all([1, 2])
         backend.get_broadcast_state(broadcast).put(3, 4)
         handle = backend.snapshot(1, 0, location_for(storage)).run()
     try:
-        restored_params = OperatorBackendParameters("job", "op", (handle,))
-        with state_backend.create_operator_state_backend(restored_params) as restored:
+        with operator_backend(state_backend, restore=(handle,)) as restored:
             got = (list(restored.get_list_state(split).get()), dict(restored.get_broadcast_state(broadcast).items()))
     except StateMigrationError as exc:
         pytest.fail(f"SER-2: restoring operator state and registering it again with the same serializers: {exc}")
