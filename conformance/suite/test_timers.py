@@ -6,6 +6,7 @@ Every test checks the backend against a plain set of (key, namespace, timestamp)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -463,11 +464,10 @@ def test_timers_of_a_service_not_asked_for_since_the_restore_stay_in_later_snaps
 
 @pytest.mark.requirement("TM-9", "TM-6")
 @pytest.mark.capability("timers")
-def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, tmp_path: Any) -> None:
+def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, storage: Any) -> None:
     """Timer services are named by any text, as states are (KS-2): a service under each of the STATE_NAMES keeps
     its own event- and processing-time timers through a restore. A name split at a separator, or dropped when
     empty, shows only with such names."""
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
     timers = {name: ([(f"k{i}", i, 10 + i)], [(f"k{i}", i, 20 + i)]) for i, name in enumerate(STATE_NAMES)}
     with keyed_backend(state_backend) as backend:
         for name, (event, processing) in timers.items():
@@ -491,12 +491,12 @@ def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, tmp_pa
 
 @pytest.mark.requirement("TM-6")
 @pytest.mark.capability("timers")
-def test_timers_beyond_16_bit_counts_all_fire_after_a_restore(state_backend: Any, tmp_path: Any) -> None:
+def test_timers_beyond_16_bit_counts_all_fire_after_a_restore(state_backend: Any, tmp_path: Path) -> None:
     """One key and namespace with 70,000 event-time timers (a timer per element, as a process function may
     register) and another with 70,000 processing-time timers: restored, every one fires once, in order. A count of
     timers written in 16 bits shows only at this size."""
     size = 70_000
-    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))  # files: more state than a job manager storage holds
     with keyed_backend(state_backend) as backend:
         service, _ = service_of(backend)
         backend.set_current_key("e")
