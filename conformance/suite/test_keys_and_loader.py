@@ -10,6 +10,7 @@ import pytest
 from statecert.conformance.helpers import keyed_backend
 from statecert.reference.loader import load_state_backend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
+from statecert.spec.errors import IllegalStateError
 from statecert.spec.keygroups import assign_to_key_group
 
 KEY_SAMPLES = {
@@ -20,17 +21,27 @@ KEY_SAMPLES = {
 
 
 @pytest.mark.requirement("KG-1", "KG-2", "KB-KEY-1")
+@pytest.mark.parametrize("max_parallelism", [1, 7, 128, 1000, 32768])
 @pytest.mark.parametrize("kind", sorted(KEY_SAMPLES))
-def test_current_key_group_is_flinks(state_backend: Any, kind: str) -> None:
+def test_current_key_group_is_flinks(state_backend: Any, kind: str, max_parallelism: int) -> None:
+    """At Flink's default max parallelism (128), at others a user may set (KG-4: any of 1..32768, where a bit mask
+    is no modulo) and at the largest."""
     serializer, keys = KEY_SAMPLES[kind]
-    with keyed_backend(state_backend, key_serializer=serializer) as backend:
+    with keyed_backend(state_backend, key_serializer=serializer, max_parallelism=max_parallelism) as backend:
         for key in keys:
             if key is None:
                 continue
-            backend.set_current_key(key)
-            expected = assign_to_key_group(serializer.key_hash(key), 128)
+            expected = assign_to_key_group(serializer.key_hash(key), max_parallelism)
+            try:
+                backend.set_current_key(key)
+            except IllegalStateError as e:
+                pytest.fail(
+                    f"KG-2: set_current_key({key!r}) at max parallelism {max_parallelism} (key group "
+                    f"{expected}, range [0, {max_parallelism - 1}]) raised {e!r}"
+                )
             assert backend.current_key_group == expected, (
-                f"set_current_key({key!r}): expected key group {expected}, got {backend.current_key_group}"
+                f"KG-2: set_current_key({key!r}) at max parallelism {max_parallelism}: expected key group "
+                f"{expected}, got {backend.current_key_group}"
             )
 
 

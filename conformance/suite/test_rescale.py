@@ -115,6 +115,27 @@ def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new
     )
 
 
+@pytest.mark.requirement("KB-RESTORE-2", "KG-2", "KG-4")
+@pytest.mark.capability("rescaling")
+@pytest.mark.parametrize(("max_parallelism", "old", "new"), [(1, 1, 1), (7, 3, 5), (1000, 4, 7), (32768, 3, 2)])
+def test_rescale_keeps_every_key_at_any_max_parallelism(
+    state_backend: Any, storage: Any, max_parallelism: int, old: int, new: int
+) -> None:
+    """KG-4 allows any max parallelism in 1..32768, not only the powers of two Flink's default picks (KG-5): keys
+    land in `murmur % max parallelism` (KG-2), a modulo that a bit mask equals only for powers of two, and Flink's
+    largest max parallelism needs key groups up to 32767."""
+    keys = KEY_LIST[:200]
+    operator = write_checkpoint(state_backend, storage, old, keys, max_parallelism)
+    got = read_back(state_backend, operator, new, max_parallelism)["keyed"]
+    expected = written(keys)
+    missing = sorted(set(expected) - set(got))
+    wrong = {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
+    assert not missing and not wrong, (
+        f"KB-RESTORE-2: {old}->{new} at max parallelism {max_parallelism}: missing {missing[:5]}, "
+        f"wrong (expected, got) {list(wrong.items())[:5]}"
+    )
+
+
 @pytest.mark.requirement("KB-RESTORE-2")
 @pytest.mark.capability("rescaling")
 @given(
