@@ -114,12 +114,33 @@ class AggregateFunction(Protocol[IN_contra, ACC, OUT_co]):
     def merge(self, a: ACC, b: ACC) -> ACC: ...
 
 
+def check_state_name(name: str) -> str:
+    """`name` if it is a name KS-2 allows (text without NUL, encodable as UTF-8: no lone surrogate), else a
+    `ValueError` naming it: a name IF-3's msgpack header or a RocksDB column family cannot hold must fail where it
+    is given, not at the first checkpoint."""
+    if not isinstance(name, str):
+        raise TypeError(f"a state name is text, got {type(name).__name__} (KS-2)")
+    if "\x00" in name:
+        raise ValueError(f"state name {name!r} holds a NUL character (KS-2)")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"state name {name!r} holds a lone surrogate at {e.start}, which UTF-8 cannot encode (KS-2)"
+        ) from None
+    return name
+
+
 @dataclass(frozen=True, eq=False)
 class StateDescriptor:
-    """Names a state and how its values are serialized; unique by name within a backend (KS-2)."""
+    """Names a state and how its values are serialized; unique by name within a backend (KS-2). A name KS-2
+    does not allow is refused here, as Flink's `StateDescriptor` refuses a null one, so no backend meets it."""
 
     name: str
     ttl: TtlConfig | None = None
+
+    def __post_init__(self) -> None:
+        check_state_name(self.name)
 
     @property
     def kind(self) -> StateKind:

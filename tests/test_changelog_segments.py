@@ -1,5 +1,5 @@
 """Changelog segment files across versions (CL-3): version 2 added the list merge; version 1 segments still read,
-and a merge inside one is refused as malformed."""
+and a merge inside one is refused as malformed, as is a state name KS-2 does not allow."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.state import StateKind
 
 STRINGS = StringSerializer().snapshot_configuration()
-LIST = LoggedState(StateMetaInfo("l", StateKind.LIST, STRINGS, {"element": STRINGS}, False), None)
 
 
-def segment(version: int, *ops: Op) -> bytes:
+def segment(version: int, *ops: Op, state: str = "l") -> bytes:
     payloads = {Op.ADD: b"x", Op.MERGE: [b"source"], Op.CLEAR: None}
-    changes = [Change(i, 3, "l", op, b"k", b"target", 0, payloads[op]) for i, op in enumerate(ops, 1)]
-    data = encode_segment(STRINGS, {"l": LIST}, changes)
+    changes = [Change(i, 3, state, op, b"k", b"target", 0, payloads[op]) for i, op in enumerate(ops, 1)]
+    logged = LoggedState(StateMetaInfo(state, StateKind.LIST, STRINGS, {"element": STRINGS}, False), None)
+    data = encode_segment(STRINGS, {state: logged}, changes)
     return MAGIC + struct.pack(">i", version) + data[8:]
 
 
@@ -40,8 +40,9 @@ def test_a_list_merge_round_trips_in_version_2() -> None:
     [
         (segment(1, Op.MERGE), "a MERGE change in a version 1 segment"),
         (segment(3, Op.ADD), "unknown changelog segment version 3"),
+        (segment(2, Op.ADD, state="l\x00"), "holds a NUL character"),
     ],
-    ids=["merge-in-version-1", "version-3"],
+    ids=["merge-in-version-1", "version-3", "state-name-with-nul"],
 )
 def test_a_segment_a_version_cannot_hold_is_refused_naming_the_file(data: bytes, problem: str) -> None:
     with pytest.raises(CheckpointFormatError) as refused:

@@ -269,6 +269,36 @@ def test_hostile_canonical_headers_are_refused_on_restore(
     _assert_refused(state_backend, _every_kind_savepoint(reference_backend, tmp_path), tmp_path, damaged, damage)
 
 
+@pytest.mark.requirement("FMT-8", "IF-3")
+@pytest.mark.capability("canonical_savepoints")
+def test_a_canonical_state_named_with_nul_is_refused_or_restored_whole(
+    state_backend: Any, reference_backend: Any, tmp_path: Path
+) -> None:
+    """KS-2 leaves NUL out of state names (a RocksDB column family cannot hold one), so a canonical header naming a
+    state with NUL comes from no backend: restoring it raises CheckpointFormatError naming the stream, or restores
+    that state as any other (every key of it there); never another error, such as a storage binding's own."""
+
+    def renamed(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> Any:
+        plain = header.to_plain()
+        _state_of(plain, "seen")["name"] = "se\x00en"
+        return _PlainHeader(plain)
+
+    hostile = rewritten_canonical_stream(_every_kind_savepoint(reference_backend, tmp_path), tmp_path / "nul", renamed)
+    try:
+        with keyed_backend(state_backend, restore=[hostile]) as restored:
+            keys = sorted(restored.get_keys("se\x00en", VOID_NAMESPACE))
+            counts = {}
+            for key in sorted(restored.get_keys(COUNT.name, VOID_NAMESPACE)):
+                restored.set_current_key(key)
+                counts[key] = restored.get_or_create_state(COUNT).value()
+    except CheckpointFormatError as e:
+        assert "nul" in str(e), f"FMT-8: the error names the stream {hostile.delegate}: {e}"
+        return
+    expected = sorted(f"k{i}" for i in range(40))
+    assert keys == expected, f"IF-3: the state 'se\\x00en' restored: expected the keys {expected}, got {keys}"
+    assert counts == {f"k{i}": i for i in range(40)}, f"IF-3: beside it, 'count' restored: got {counts}"
+
+
 def _every_kind_savepoint(reference_backend: Any, tmp_path: Path) -> KeyGroupsStateHandle:
     """A canonical savepoint of the reference backend holding value (`count`), list (`seen`) and map (`tags`)
     state of 40 keys."""

@@ -489,6 +489,44 @@ def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, storag
     )
 
 
+@pytest.mark.requirement("TM-9")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("name", ["a\x00b", "a\ud800b", "\udfff"], ids=["nul", "high-surrogate", "low-surrogate"])
+def test_a_timer_service_name_outside_ks2_is_refused_or_kept(state_backend: Any, storage: Any, name: str) -> None:
+    """A service named by text KS-2 does not allow for states (NUL, a lone surrogate, which UTF-8 cannot encode) is
+    refused when asked for, leaving the backend able to snapshot, or kept like any other: its timers come back after
+    a restore. A backend that takes the name and then fails every snapshot on it fails the job at its first
+    checkpoint instead of where the name was given."""
+    with keyed_backend(state_backend) as backend:
+        try:
+            service, _ = service_of(backend, name)
+        except REJECTED:
+            service = None
+        if service is not None:
+            register(backend, service, [("k", 0, 10)])
+        backend.set_current_key("k")
+        backend.get_or_create_state(WINDOW_SUM).update(7)
+        try:
+            handle = snapshot_now(backend, location_for(storage, 1))
+        except Exception as e:
+            verdict = "refused it" if service is None else "took it"
+            pytest.fail(f"TM-9: get_timer_service({name!r}) {verdict}, then the snapshot raised {e!r}")
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        value = restored.get_or_create_state(WINDOW_SUM).value()
+        assert value == 7, (
+            f"KB-RESTORE-1: after get_timer_service({name!r}), the value restored: expected 7, got {value}"
+        )
+        if service is not None:
+            again, recorder = service_of(restored, name)
+            again.advance_watermark(MAX_TIMESTAMP)
+            got = fired_timers(recorder)
+            assert got == [("k", 0, 10)], (
+                f"TM-9: get_timer_service({name!r}) took the name: restored, its timers: expected [('k', 0, 10)], "
+                f"got {got}"
+            )
+
+
 @pytest.mark.requirement("TM-6")
 @pytest.mark.capability("timers")
 def test_timers_beyond_16_bit_counts_all_fire_after_a_restore(state_backend: Any, tmp_path: Path) -> None:

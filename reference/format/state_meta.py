@@ -7,7 +7,7 @@ from typing import Any
 
 from statecert.reference.format.handle_codec import field
 from statecert.spec.serializers import SerializerSnapshot
-from statecert.spec.state import StateKind
+from statecert.spec.state import StateKind, check_state_name
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,10 @@ class StateMetaInfo:
 
     @classmethod
     def from_plain(cls, data: Any) -> StateMetaInfo:
-        """Decode and validate (IF-3): the serializer roles must be exactly those of the state's kind."""
+        """Decode and validate (IF-3): the name one KS-2 allows (a stream may hold a NUL no backend may be asked
+        for, nor a RocksDB column family hold), the serializer roles exactly those of the state's kind."""
         meta = cls(
-            field(data, "name", str),
+            check_state_name(field(data, "name", str)),
             StateKind(field(data, "kind", str)),
             SerializerSnapshot.from_plain(field(data, "namespace_serializer", dict)),
             {str(role): SerializerSnapshot.from_plain(s) for role, s in field(data, "serializers", dict).items()},

@@ -37,14 +37,17 @@ class TimerQueue:
     def __init__(self, backend: Any, state_name: str, namespace_serializer: TypeSerializer[Any]) -> None:
         self._backend = backend
         self._namespaces = namespace_serializer
-        descriptor = MapStateDescriptor(
-            state_name, user_key_serializer=LongSerializer(), user_value_serializer=BooleanSerializer()
-        )
-        self._state = backend.get_or_create_state(descriptor, namespace_serializer)
+        self._state = backend.get_or_create_state(self.descriptor(state_name), namespace_serializer)
         self._live: dict[TimerId, InternalTimer[Any, Any]] = {}
         self._heap: list[tuple[int, int, TimerId]] = []
         self._sequence = 0
         self._load(state_name)
+
+    def descriptor(self, state_name: str) -> MapStateDescriptor[int, bool]:
+        """The map state holding this queue's timers (IF-8); making it checks the name (KS-2, TM-9)."""
+        return MapStateDescriptor(
+            state_name, user_key_serializer=LongSerializer(), user_value_serializer=BooleanSerializer()
+        )
 
     def _load(self, state_name: str) -> None:
         """Every timer of the (restored) state into the heap; the caller's current key is kept."""
