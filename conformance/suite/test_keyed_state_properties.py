@@ -211,6 +211,65 @@ def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, 
                 )
 
 
+def _one_java_hash(kind: str) -> st.SearchStrategy[list[Any]]:
+    """Distinct keys sharing one `key_hash`: strings of as many "Aa" / "BB" blocks (Java's `String.hashCode` gives
+    "Aa" and "BB" the same 2112), or longs whose high and low 32 bits XOR to one value (`Long.hashCode`)."""
+    if kind == "str":
+        return st.integers(1, 4).flatmap(
+            lambda n: st.lists(
+                st.lists(st.sampled_from(["Aa", "BB"]), min_size=n, max_size=n).map("".join),
+                min_size=2,
+                max_size=2**n,
+                unique=True,
+            )
+        )
+    return st.integers(0, 2**32 - 1).flatmap(
+        lambda xor: st.lists(
+            st.integers(0, 2**32 - 1).map(lambda high: ((high << 32) | (high ^ xor)) - (2**64 if high >> 31 else 0)),
+            min_size=2,
+            max_size=20,
+            unique=True,
+        )
+    )
+
+
+KEY_KINDS = {"str": StringSerializer(), "long": LongSerializer()}
+
+
+@pytest.mark.requirement("KS-3", "KB-RESTORE-1")
+@pytest.mark.parametrize("kind", sorted(KEY_KINDS))
+@given(data=st.data())
+def test_keys_of_one_hash_are_different_keys(
+    certification: Any, tmp_path_factory: Any, kind: str, data: st.DataObject
+) -> None:
+    """Keys are told apart by their bytes, not by the hash their serializer gives for key groups (KS-3): keys of
+    one `key_hash` each hold their own value, and map user keys of one hash their own entry, live and after a
+    restore. A table or key cache indexed by that hash alone gives one key another's entry."""
+    serializer = KEY_KINDS[kind]
+    keys = data.draw(_one_java_hash(kind), label="keys")
+    user_keys = data.draw(_one_java_hash("str"), label="user keys")
+    assert len({serializer.key_hash(k) for k in keys}) == 1, f"the strategy's keys share a hash: {keys}"
+    value = ValueStateDescriptor("v", serializer=LongSerializer())
+    entries = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local")), key_serializer=serializer) as b:
+        for i, key in enumerate(keys):
+            b.set_current_key(key)
+            b.get_or_create_state(value).update(i)
+            for j, user_key in enumerate(user_keys):
+                b.get_or_create_state(entries).put(user_key, 1000 * i + j)
+        with restored_copy(certification, tmp_path_factory, b, key_serializer=serializer) as restored:
+            for when, keyed in (("KS-3: ", b), ("KB-RESTORE-1: after restore, ", restored)):
+                for i, key in reversed(list(enumerate(keys))):
+                    keyed.set_current_key(key)
+                    got = keyed.get_or_create_state(value).value()
+                    assert got == i, f"{when}set_current_key({key!r}).value() of {keys}: expected {i}, got {got}"
+                    items = dict(keyed.get_or_create_state(entries).items())
+                    expected = {user_key: 1000 * i + j for j, user_key in enumerate(user_keys)}
+                    assert items == expected, (
+                        f"{when}set_current_key({key!r}), items() of the map: expected {expected}, got {items}"
+                    )
+
+
 def check_folds_in_order(
     certification: Any, tmp_path_factory: Any, descriptor: Any, values: list[str], requirement: str
 ) -> None:
