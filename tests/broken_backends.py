@@ -69,7 +69,7 @@ from statecert.spec.handles import (
     OperatorStateMode,
 )
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
-from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.keygroups import KeyGroupRange, flink_murmur_hash
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility, SerializerSnapshot
 from statecert.spec.state import StateKind, TtlUpdateType
@@ -2222,6 +2222,79 @@ class _SixteenBitNamespaceCounts(_RewritesSnapshotEntries):
         return cut
 
 
+# 155. A key's group taken as murmur(hash) & (max parallelism - 1), which is the modulo only when max parallelism is a
+# power of two, as Flink's default always is (KG-5) and as every max parallelism the suite used was: at 1000 keys land
+# in other key groups, and after a rescale in no subtask's (KG-2).
+class _MaskedKeyGroups(HeapKeyedStateBackend):
+    def key_group_of(self, key: Any) -> int:
+        return flink_murmur_hash(self.key_serializer.key_hash(key)) & (self.number_of_key_groups - 1)
+
+
+# 156. Timer states registered without a descriptor's check of the name (as a backend keeping timers apart from user
+# state would): a service named with a lone surrogate is taken, and every snapshot then fails writing its name into
+# the IF-3 header, which UTF-8 cannot encode (TM-9). The suite's odd names were all encodable.
+class _UncheckedTimerNames(TimerQueue):
+    def descriptor(self, state_name: str) -> Any:
+        descriptor = super().descriptor("unchecked")
+        object.__setattr__(descriptor, "name", state_name)
+        return descriptor
+
+
+# 157. Each string key's bytes and key group remembered by its stable `key_hash` (the one the spec gives; Python's
+# `hash()` is salted): "BB", sharing Java's `String.hashCode` with "Aa", reads and writes "Aa"'s entries (KS-3). The
+# suite's string keys never shared a hash (long keys 0 and -1 do, and caught the same cache over every key type).
+class _KeyCacheByHash(HeapKeyedStateBackend):
+    def set_current_key(self, key: Any) -> None:
+        if type(key) is not str or self._closed:
+            super().set_current_key(key)
+            return
+        cache: dict[int, tuple[bytes, int]] = self.__dict__.setdefault("_by_hash", {})
+        key_hash = self.key_serializer.key_hash(key)
+        if key_hash not in cache:
+            super().set_current_key(key)
+            cache[key_hash] = (self._current_key_bytes, self._current_key_group)
+        self._current_key = key
+        self._current_key_bytes, self._current_key_group = cache[key_hash]
+
+
+# 158. The same for map user keys: each user key's bytes remembered by its `key_hash`, so user keys "Aa" and "BB"
+# share one entry (KS-3).
+class _BytesByHash:
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.cache = inner, {}
+
+    def serialize(self, value: Any) -> bytes:
+        key_hash = self.inner.key_hash(value)
+        if key_hash not in self.cache:
+            self.cache[key_hash] = self.inner.serialize(value)
+        return self.cache[key_hash]  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _UserKeysByHash(MapStateImpl):
+    def _cached(self) -> None:
+        if not isinstance(self._kser, _BytesByHash):
+            self._kser = _BytesByHash(self._kser)
+
+    def get(self, user_key: Any) -> Any:
+        self._cached()
+        return super().get(user_key)
+
+    def contains(self, user_key: Any) -> bool:
+        self._cached()
+        return super().contains(user_key)
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        self._cached()
+        super().put_all(entries)
+
+    def remove(self, user_key: Any) -> None:
+        self._cached()
+        super().remove(user_key)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2451,6 +2524,10 @@ serializer_config_texts_in_16_bits = _factory(_SerializerConfigTextsIn16Bits)
 operator_serializer_config_texts_in_16_bits = _factory(operator=_OperatorSerializerConfigTextsIn16Bits)
 timer_counts_in_16_bits = _factory(_SixteenBitTimerCounts)
 namespace_counts_in_16_bits = _factory(_SixteenBitNamespaceCounts)
+key_groups_by_bit_mask = _factory(_MaskedKeyGroups)
+timer_names_unchecked = _factory(_with_timer_queue(_UncheckedTimerNames))
+key_cache_by_hash = _factory(_KeyCacheByHash)
+user_keys_by_hash = _factory(_with_state(MapStateImpl, _UserKeysByHash))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2608,4 +2685,8 @@ CAUGHT_BY = {
     "operator_serializer_config_texts_in_16_bits": "SER-2",
     "timer_counts_in_16_bits": "TM-6",
     "namespace_counts_in_16_bits": "KB-RESTORE-1",
+    "key_groups_by_bit_mask": "KG-2",
+    "timer_names_unchecked": "TM-9",
+    "key_cache_by_hash": "KS-3",
+    "user_keys_by_hash": "KS-3",
 }
