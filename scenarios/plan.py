@@ -12,6 +12,7 @@ from typing import Any
 import fsspec
 
 from statecert.reference.loader import load_state_backend
+from statecert.reference.storage.literal_paths import move_tree
 from statecert.scenarios.model import Action, Event, Scenario
 from statecert.spec.errors import ScenarioError
 
@@ -130,5 +131,5 @@ def relocate(pointer: str, target: Path | str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(source, str(target))
         return str(target)
-    fs.mv(source, fsspec.core.url_to_fs(target)[1], recursive=True)
+    move_tree(fs, source, fsspec.core.url_to_fs(target)[1])
     return target

@@ -18,6 +18,7 @@ from statecert.reference.changelog.raw_serializer import RawSerializer
 from statecert.reference.changelog.records import Change, LoggedState, Op, decode_segment
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.literal_paths import remove_tree
 from statecert.spec.errors import CheckpointFormatError, StateMigrationError, UnsupportedSnapshotError
 from statecert.spec.handles import CHANGELOG_FORMAT, ChangelogStateBackendHandle, KeyedStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
@@ -215,5 +216,4 @@ def restore_keyed_backend(
         if staging is not None:
             staging.dispose()
         fs, path = fsspec.core.url_to_fs(root)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        remove_tree(fs, path)

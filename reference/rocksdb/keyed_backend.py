@@ -60,7 +60,7 @@ def discard_handles(handles: list[StreamStateHandle]) -> None:
         if isinstance(handle, FileStateHandle):
             fs, path = fsspec.core.url_to_fs(handle.path)
             if fs.exists(path):
-                fs.rm(path)
+                fs.rm_file(path)
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackendBase):

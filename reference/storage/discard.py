@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fsspec
 
+from statecert.reference.storage.literal_paths import remove_tree
 from statecert.spec.storage import METADATA_FILE_NAME
 
 
@@ -21,8 +22,7 @@ def retract_metadata(directory_url: str) -> None:
 def remove_directory(directory_url: str) -> None:
     """Delete what is left of a checkpoint directory whose `_metadata` is already gone."""
     fs, directory = fsspec.core.url_to_fs(directory_url)
-    if fs.exists(directory):
-        fs.rm(directory, recursive=True)
+    remove_tree(fs, directory)
 
 
 def discard_checkpoint_directory(directory_url: str) -> None:

@@ -9,6 +9,7 @@ import fsspec
 from statecert.reference.format.metadata_codec import decode_metadata, encode_metadata
 from statecert.reference.format.paths import basename_url, join_url, normalize_url, parent_url
 from statecert.reference.storage.discard import discard_checkpoint_directory
+from statecert.reference.storage.literal_paths import move_file
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
 from statecert.spec.errors import (
     CheckpointNotFoundError,
@@ -62,13 +63,17 @@ class CheckpointStorageLocationImpl:
             raise StateCertError(f"{self.directory}: refusing to overwrite an existing {METADATA_FILE_NAME}")
         temp = f"{directory.rstrip('/')}/.{METADATA_FILE_NAME}.inprogress-{uuid.uuid4().hex}"
         fs.makedirs(directory, exist_ok=True)
+        moving = False
         try:
             with fs.open(temp, "wb") as out:
                 out.write(data)
-            fs.mv(temp, final)
+            moving = True
+            move_file(fs, temp, final)
         except BaseException:
             if fs.exists(temp):
                 fs.rm_file(temp)
+            if moving and fs.exists(final):  # a move that copies (off the local disk) failed part way
+                fs.rm_file(final)
             raise
         return self.pointer
 

@@ -71,7 +71,7 @@ def write_input(shape: InputShape, aggregate: KeyedAggregate, url: str) -> list[
         if same:
             with fs.open(f"{root}/{_KEYS}", "rb") as f:
                 return [str(name) for name in pq.read_table(f)["name"].to_pylist()]
-        fs.rm(marker)
+        fs.rm_file(marker)
     fs.makedirs(root, exist_ok=True)
     rng = random.Random(shape.seed)
     splits = generate_inputs(rng, shape.sources, shape.keys_per_source, shape.records_per_source, shape.key_skew)

@@ -35,6 +35,7 @@ from statecert.reference.simulator.tasks import OFFSET
 from statecert.reference.storage.faulty_fs import faulty_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
+from statecert.reference.storage.literal_paths import remove_tree
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.scenarios.loader import scenario_restart, scenario_settings
 from statecert.scenarios.model import Action, Event, Scenario
@@ -449,7 +450,7 @@ def run_on_spark(
         if input_dir is None:
             with contextlib.suppress(OSError):
                 fs, path = fsspec.core.url_to_fs(input_url)
-                fs.rm(path, recursive=True)
+                remove_tree(fs, path)
     result.seconds = time.perf_counter() - started
     for run, run_result in zip(runs, result.runs, strict=False):  # rows for the checks, made after the timing
         run_result.committed = run.committed_rows()

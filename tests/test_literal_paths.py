@@ -1,0 +1,61 @@
+"""`literal_paths` removes and moves exactly the paths it is given, on the local and the in-memory file system, where
+fsspec's own `rm` and `mv` expand `*`, `?` and `[...]` as patterns (CS-1)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from statecert.reference.storage.literal_paths import move_file, move_tree, remove_tree
+
+NAMES = {"a*b": "aXb", "ck[1]": "ck1", "a?b": "aXb", "a b": "a%20b"}  # a name, and a sibling a pattern would match
+
+
+@pytest.fixture(params=["file", "memory"])
+def root(request: Any, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    fs = fsspec.filesystem(request.param)
+    base = str(tmp_path) if request.param == "file" else f"/literal-{uuid.uuid4().hex}"
+    yield fs, base
+    if request.param == "memory" and fs.exists(base):
+        remove_tree(fs, base)
+
+
+def tree(fs: Any, base: str) -> list[str]:
+    return sorted(p[len(base) :] for p in fs.find(base))
+
+
+def make(fs: Any, base: str, name: str) -> None:
+    fs.makedirs(f"{base}/{name}/sub", exist_ok=True)
+    fs.pipe_file(f"{base}/{name}/f", name.encode())
+    fs.pipe_file(f"{base}/{name}/sub/g", name.encode())
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_remove_tree_removes_that_directory_only(root: tuple[Any, str], name: str) -> None:
+    fs, base = root
+    make(fs, base, name)
+    make(fs, base, NAMES[name])
+    remove_tree(fs, f"{base}/{name}")
+    remove_tree(fs, f"{base}/{name}")  # absent: nothing
+    sibling = NAMES[name]
+    assert tree(fs, base) == [f"/{sibling}/f", f"/{sibling}/sub/g"], f"remove_tree({name!r}) left {tree(fs, base)}"
+    assert not fs.exists(f"{base}/{name}"), f"remove_tree({name!r}) left the directory"
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_moves_take_the_paths_as_named(root: tuple[Any, str], name: str) -> None:
+    fs, base = root
+    make(fs, base, name)
+    make(fs, base, NAMES[name])
+    move_file(fs, f"{base}/{name}/f", f"{base}/{name}/moved")
+    move_tree(fs, f"{base}/{name}", f"{base}/to {name}")
+    sibling = NAMES[name]
+    expected = sorted([f"/{sibling}/f", f"/{sibling}/sub/g", f"/to {name}/moved", f"/to {name}/sub/g"])
+    assert tree(fs, base) == expected, f"moving {name!r}: expected {expected}, got {tree(fs, base)}"
+    with fs.open(f"{base}/to {name}/moved", "rb") as f:
+        assert f.read() == name.encode(), f"the file moved out of {name!r} holds another's bytes"
