@@ -4,8 +4,10 @@ the requirement whose test must fail."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+import urllib.parse
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -415,6 +417,42 @@ class _CopiesMetadataIntoPlace(CheckpointStorageLocationImpl):
 _CopiesMetadataStorage = _with_checkpoint_locations(_CopiesMetadataIntoPlace)
 
 
+# 23. Directory URLs cut at `#` and `?`, as a URL parser reads a fragment and a query: a checkpoint directory named
+# `a#b` is written as `a`, a sibling directory holding another job's or the user's files (CS-1).
+@dataclasses.dataclass(frozen=True)
+class _DirectoriesCutAtHash(FileSystemCheckpointStorage):
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_dir", "savepoint_dir"):
+            url = getattr(self, name)
+            if url is not None:
+                object.__setattr__(self, name, url.split("#", 1)[0].split("?", 1)[0])  # a URL's fragment and query
+        super().__post_init__()
+
+
+# 24. Directory URLs percent-decoded, as a URL parser would: a checkpoint directory named `a%20b` is written as `a b`,
+# another directory (CS-1).
+@dataclasses.dataclass(frozen=True)
+class _PercentDecodedDirectories(FileSystemCheckpointStorage):
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_dir", "savepoint_dir"):
+            url = getattr(self, name)
+            if url is not None:
+                object.__setattr__(self, name, urllib.parse.unquote(url))
+        super().__post_init__()
+
+
+# 25. A failed checkpoint's directory emptied through `glob`, which takes `*`, `?` and `[...]` in the directory's own
+# name as patterns: under a checkpoint directory `a*b`, disposing checkpoint 3 deletes `aXb/job/chk-3/`'s files too
+# (CS-6; fsspec's own `rm` does the same on every file system but the local one).
+class _DisposesByGlob(CheckpointStorageLocationImpl):
+    def dispose_on_failure(self) -> None:
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        for path in fs.glob(f"{directory.rstrip('/')}/*"):
+            fs.rm(path, recursive=True)
+        if fs.exists(directory):
+            fs.rmdir(directory)
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -507,6 +545,18 @@ def savepoint_dispose_deletes_target(config: Mapping[str, object]) -> Any:
     return _SavepointDisposesTarget.from_config(config)
 
 
+def directories_cut_at_hash(config: Mapping[str, object]) -> Any:
+    return _DirectoriesCutAtHash.from_config(config)
+
+
+def directories_percent_decoded(config: Mapping[str, object]) -> Any:
+    return _PercentDecodedDirectories.from_config(config)
+
+
+def disposes_by_glob(config: Mapping[str, object]) -> Any:
+    return _with_checkpoint_locations(_DisposesByGlob).from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -531,4 +581,7 @@ CAUGHT_BY = {
     "dispose_expects_directory": "CS-6",
     "metadata_copied_into_place": "FMT-7",
     "savepoint_dispose_deletes_target": "CS-6",
+    "directories_cut_at_hash": "CS-1",
+    "directories_percent_decoded": "CS-1",
+    "disposes_by_glob": "CS-6",
 }

@@ -341,6 +341,71 @@ def test_a_failed_savepoints_dispose_deletes_its_own_directory_only(
     assert not fs.exists(failed_path), f"CS-6: {call} left its directory {failed.pointer}"
 
 
+ODD_DIRECTORIES = {  # a directory name, and a sibling a storage misreading the name would use or delete instead
+    "space": ("a b", "a%20b"),
+    "percent": ("a%20b", "a b"),
+    "hash": ("a#b", "a"),
+    "question-mark": ("a?b", "a"),
+    "glob-star": ("a*b", "aXb"),
+    "glob-class": ("ck[1]", "ck1"),
+    "non-ascii": ("ü", "u"),
+}
+
+
+@pytest.mark.requirement("CS-1", "CS-6")
+@pytest.mark.parametrize("odd", sorted(ODD_DIRECTORIES))
+def test_a_directory_of_any_name_holds_its_checkpoints_and_nothing_beside_it(
+    storage_factory: Callable[[str], Any], checkpoint_dir: str, odd: str
+) -> None:
+    """A checkpoint directory is named as fsspec takes it (CS-1): spaces, `#`, `?`, `%`, glob characters and
+    non-ASCII are part of the name. Checkpoints, a savepoint and task-owned state written under such a directory
+    read back, a failed checkpoint's dispose deletes its own directory, and a sibling directory the name would
+    become if percent-decoded or -encoded, cut at `#` or `?`, or expanded as a glob pattern gets nothing and loses
+    nothing."""
+    name, sibling = ODD_DIRECTORIES[odd]
+    fs, root = fsspec.core.url_to_fs(checkpoint_dir)
+    root = root.rstrip("/")
+    users_files = [f"{root}/{sibling}/{d}the-user's-file" for d in ("", "job/chk-1/", "job/chk-3/", "job/shared/")]
+    for users_file in users_files:  # beside the directory, and where its checkpoints' files go (CS-FS-1)
+        fs.makedirs(users_file.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(users_file, b"not the storage's")
+    storage = storage_factory(f"{checkpoint_dir}/{name}")
+    access = storage.create_checkpoint_storage("job")
+    completed = access.initialize_location_for_checkpoint(1)
+    payloads = {what: what.encode() * 30_000 for what in [*(s.value for s in CheckpointedStateScope), "task", "sp"]}
+    handles = {}
+    for scope in CheckpointedStateScope:
+        with completed.create_checkpoint_state_output_stream(scope) as out:
+            out.write(payloads[scope.value])
+            handles[scope.value] = out.close_and_get_handle()
+    task_owned = access.create_task_owned_state_stream()
+    task_owned.write(payloads["task"])
+    handles["task"] = task_owned.close_and_get_handle()
+    completed.write_metadata(_metadata(1))
+    savepoint = access.initialize_location_for_savepoint(2)
+    with savepoint.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(payloads["sp"])
+        handles["sp"] = out.close_and_get_handle()
+    savepoint.write_metadata(_metadata(2))
+    failed = access.initialize_location_for_checkpoint(3)
+    with failed.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(b"lost" * 30_000)
+        out.close_and_get_handle()
+    failed.dispose_on_failure()
+    where = f"under the directory {name!r}"
+    for pointer, expected in ((completed.pointer, _metadata(1)), (savepoint.pointer, _metadata(2))):
+        assert storage.load_checkpoint(pointer) == expected, f"CS-1: {where}, load_checkpoint({pointer!r}) misread"
+    for what, handle in handles.items():
+        problem = _misread(handle, payloads[what])
+        assert problem is None, f"CS-1: {where}, the {what} state {handle} read back {problem}"
+    _, failed_path = fsspec.core.url_to_fs(failed.pointer)
+    assert not fs.exists(failed_path), f"CS-6: {where}, dispose_on_failure() left {failed.pointer}"
+    beside = set(fs.find(f"{root}/{sibling}"))
+    written, deleted = sorted(beside - set(users_files)), sorted(set(users_files) - beside)
+    assert not written, f"CS-1: {where}, the storage wrote into the sibling directory {sibling!r}: {written}"
+    assert not deleted, f"CS-6: {where}, the storage deleted the user's files beside it, in {sibling!r}: {deleted}"
+
+
 def _metadata(checkpoint_id: int, path: str | None = None) -> CheckpointMetadata:
     """A one-operator checkpoint; with `path`, its single key-group handle is a file at that URL."""
     delegate: Any = FileStateHandle(path, 10) if path else ByteStreamStateHandle("inline", b"0123456789")
