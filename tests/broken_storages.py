@@ -417,7 +417,7 @@ class _CopiesMetadataIntoPlace(CheckpointStorageLocationImpl):
 _CopiesMetadataStorage = _with_checkpoint_locations(_CopiesMetadataIntoPlace)
 
 
-# 23. Directory URLs cut at `#` and `?`, as a URL parser reads a fragment and a query: a checkpoint directory named
+# 24. Directory URLs cut at `#` and `?`, as a URL parser reads a fragment and a query: a checkpoint directory named
 # `a#b` is written as `a`, a sibling directory holding another job's or the user's files (CS-1).
 @dataclasses.dataclass(frozen=True)
 class _DirectoriesCutAtHash(FileSystemCheckpointStorage):
@@ -429,7 +429,7 @@ class _DirectoriesCutAtHash(FileSystemCheckpointStorage):
         super().__post_init__()
 
 
-# 24. Directory URLs percent-decoded, as a URL parser would: a checkpoint directory named `a%20b` is written as `a b`,
+# 25. Directory URLs percent-decoded, as a URL parser would: a checkpoint directory named `a%20b` is written as `a b`,
 # another directory (CS-1).
 @dataclasses.dataclass(frozen=True)
 class _PercentDecodedDirectories(FileSystemCheckpointStorage):
@@ -441,7 +441,7 @@ class _PercentDecodedDirectories(FileSystemCheckpointStorage):
         super().__post_init__()
 
 
-# 25. A failed checkpoint's directory emptied through `glob`, which takes `*`, `?` and `[...]` in the directory's own
+# 26. A failed checkpoint's directory emptied through `glob`, which takes `*`, `?` and `[...]` in the directory's own
 # name as patterns: under a checkpoint directory `a*b`, disposing checkpoint 3 deletes `aXb/job/chk-3/`'s files too
 # (CS-6; fsspec's own `rm` does the same on every file system but the local one).
 class _DisposesByGlob(CheckpointStorageLocationImpl):
