@@ -72,8 +72,8 @@ class TtlConfig:
     visibility: TtlStateVisibility = TtlStateVisibility.NEVER_RETURN_EXPIRED
 
     def __post_init__(self) -> None:
-        if self.ttl_ms <= 0:
-            raise ValueError(f"TTL must be positive, got {self.ttl_ms} ms")
+        if not 0 < self.ttl_ms <= 2**63 - 1:
+            raise ValueError(f"TTL must lie in 1..Long.MAX_VALUE ms (TTL-1), got {self.ttl_ms} ms")
 
 
 class Clock(Protocol):

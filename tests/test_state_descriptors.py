@@ -1,4 +1,5 @@
-"""The spec's state descriptors refuse names KS-2 does not allow when they are made, so no backend meets one."""
+"""The spec's state descriptors refuse names KS-2 does not allow, and its TTL configuration durations TTL-1 does not,
+when they are made, so no backend meets one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from statecert.spec.state import (
     MapStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
+    TtlConfig,
     ValueStateDescriptor,
     check_state_name,
 )
@@ -49,3 +51,14 @@ def test_a_lone_surrogate_anywhere_is_refused(surrogates: str, before: str, afte
 def test_a_name_is_text() -> None:
     with pytest.raises(TypeError, match="KS-2"):
         ValueStateDescriptor(b"bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ttl_ms", [0, -1, 2**63, 2**64])
+def test_a_ttl_outside_java_long_milliseconds_is_refused(ttl_ms: int) -> None:
+    with pytest.raises(ValueError, match="TTL-1"):
+        TtlConfig(ttl_ms)
+
+
+@pytest.mark.parametrize("ttl_ms", [1, 2**62, 2**63 - 1])
+def test_a_ttl_up_to_long_max_is_a_ttl(ttl_ms: int) -> None:
+    assert TtlConfig(ttl_ms).ttl_ms == ttl_ms, f"TtlConfig({ttl_ms}).ttl_ms"

@@ -595,6 +595,33 @@ def test_ttl_state_moves_between_backends_through_a_canonical_savepoint(
     restored.dispose()
 
 
+@pytest.mark.requirement("TTL-1", "TTL-6")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("ttl_ms", [2**62, 2**63 - 1], ids=["2^62", "Long.MAX_VALUE"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_ttl_as_long_as_a_long_never_wraps(state_backend: Any, storage: Any, kind: str, ttl_ms: int) -> None:
+    """A TTL as long as Java's long allows, a user's "never expire": an entry written at an epoch time is there ten
+    years on, live and restored. Expiry taken as last access + TTL in 64 bits wraps to the past and expires it at
+    once; Flink's `TtlUtils.getExpirationTimestamp` saturates at Long.MAX_VALUE."""
+    clock = ManualClock(1_700_000_000_000)
+    ten_years = 10 * 365 * 86_400_000
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor(kind, TtlConfig(ttl_ms)))
+        WRITE[kind](state, 7)
+        clock.advance(ten_years)
+        got = READ[kind](state)
+        assert got == 7, f"TTL-1: {kind} state under a TTL of {ttl_ms} ms, read ten years on: expected 7, got {got!r}"
+        handle = snapshot_now(backend, location_for(storage))
+    clock.advance(ten_years)
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        got = READ[kind](restored.get_or_create_state(descriptor(kind, TtlConfig(ttl_ms))))
+        assert got == 7, (
+            f"TTL-6: {kind} state under a TTL of {ttl_ms} ms, restored twenty years on: expected 7, got {got!r}"
+        )
+
+
 @pytest.mark.requirement("SER-5", "TTL-6")
 @pytest.mark.capability("ttl", "schema_evolution")
 def test_ttl_state_migrates_and_keeps_its_timestamps(state_backend: Any, storage: Any, clock: ManualClock) -> None:
