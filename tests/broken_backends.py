@@ -2295,6 +2295,18 @@ class _UserKeysByHash(MapStateImpl):
         super().remove(user_key)
 
 
+# 159. Expiry taken as last access + TTL in 64-bit two's complement, as Java's `long` sum (before Flink's saturating
+# `TtlUtils.getExpirationTimestamp`) and a numpy int64 sweep compute it: under a TTL near Long.MAX_VALUE, a user's
+# "never expire", every entry expires at once (TTL-1). The suite's TTLs were 10 ms to 2e9 ms.
+class _WrappingExpiry(TtlPolicy):
+    def expired(self, stored: bytes) -> bool:
+        if self.ttl is None:
+            return False
+        (last_access,) = struct.unpack_from(">q", stored)
+        expiry = (last_access + self.ttl.ttl_ms + 2**63) % 2**64 - 2**63
+        return bool(expiry <= self.clock.now_ms())
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2528,6 +2540,7 @@ key_groups_by_bit_mask = _factory(_MaskedKeyGroups)
 timer_names_unchecked = _factory(_with_timer_queue(_UncheckedTimerNames))
 key_cache_by_hash = _factory(_KeyCacheByHash)
 user_keys_by_hash = _factory(_with_state(MapStateImpl, _UserKeysByHash))
+ttl_expiry_wraps = _factory(_with_ttl_policy(_WrappingExpiry))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2689,4 +2702,5 @@ CAUGHT_BY = {
     "timer_names_unchecked": "TM-9",
     "key_cache_by_hash": "KS-3",
     "user_keys_by_hash": "KS-3",
+    "ttl_expiry_wraps": "TTL-1",
 }
