@@ -283,7 +283,8 @@ def test_a_canonical_state_named_with_nul_is_refused_or_restored_whole(
         _state_of(plain, "seen")["name"] = "se\x00en"
         return _PlainHeader(plain)
 
-    hostile = rewritten_canonical_stream(_every_kind_savepoint(reference_backend, tmp_path), tmp_path / "nul", renamed)
+    savepoint = _every_kind_savepoint(reference_backend, tmp_path)
+    hostile = rewritten_canonical_stream(savepoint, tmp_path / "hostile-stream", renamed)
     try:
         with keyed_backend(state_backend, restore=[hostile]) as restored:
             keys = sorted(restored.get_keys("se\x00en", VOID_NAMESPACE))
@@ -292,7 +293,7 @@ def test_a_canonical_state_named_with_nul_is_refused_or_restored_whole(
                 restored.set_current_key(key)
                 counts[key] = restored.get_or_create_state(COUNT).value()
     except CheckpointFormatError as e:
-        assert "nul" in str(e), f"FMT-8: the error names the stream {hostile.delegate}: {e}"
+        assert "hostile-stream" in str(e), f"FMT-8: the error names the stream {hostile.delegate}: {e}"
         return
     expected = sorted(f"k{i}" for i in range(40))
     assert keys == expected, f"IF-3: the state 'se\\x00en' restored: expected the keys {expected}, got {keys}"

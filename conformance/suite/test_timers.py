@@ -489,7 +489,7 @@ def test_timer_services_of_any_name_keep_their_timers(state_backend: Any, storag
     )
 
 
-@pytest.mark.requirement("TM-9")
+@pytest.mark.requirement("TM-9", "KB-RESTORE-1")
 @pytest.mark.capability("timers")
 @pytest.mark.parametrize("name", ["a\x00b", "a\ud800b", "\udfff"], ids=["nul", "high-surrogate", "low-surrogate"])
 def test_a_timer_service_name_outside_ks2_is_refused_or_kept(state_backend: Any, storage: Any, name: str) -> None:
