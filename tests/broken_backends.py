@@ -2307,6 +2307,14 @@ class _WrappingExpiry(TtlPolicy):
         return bool(expiry <= self.clock.now_ms())
 
 
+# 160. The reference's cache of recent keys' bytes and key groups extended to float keys: a dict finds -0.0 under 0.0,
+# so -0.0 takes 0.0's bytes and entries (KS-3). The suite's equal-but-distinct keys held no two floats of one value.
+class _FloatKeysCached(HeapKeyedStateBackend):
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self._key_caches[float] = {}
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2541,6 +2549,7 @@ timer_names_unchecked = _factory(_with_timer_queue(_UncheckedTimerNames))
 key_cache_by_hash = _factory(_KeyCacheByHash)
 user_keys_by_hash = _factory(_with_state(MapStateImpl, _UserKeysByHash))
 ttl_expiry_wraps = _factory(_with_ttl_policy(_WrappingExpiry))
+float_keys_cached = _factory(_FloatKeysCached)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2703,4 +2712,5 @@ CAUGHT_BY = {
     "key_cache_by_hash": "KS-3",
     "user_keys_by_hash": "KS-3",
     "ttl_expiry_wraps": "TTL-1",
+    "float_keys_cached": "KS-3",
 }
