@@ -2315,6 +2315,14 @@ class _FloatKeysCached(HeapKeyedStateBackend):
         self._key_caches[float] = {}
 
 
+# 161. An operator snapshot keeps each element's length in 16 bits (a 32-bit field, as IF-6 says, holding the length
+# modulo 65,536): an element of 64 KiB or more, a split, union or broadcast one, comes back cut (OS-7). The suite's
+# operator elements were a few bytes long.
+class _OperatorElementLengthsIn16Bits(_RewritesOperatorElements):
+    def element_rewriter(self) -> Callable[[Any], bytes]:
+        return _cut
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2550,6 +2558,7 @@ key_cache_by_hash = _factory(_KeyCacheByHash)
 user_keys_by_hash = _factory(_with_state(MapStateImpl, _UserKeysByHash))
 ttl_expiry_wraps = _factory(_with_ttl_policy(_WrappingExpiry))
 float_keys_cached = _factory(_FloatKeysCached)
+operator_element_lengths_in_16_bits = _factory(operator=_OperatorElementLengthsIn16Bits)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2713,4 +2722,5 @@ CAUGHT_BY = {
     "user_keys_by_hash": "KS-3",
     "ttl_expiry_wraps": "TTL-1",
     "float_keys_cached": "KS-3",
+    "operator_element_lengths_in_16_bits": "OS-7",
 }

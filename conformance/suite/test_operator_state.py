@@ -42,6 +42,8 @@ from statecert.spec.state import ListStateDescriptor, MapStateDescriptor
 
 SPLIT = ListStateDescriptor("offsets", element_serializer=LongSerializer())
 UNION = ListStateDescriptor("names", element_serializer=StringSerializer())
+SPLIT_TEXT = ListStateDescriptor("big-split", element_serializer=StringSerializer())
+UNION_BIG = ListStateDescriptor("big-union", element_serializer=StringSerializer())
 
 
 @pytest.mark.requirement("OS-4")
@@ -548,6 +550,39 @@ def test_lists_beyond_16_bit_counts_come_back_whole(certification: Any, tmp_path
             assert split == list(range(size)), f"OS-7: a split list of {size} elements restored as {len(split)}"
             union = list(restored.get_union_list_state(UNION).get())
             assert union == names, f"OS-7: a union list of {size} elements restored as {len(union)}"
+
+
+@pytest.mark.requirement("OS-7", "OS-3")
+@pytest.mark.capability("operator_state")
+def test_elements_of_64_kib_and_more_come_back_whole(certification: Any, tmp_path_factory: Any) -> None:
+    """Split and union list elements, and a broadcast state's user key and value, of 0 to 70,001 bytes restore
+    whole (IF-6 writes each element's length in 32 bits): a length kept in 16 bits shows only past 64 KiB, and the
+    suite's operator elements were a few bytes long."""
+    sizes = [0, 1, 65_535, 65_536, 70_001]
+    texts = [f"{size}:".ljust(size, "x")[:size] for size in sizes]
+    text = StringSerializer()
+    rules = MapStateDescriptor("big-rules", user_key_serializer=text, user_value_serializer=text)
+    with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.get_list_state(SPLIT_TEXT).add_all(texts)
+        backend.get_union_list_state(UNION_BIG).add_all(texts[::-1])
+        broadcast = backend.get_broadcast_state(rules)
+        for text in texts:
+            broadcast.put(text, text[::-1])
+        with _restored(certification, tmp_path_factory, backend) as restored:
+            got = {
+                "split": [len(e) for e in restored.get_list_state(SPLIT_TEXT).get()],
+                "union": [len(e) for e in restored.get_union_list_state(UNION_BIG).get()],
+                "broadcast": sorted((len(k), len(v)) for k, v in restored.get_broadcast_state(rules).items()),
+            }
+            whole = {
+                "split": restored.get_list_state(SPLIT_TEXT).get() == texts,
+                "union": restored.get_union_list_state(UNION_BIG).get() == texts[::-1],
+                "broadcast": dict(restored.get_broadcast_state(rules).items()) == {t: t[::-1] for t in texts},
+            }
+    expected = {"split": sizes, "union": sizes[::-1], "broadcast": sorted((n, n) for n in sizes)}
+    assert got == expected and all(whole.values()), (
+        f"OS-7: elements of {sizes} bytes restored with the lengths {got} (expected {expected}); whole: {whole}"
+    )
 
 
 def _broadcast_named(name: str) -> MapStateDescriptor[str, int]:
