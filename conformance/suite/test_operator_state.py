@@ -560,8 +560,8 @@ def test_elements_of_64_kib_and_more_come_back_whole(certification: Any, tmp_pat
     suite's operator elements were a few bytes long."""
     sizes = [0, 1, 65_535, 65_536, 70_001]
     texts = [f"{size}:".ljust(size, "x")[:size] for size in sizes]
-    text = StringSerializer()
-    rules = MapStateDescriptor("big-rules", user_key_serializer=text, user_value_serializer=text)
+    strings = StringSerializer()
+    rules = MapStateDescriptor("big-rules", user_key_serializer=strings, user_value_serializer=strings)
     with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         backend.get_list_state(SPLIT_TEXT).add_all(texts)
         backend.get_union_list_state(UNION_BIG).add_all(texts[::-1])
