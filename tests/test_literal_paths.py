@@ -1,5 +1,5 @@
-"""`literal_paths` removes and moves exactly the paths it is given, on the local and the in-memory file system, where
-fsspec's own `rm` and `mv` expand `*`, `?` and `[...]` as patterns (CS-1)."""
+"""`literal_paths` removes and moves exactly the paths it is given, on the local and the in-memory file system (bare
+and under the fault-injecting wrapper), where fsspec's own `rm` and `mv` expand `*`, `?` and `[...]` (CS-1)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from statecert.reference.storage.literal_paths import move_file, move_tree, remo
 NAMES = {"a*b": "aXb", "ck[1]": "ck1", "a?b": "aXb", "a b": "a%20b"}  # a name, and a sibling a pattern would match
 
 
-@pytest.fixture(params=["file", "memory"])
+@pytest.fixture(params=["file", "memory", "faulty+memory"])
 def root(request: Any, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    """A file system and a fresh directory on it: the local one, the in-memory one, and the in-memory one under the
+    fault-injecting wrapper (a `DirFileSystem`, as `faulty+s3://` is)."""
     fs = fsspec.filesystem(request.param)
     base = str(tmp_path) if request.param == "file" else f"/literal-{uuid.uuid4().hex}"
     yield fs, base
-    if request.param == "memory" and fs.exists(base):
+    if request.param != "file" and fs.exists(base):
         remove_tree(fs, base)
 
 
