@@ -417,28 +417,38 @@ class _CopiesMetadataIntoPlace(CheckpointStorageLocationImpl):
 _CopiesMetadataStorage = _with_checkpoint_locations(_CopiesMetadataIntoPlace)
 
 
-# 24. Directory URLs cut at `#` and `?`, as a URL parser reads a fragment and a query: a checkpoint directory named
-# `a#b` is written as `a`, a sibling directory holding another job's or the user's files (CS-1).
 @dataclasses.dataclass(frozen=True)
-class _DirectoriesCutAtHash(FileSystemCheckpointStorage):
+class _RewritesDirectories(FileSystemCheckpointStorage):
+    """The file-system storage whose checkpoint and savepoint directory URLs are first rewritten by `rewrite`."""
+
+    @staticmethod
+    def rewrite(url: str) -> str:
+        return url
+
     def __post_init__(self) -> None:
         for name in ("checkpoint_dir", "savepoint_dir"):
             url = getattr(self, name)
             if url is not None:
-                object.__setattr__(self, name, url.split("#", 1)[0].split("?", 1)[0])  # a URL's fragment and query
+                object.__setattr__(self, name, self.rewrite(url))
         super().__post_init__()
+
+
+# 24. Directory URLs cut at `#` and `?`, as a URL parser reads a fragment and a query: a checkpoint directory named
+# `a#b` is written as `a`, a sibling directory holding another job's or the user's files (CS-1).
+@dataclasses.dataclass(frozen=True)
+class _DirectoriesCutAtHash(_RewritesDirectories):
+    @staticmethod
+    def rewrite(url: str) -> str:
+        return url.split("#", 1)[0].split("?", 1)[0]
 
 
 # 25. Directory URLs percent-decoded, as a URL parser would: a checkpoint directory named `a%20b` is written as `a b`,
 # another directory (CS-1).
 @dataclasses.dataclass(frozen=True)
-class _PercentDecodedDirectories(FileSystemCheckpointStorage):
-    def __post_init__(self) -> None:
-        for name in ("checkpoint_dir", "savepoint_dir"):
-            url = getattr(self, name)
-            if url is not None:
-                object.__setattr__(self, name, urllib.parse.unquote(url))
-        super().__post_init__()
+class _PercentDecodedDirectories(_RewritesDirectories):
+    @staticmethod
+    def rewrite(url: str) -> str:
+        return urllib.parse.unquote(url)
 
 
 # 26. A failed checkpoint's directory emptied through `glob`, which takes `*`, `?` and `[...]` in the directory's own

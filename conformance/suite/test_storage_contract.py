@@ -55,6 +55,20 @@ def _under(pointer: str, directory: str, prefix: str = "") -> bool:
     return path.startswith(f"{fsspec.core.url_to_fs(directory)[1].rstrip('/')}/{prefix}")
 
 
+def _write_every_scope(access: Any, location: Any, payloads: dict[str, bytes]) -> dict[str, Any]:
+    """Write `payloads[scope.value]` through a stream of each scope of `location`, and `payloads["task-owned"]` as
+    the job's task-owned state; their handles under the same names."""
+    handles = {}
+    for scope in CheckpointedStateScope:
+        with location.create_checkpoint_state_output_stream(scope) as out:
+            out.write(payloads[scope.value])
+            handles[scope.value] = out.close_and_get_handle()
+    task_owned = access.create_task_owned_state_stream()
+    task_owned.write(payloads["task-owned"])
+    handles["task-owned"] = task_owned.close_and_get_handle()
+    return handles
+
+
 def _misread(handle: Any, payload: bytes) -> str | None:
     """None when `handle` reads back `payload`; else what it gave: other bytes, or the error opening it raised (a
     size or checksum check noticing other bytes, or the file gone)."""
@@ -230,14 +244,7 @@ def test_shared_and_task_owned_state_outlive_the_checkpoint_that_wrote_them(stor
     access = storage.create_checkpoint_storage("job")
     location = access.initialize_location_for_checkpoint(1)
     payloads = {name: os.urandom(100_000) for name in ("exclusive", "shared", "task-owned")}
-    handles = {}
-    for scope in CheckpointedStateScope:
-        with location.create_checkpoint_state_output_stream(scope) as out:
-            out.write(payloads[scope.value])
-            handles[scope.value] = out.close_and_get_handle()
-    task_owned = access.create_task_owned_state_stream()
-    task_owned.write(payloads["task-owned"])
-    handles["task-owned"] = task_owned.close_and_get_handle()
+    handles = _write_every_scope(access, location, payloads)
     directory = storage.resolve_checkpoint(location.write_metadata(_metadata(1))).directory
     fs, path = fsspec.core.url_to_fs(directory)
     fs.rm(path, recursive=True)  # what the completed checkpoint store does to a subsumed checkpoint
@@ -372,15 +379,8 @@ def test_a_directory_of_any_name_holds_its_checkpoints_and_nothing_beside_it(
     storage = storage_factory(f"{checkpoint_dir}/{name}")
     access = storage.create_checkpoint_storage("job")
     completed = access.initialize_location_for_checkpoint(1)
-    payloads = {what: what.encode() * 30_000 for what in [*(s.value for s in CheckpointedStateScope), "task", "sp"]}
-    handles = {}
-    for scope in CheckpointedStateScope:
-        with completed.create_checkpoint_state_output_stream(scope) as out:
-            out.write(payloads[scope.value])
-            handles[scope.value] = out.close_and_get_handle()
-    task_owned = access.create_task_owned_state_stream()
-    task_owned.write(payloads["task"])
-    handles["task"] = task_owned.close_and_get_handle()
+    payloads = {what: what.encode() * 30_000 for what in ("exclusive", "shared", "task-owned", "sp")}
+    handles = _write_every_scope(access, completed, payloads)
     completed.write_metadata(_metadata(1))
     savepoint = access.initialize_location_for_savepoint(2)
     with savepoint.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
