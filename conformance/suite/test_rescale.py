@@ -101,15 +101,23 @@ def read_back(state_backend: Any, operator: Any, parallelism: int, max_paralleli
 KEY_LIST = [f"key-{i}" for i in range(600)]
 
 
+def _rescaled(
+    state_backend: Any, storage: Any, old: int, new: int, keys: list[str], max_parallelism: int = 128
+) -> tuple[list[str], dict[str, Any]]:
+    """`keys` written at parallelism `old` and read back at `new`: the keys missing, and those read back wrong as
+    (expected, got)."""
+    operator = write_checkpoint(state_backend, storage, old, keys, max_parallelism)
+    got = read_back(state_backend, operator, new, max_parallelism)["keyed"]
+    expected = written(keys)
+    missing = sorted(set(expected) - set(got))
+    return missing, {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
+
+
 @pytest.mark.requirement("KB-RESTORE-2", "KB-RESTORE-1")
 @pytest.mark.capability("rescaling")
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 4), (2, 2), (15, 77), (77, 15)])
 def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new: int) -> None:
-    operator = write_checkpoint(state_backend, storage, old, KEY_LIST)
-    got = read_back(state_backend, operator, new)["keyed"]
-    expected = written(KEY_LIST)
-    missing = sorted(set(expected) - set(got))
-    wrong = {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
+    missing, wrong = _rescaled(state_backend, storage, old, new, KEY_LIST)
     assert not missing and not wrong, (
         f"{old}->{new}: missing {missing[:5]}, wrong (expected, got) {list(wrong.items())[:5]}"
     )
@@ -124,12 +132,7 @@ def test_rescale_keeps_every_key_at_any_max_parallelism(
     """KG-4 allows any max parallelism in 1..32768, not only the powers of two Flink's default picks (KG-5): keys
     land in `murmur % max parallelism` (KG-2), a modulo that a bit mask equals only for powers of two, and Flink's
     largest max parallelism needs key groups up to 32767."""
-    keys = KEY_LIST[:200]
-    operator = write_checkpoint(state_backend, storage, old, keys, max_parallelism)
-    got = read_back(state_backend, operator, new, max_parallelism)["keyed"]
-    expected = written(keys)
-    missing = sorted(set(expected) - set(got))
-    wrong = {k: (expected[k], got[k]) for k in got if got.get(k) != expected.get(k)}
+    missing, wrong = _rescaled(state_backend, storage, old, new, KEY_LIST[:200], max_parallelism)
     assert not missing and not wrong, (
         f"KB-RESTORE-2: {old}->{new} at max parallelism {max_parallelism}: missing {missing[:5]}, "
         f"wrong (expected, got) {list(wrong.items())[:5]}"
