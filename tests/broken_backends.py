@@ -2323,6 +2323,22 @@ class _OperatorElementLengthsIn16Bits(_RewritesOperatorElements):
         return _cut
 
 
+# 162. Timers kept by a key group of their own, taken from the key hash's low bits (as a backend keeping timers in a
+# key-group-partitioned queue apart from its state might, Flink's `HeapPriorityQueueSet`): the same as Flink's modulo
+# at a max parallelism that is a power of two, another group (or none of the subtask's) at others (KG-2, TM-7).
+# State used the right key groups, and every timer test ran at max parallelism 128.
+class _MaskedTimerKeyGroups(TimerQueue):
+    def add(self, namespace: Any, time: int) -> None:
+        backend = self._backend
+        right = backend.current_key_group
+        key_hash = backend.key_serializer.key_hash(self._current_key())
+        backend._current_key_group = flink_murmur_hash(key_hash) & (backend.number_of_key_groups - 1)
+        try:
+            super().add(namespace, time)
+        finally:
+            backend._current_key_group = right
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2559,6 +2575,7 @@ user_keys_by_hash = _factory(_with_state(MapStateImpl, _UserKeysByHash))
 ttl_expiry_wraps = _factory(_with_ttl_policy(_WrappingExpiry))
 float_keys_cached = _factory(_FloatKeysCached)
 operator_element_lengths_in_16_bits = _factory(operator=_OperatorElementLengthsIn16Bits)
+timer_key_groups_by_bit_mask = _factory(_with_timer_queue(_MaskedTimerKeyGroups))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2723,4 +2740,5 @@ CAUGHT_BY = {
     "ttl_expiry_wraps": "TTL-1",
     "float_keys_cached": "KS-3",
     "operator_element_lengths_in_16_bits": "OS-7",
+    "timer_key_groups_by_bit_mask": "TM-7",
 }

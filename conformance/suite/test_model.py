@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.helpers import CHECKPOINT_OUTCOMES, conclude_checkpoint
@@ -36,7 +43,9 @@ from statecert.spec.state import (
     ValueStateDescriptor,
 )
 
-MAX_PARALLELISM = 16
+MAX_PARALLELISMS = (1, 7, 16, 1000)
+"""The machine's max parallelisms, one drawn per program: powers of two, where taking a hash's low bits agrees with
+Flink's modulo (KG-2), and others, where it does not."""
 KEYS = StringSerializer()
 NAMESPACES = StringSerializer()
 KEY_POOL = [f"k{i}" for i in range(6)]
@@ -67,7 +76,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.access = self.storage.create_checkpoint_storage("model")
             self.parallelism = 1
             self.local_dir = f"{self.tmp}/local"
-            self.subtasks = create_subtasks(self.backend, KEYS, 1, MAX_PARALLELISM, local_dir=self.local_dir)
+            self.max_parallelism = MAX_PARALLELISMS[0]
+            self.subtasks: list[Any] = []  # created by `start`, the program's first step
             self.checkpoint_id = 0
             self.key, self.ns = KEY_POOL[0], NS_POOL[0]
             # the model: (key, namespace) -> value / list / dict
@@ -90,8 +100,8 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.pending: tuple[Any, int, dict[int, PendingSubtaskSnapshot], dict[str, Any]] | None = None
 
         def _owner(self, key: str) -> Any:
-            key_group = assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM)
-            return self.subtasks[operator_index_for_key_group(MAX_PARALLELISM, self.parallelism, key_group)].keyed
+            key_group = assign_to_key_group(KEYS.key_hash(key), self.max_parallelism)
+            return self.subtasks[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].keyed
 
         def _backend_for(self, key: str) -> Any:
             backend = self._owner(key)
@@ -101,6 +111,12 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         def _state(self, descriptor: Any, key: str | None = None, ns: str | None = None) -> Any:
             backend = self._backend_for(key or self.key)
             return backend.get_partitioned_state(ns or self.ns, descriptor, NAMESPACES)
+
+        @initialize(max_parallelism=st.sampled_from(MAX_PARALLELISMS))
+        def start(self, max_parallelism: int) -> None:
+            """The job's one subtask at the drawn max parallelism, which every later snapshot and restore keeps."""
+            self.max_parallelism = max_parallelism
+            self.subtasks = create_subtasks(self.backend, KEYS, 1, max_parallelism, local_dir=self.local_dir)
 
         @rule(key=st.sampled_from(KEY_POOL))
         def switch_key(self, key: str) -> None:
@@ -250,7 +266,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
                 if kind.is_savepoint
                 else self.access.initialize_location_for_checkpoint(self.checkpoint_id)
             )
-            pointer = take_snapshot(self.subtasks, location, self.checkpoint_id, MAX_PARALLELISM, kind=kind)
+            pointer = take_snapshot(self.subtasks, location, self.checkpoint_id, self.max_parallelism, kind=kind)
             operator = self.storage.load_checkpoint(pointer).operator("op")
             conclude_checkpoint([s.keyed for s in self.subtasks], location, self.checkpoint_id, outcome)
             return operator
@@ -267,13 +283,14 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.parallelism = parallelism
             self.now.clear()  # restored services start at Long.MIN_VALUE (TM-8)
             self.subtasks = create_subtasks(
-                backend, KEYS, parallelism, MAX_PARALLELISM, restore_from=operator, local_dir=self.local_dir
+                backend, KEYS, parallelism, self.max_parallelism, restore_from=operator, local_dir=self.local_dir
             )
 
         def _next_parallelism(self, drawn: int) -> int:
-            """The drawn parallelism, or the current one for a backend without rescaling: every restore of it must
-            hand it handles of its own key-group ranges (SB-3 lets it refuse others)."""
-            return drawn if self.rescaling else self.parallelism
+            """The drawn parallelism (at most the max parallelism), or the current one for a backend without
+            rescaling: every restore of it must hand it handles of its own key-group ranges (SB-3 lets it refuse
+            others)."""
+            return min(drawn, self.max_parallelism) if self.rescaling else self.parallelism
 
         @precondition(lambda self: self.pending is None)
         @rule()
@@ -296,7 +313,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self.pending = None
             self._change_every_entry()  # whatever steps ran since the call, every entry changes before the parts run
             states = {index: subtask.run() for index, subtask in pending.items()}
-            pointer = complete_snapshot(location, checkpoint_id, states, MAX_PARALLELISM)
+            pointer = complete_snapshot(location, checkpoint_id, states, self.max_parallelism)
             operator = self.storage.load_checkpoint(pointer).operator("op")
             self._check_checkpoint(checkpoint_id, operator, model)
             conclude_checkpoint([s.keyed for s in self.subtasks], location, checkpoint_id, outcome)
@@ -326,7 +343,12 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             timers, are the model's at its call; the running subtasks and the model are left as they were."""
             live, live_model = self.subtasks, {name: getattr(self, name) for name in MODEL}
             self.subtasks = create_subtasks(
-                self.backend, KEYS, self.parallelism, MAX_PARALLELISM, restore_from=operator, local_dir=self.local_dir
+                self.backend,
+                KEYS,
+                self.parallelism,
+                self.max_parallelism,
+                restore_from=operator,
+                local_dir=self.local_dir,
             )
             for name, value in model.items():
                 setattr(self, name, value)

@@ -640,42 +640,56 @@ def test_a_snapshot_holds_exactly_the_timers_at_its_call(
         assert_fired_in_order(other_recorder, set(before[:5]), "restore, the other service's advance_watermark(MAX)")
 
 
-@pytest.mark.requirement("TM-7")
+@pytest.mark.requirement("TM-7", "KG-2")
 @pytest.mark.capability("timers", "rescaling")
 @given(
     old=st.integers(1, 6),
     new=st.integers(1, 6),
+    max_parallelism=st.sampled_from([128, 1, 7, 1000]),
+    kind=st.sampled_from(["event", "processing"]),
     timers=st.lists(st.tuples(st.text(min_size=1, max_size=5), st.integers(0, 3), st.integers(0, 99)), max_size=60),
 )
+@example(old=2, new=3, max_parallelism=7, kind="processing", timers=[(f"k{i}", i % 4, i) for i in range(30)])
+@example(old=3, new=2, max_parallelism=1000, kind="event", timers=[(f"k{i}", i % 4, i) for i in range(30)])
 def test_rescaled_timers_fire_exactly_once_across_the_new_subtasks(
-    certification: Any, tmp_path_factory: Any, old: int, new: int, timers: list[Timer]
+    certification: Any,
+    tmp_path_factory: Any,
+    old: int,
+    new: int,
+    max_parallelism: int,
+    kind: str,
+    timers: list[Timer],
 ) -> None:
+    """Event and processing-time timers, at max parallelisms that are powers of two and others (where a timer's key
+    group taken from the hash's low bits is not Flink's, KG-2)."""
+    old, new = min(old, max_parallelism), min(new, max_parallelism)
     backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
     storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
-    subtasks = create_subtasks(backend_factory, StringSerializer(), old, 128)
+    subtasks = create_subtasks(backend_factory, StringSerializer(), old, max_parallelism)
     for key, namespace, time in timers:
-        owner = owner_of(subtasks, key)
+        owner = owner_of(subtasks, key, max_parallelism)
         service, _ = service_of(owner)
-        service.register_event_time_timer(namespace, time)
+        register(owner, service, [(key, namespace, time)], kind)
     for s in subtasks:  # every subtask's service exists, so empty ones snapshot too
         service_of(s.keyed)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
-    pointer = take_snapshot(subtasks, location, 1, 128, kind=CheckpointKind.CHECKPOINT)
+    pointer = take_snapshot(subtasks, location, 1, max_parallelism, kind=CheckpointKind.CHECKPOINT)
     for s in subtasks:
         s.dispose()
     operator = storage.load_checkpoint(pointer).operator("op")
     fired: list[Timer] = []
     misplaced: list[Timer] = []
-    for s in create_subtasks(backend_factory, StringSerializer(), new, 128, restore_from=operator):
+    for s in create_subtasks(backend_factory, StringSerializer(), new, max_parallelism, restore_from=operator):
         service, recorder = service_of(s.keyed)
-        service.advance_watermark(MAX_TIMESTAMP)
-        mine = fired_timers(recorder)
-        misplaced += [t for t in mine if key_group_of(t[0]) not in s.keyed.key_group_range]
+        advance(service, kind, MAX_TIMESTAMP)
+        mine = fired_timers(recorder, kind)
+        misplaced += [t for t in mine if key_group_of(t[0], max_parallelism) not in s.keyed.key_group_range]
         fired += mine
         s.dispose()
-    assert not misplaced, f"{old}->{new}: timers fired in a subtask that does not own their key group: {misplaced}"
+    scaled = f"{kind} timers {old}->{new} at max parallelism {max_parallelism}"
+    assert not misplaced, f"{scaled}: timers fired in a subtask that does not own their key group: {misplaced}"
     assert sorted(fired) == sorted(set(timers)), (
-        f"{old}->{new}: expected every timer to fire once across the new subtasks: "
+        f"{scaled}: expected every timer to fire once across the new subtasks: "
         f"missing {sorted(set(timers) - set(fired))[:5]}, repeated {_repeats(fired)}"
     )
 
