@@ -28,9 +28,13 @@ class CheckpointedStateScope(str, enum.Enum):
 class CheckpointStateOutputStream(Protocol):
     """A stream a task writes one piece of state into; closing it yields the handle (CS-4, CS-5)."""
 
-    def write(self, data: bytes) -> int: ...
+    def write(self, data: bytes) -> int:
+        """Append `data`, of any length, after the bytes written before it (CS-4)."""
+        ...
 
-    def tell(self) -> int: ...
+    def tell(self) -> int:
+        """The number of bytes written so far (CS-4)."""
+        ...
 
     def close_and_get_handle(self) -> StreamStateHandle | None:
         """Finish the stream: inline bytes below the threshold, else a file handle; None if nothing written."""

@@ -463,6 +463,79 @@ class _DisposesByGlob(CheckpointStorageLocationImpl):
             fs.rmdir(directory)
 
 
+class _WriteBufferedStream(CheckpointStateOutputStreamImpl):
+    """A write buffer of 4,096 bytes over the reference stream, written as Flink's `FsCheckpointStateOutputStream`
+    writes its own (`execution.checkpointing.write-buffer-size`); the two broken storages below get one step wrong."""
+
+    buffer_size = 4096
+
+    def _pending(self) -> bytearray:
+        pending: bytearray = self.__dict__.setdefault("pending", bytearray())  # the class swap runs no __init__
+        return pending
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        data, pending = bytes(data), self._pending()
+        written = len(data)
+        if written >= self.buffer_size:
+            self.write_past_buffer(data)
+            return written
+        remaining = self.buffer_size - len(pending)
+        if written > remaining:  # fill the buffer, flush it, buffer the rest
+            pending += data[:remaining]
+            self.flush_pending()
+            data = self.rest(data, remaining)
+        pending += data
+        return written
+
+    def write_past_buffer(self, data: bytes) -> None:
+        """A write as large as the buffer or larger: the buffered bytes first, then the write itself."""
+        self.flush_pending()
+        super().write(data)
+
+    def rest(self, data: bytes, remaining: int) -> bytes:
+        """What of `data` is left once its first `remaining` bytes filled the buffer."""
+        return data[remaining:]
+
+    def flush_pending(self) -> None:
+        pending = self._pending()
+        if pending:
+            super().write(bytes(pending))
+            pending.clear()
+
+    def tell(self) -> int:
+        return super().tell() + len(self._pending())
+
+    def close_and_get_handle(self) -> Any:
+        if not self._closed:
+            self.flush_pending()
+        return super().close_and_get_handle()
+
+
+# 27. A write as large as the write buffer or larger goes straight to the file without flushing the bytes buffered
+# before it: they land after it (CS-4). The suite wrote streams in chunks of 4,096 bytes, each one past the buffer
+# when the buffer was empty.
+class _LargeWritesOvertakeBuffer(_WriteBufferedStream):
+    def write_past_buffer(self, data: bytes) -> None:
+        CheckpointStateOutputStreamImpl.write(self, data)
+
+
+# 28. A write that fills the buffer past its end flushes the buffer and then buffers the write's first bytes again,
+# not its rest: the offset into the write is never advanced, as a `System.arraycopy` with a stale offset (CS-4).
+class _OverflowRestFromStart(_WriteBufferedStream):
+    def rest(self, data: bytes, remaining: int) -> bytes:
+        return data[: len(data) - remaining]
+
+
+def _with_streams(stream_class: type[CheckpointStateOutputStreamImpl]) -> Any:
+    """The file-system storage whose every stream (checkpoint scopes and task-owned) behaves as `stream_class`."""
+
+    def adopt(stream: Any) -> Any:
+        stream.__class__ = stream_class
+        return stream
+
+    return _with_access(lambda access: _every_stream(access, adopt))
+
+
 def metadata_in_place(config: Mapping[str, object]) -> Any:
     return _InPlaceStorage.from_config(config)
 
@@ -567,6 +640,14 @@ def disposes_by_glob(config: Mapping[str, object]) -> Any:
     return _with_checkpoint_locations(_DisposesByGlob).from_config(config)
 
 
+def large_writes_overtake_buffer(config: Mapping[str, object]) -> Any:
+    return _with_streams(_LargeWritesOvertakeBuffer).from_config(config)
+
+
+def overflow_rest_from_start(config: Mapping[str, object]) -> Any:
+    return _with_streams(_OverflowRestFromStart).from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -594,4 +675,6 @@ CAUGHT_BY = {
     "directories_cut_at_hash": "CS-1",
     "directories_percent_decoded": "CS-1",
     "disposes_by_glob": "CS-6",
+    "large_writes_overtake_buffer": "CS-4",
+    "overflow_rest_from_start": "CS-4",
 }

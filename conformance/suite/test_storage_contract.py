@@ -3,8 +3,10 @@ backend certification uses, or the storage under test (`statecert certify --stor
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
+import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +15,8 @@ from typing import Any
 import crc32c
 import fsspec
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from statecert.conformance.interleaving import Interleaving
 from statecert.spec.errors import (
@@ -46,6 +50,59 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
         handle = out.close_and_get_handle()
     with handle.open() as f:
         assert f.read() == payload, f"{scope.value} stream of {size} bytes read back differently"
+
+
+WRITE_SIZES = st.one_of(
+    st.integers(0, 64),
+    st.sampled_from([2**k + d for k in range(10, 18) for d in (-1, 0, 1)]),  # around any buffer's size
+    st.integers(0, 100_000),
+)
+
+
+@pytest.mark.requirement("CS-4")
+@given(scope=st.sampled_from([*CheckpointedStateScope, "task-owned"]), sizes=st.lists(WRITE_SIZES, max_size=8))
+@example(scope=CheckpointedStateScope.EXCLUSIVE, sizes=[1, 4095, 4096, 4097, 100, 70_000, 0, 3])
+def test_a_stream_written_in_writes_of_any_sizes_reads_back_its_bytes_in_order(
+    storage: Any, scope: CheckpointedStateScope | str, sizes: list[int]
+) -> None:
+    """Writes smaller than a write buffer, filling it past its end, as large as it, or larger (Flink's is 4,096 bytes,
+    `execution.checkpointing.write-buffer-size`), mixed in one stream, with `tell()` after each. A storage declaring
+    a maximum state size (CS-7) gets the writes up to it."""
+    sizes = _within(sizes, getattr(storage, "max_state_size", None))
+    stream = hashlib.shake_128(repr(sizes).encode()).digest(sum(sizes))  # no two positions alike, read back in order
+    access = storage.create_checkpoint_storage(f"job-{uuid.uuid4().hex}")
+    kind = scope if isinstance(scope, str) else scope.value
+    if scope == "task-owned":
+        out = access.create_task_owned_state_stream()
+    else:
+        out = access.initialize_location_for_checkpoint(1).create_checkpoint_state_output_stream(scope)
+    written = 0
+    for i, size in enumerate(sizes):
+        out.write(stream[written : written + size])
+        written += size
+        told = out.tell()
+        assert told == written, f"CS-4: tell() after writes of {sizes[: i + 1]} bytes: {told}, expected {written}"
+    handle = out.close_and_get_handle()
+    if handle is None:
+        assert written == 0, f"CS-4: close_and_get_handle() gave None after writing {written} bytes in {sizes}"
+        return
+    with handle.open() as f:
+        got = f.read()
+    first = next((i for i, (a, b) in enumerate(zip(got, stream, strict=False)) if a != b), min(len(got), written))
+    assert got == stream, (
+        f"CS-4: a {kind} stream written in writes of {sizes} bytes read back {len(got)} bytes, expected "
+        f"{written}; first difference at byte {first}"
+    )
+
+
+def _within(sizes: list[int], limit: int | None) -> list[int]:
+    """The first of `sizes` while they add up to at most `limit` (None: no limit), the last one cut to fit."""
+    if limit is None:
+        return sizes
+    kept: list[int] = []
+    for size in sizes:
+        kept.append(min(size, limit - sum(kept)))
+    return kept
 
 
 def _under(pointer: str, directory: str, prefix: str = "") -> bool:
