@@ -22,10 +22,12 @@ BACKENDS: dict[str, Callable[[str], Any]] = {
 
 
 @contextmanager
-def machine_over(new_backend: Callable[[str], Any]) -> Iterator[Any]:
-    """A `BackendMachine` over the backend, torn down afterwards as hypothesis would."""
+def machine_over(new_backend: Callable[[str], Any], max_parallelism: int = 16) -> Iterator[Any]:
+    """A `BackendMachine` over the backend, started at `max_parallelism` and torn down afterwards as hypothesis
+    would."""
     machine = make_machine(new_backend)()
     try:
+        machine.start(max_parallelism=max_parallelism)
         yield machine
     finally:
         machine.teardown()
