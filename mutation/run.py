@@ -1,5 +1,5 @@
-"""Mutation testing of the reference backends and of the example written from the spec alone: how many mutants
-of their code the conformance suite kills.
+"""Mutation testing of the reference backends, of the example written from the spec alone and of the reference
+checkpoint storages: how many mutants of their code the conformance suite kills.
 
 Each mutant (see `operators.py`) replaces one module of the installed package through an import hook, and the
 conformance suite's contract and model tiers run against the backend in a fresh process, stopping at the first
@@ -9,6 +9,7 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend hashmap [--jobs 2] [--report PATH]
     python mutation/run.py --backend rocksdb
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
+    python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
 """
 
 from __future__ import annotations
@@ -61,9 +62,24 @@ TARGETS = {
         "examples/spec-only-backend/spec_only_serializers.py",
         "examples/spec-only-backend/spec_only_snapshots.py",
     ],
+    # the reference checkpoint storages, certified as a storage under test (the storage contract alone)
+    "storage": [
+        "reference/storage/streams.py",
+        "reference/storage/location.py",
+        "reference/storage/filesystem.py",
+        "reference/storage/jobmanager.py",
+        "reference/storage/discard.py",
+        "reference/storage/literal_paths.py",
+        "reference/format/metadata_codec.py",
+    ],
 }
 # How the suite names each backend, and where its modules are imported from when they are not in the package.
-BACKEND_ARGUMENT = {"hashmap": "hashmap", "rocksdb": "rocksdb", "spec-only": "spec_only_backend:factory"}
+BACKEND_ARGUMENT: dict[str, str | None] = {
+    "hashmap": "hashmap",
+    "rocksdb": "rocksdb",
+    "spec-only": "spec_only_backend:factory",
+    "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
+}
 IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"]}
 # Configurations each mutant is certified under; it is killed when any of them fails.
 # The heap backend is also certified wrapped in the changelog backend, the only caller of its CL-9 accessors.
@@ -71,6 +87,7 @@ CONFIGS = {
     "hashmap": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "rocksdb": [[], ["--statecert-config", "execution.checkpointing.incremental=true"]],
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
+    "storage": [["--statecert-storage-under-test", "filesystem"], ["--statecert-storage-under-test", "jobmanager"]],
 }
 
 SITECUSTOMIZE = """
@@ -109,9 +126,10 @@ def module_name(path: str) -> str:
 
 
 def suite_command(backend: str, config: list[str], report: Path, max_examples: int) -> list[str]:
+    argument = BACKEND_ARGUMENT[backend]
     return [
         sys.executable, "-m", "pytest", "--pyargs", "statecert.conformance.suite",
-        "--statecert-backend", BACKEND_ARGUMENT[backend], *config,
+        *(["--statecert-backend", argument] if argument else []), *config,
         "--statecert-tier", "contract,model", "--statecert-max-examples", str(max_examples),
         "--statecert-shrink-seconds", "0", "--statecert-report", str(report),
         "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
