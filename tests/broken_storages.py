@@ -22,7 +22,14 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.reference.storage.streams import CheckpointStateOutputStreamImpl
-from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError, StateCertError, UnsafePathError
+from statecert.spec.errors import (
+    CheckpointNotFoundError,
+    IncompleteCheckpointError,
+    StateCertError,
+    StateSizeLimitError,
+    UnsafePathError,
+)
+from statecert.spec.metadata import CheckpointMetadata
 from statecert.spec.storage import (
     METADATA_FILE_NAME,
     TASK_OWNED_STATE_DIR,
@@ -526,14 +533,86 @@ class _OverflowRestFromStart(_WriteBufferedStream):
         return data[: len(data) - remaining]
 
 
-def _with_streams(stream_class: type[CheckpointStateOutputStreamImpl]) -> Any:
-    """The file-system storage whose every stream (checkpoint scopes and task-owned) behaves as `stream_class`."""
+# 29. Job-manager storage refusing a stream of exactly its maximum state size, as a `>=` where Flink's
+# `MemCheckpointStreamFactory.checkSize` has `>` (CS-7). The suite wrote one byte more than the limit, never the limit.
+class _LimitInclusiveStream(CheckpointStateOutputStreamImpl):
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if self._max_size is not None and self._pos + len(data) >= self._max_size:
+            self.discard()
+            raise StateSizeLimitError(f"state reaches the maximum state size of {self._max_size} bytes")
+        return super().write(data)
 
+
+class _LimitInclusiveJobManager(JobManagerCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        _every_stream(access, _adopting(_LimitInclusiveStream))
+        return access
+
+
+# 30. The inline threshold read as KiB where it is bytes (the configured 20 KiB taken as 20 MiB): every stream of up to
+# 20 MiB goes into `_metadata`, which every restore reads whole (CS-10). Every stream the suite wrote read back.
+class _ThresholdInKiB(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        access._threshold *= 1024
+        return access
+
+
+# 31. `_metadata`'s header (magic number and version, FMT-1) written and read little-endian: the storage reads its own
+# checkpoints and savepoints, and no other storage reads them (CS-11). Every test read back through the same storage.
+def _swap_header(data: bytes) -> bytes:
+    return struct.pack("<II", *struct.unpack(">II", data[:8])) + data[8:] if len(data) >= 8 else data
+
+
+class _LittleEndianHeaderLocation(CheckpointStorageLocationImpl):
+    def write_metadata(self, metadata: CheckpointMetadata) -> str:
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        final = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
+        if fs.exists(final):
+            raise StateCertError(f"{self.directory}: refusing to overwrite an existing {METADATA_FILE_NAME}")
+        temp = f"{final}.inprogress"
+        fs.makedirs(directory, exist_ok=True)
+        with fs.open(temp, "wb") as out:
+            out.write(_swap_header(encode_metadata(metadata, self.directory)))
+        fs.mv(temp, final)
+        return self.pointer
+
+
+def _little_endian_locations(initialize: Callable[..., Any]) -> Callable[..., Any]:
+    def little_endian(*args: Any, **kwargs: Any) -> Any:
+        location = initialize(*args, **kwargs)
+        location.__class__ = _LittleEndianHeaderLocation
+        return location
+
+    return little_endian
+
+
+class _LittleEndianHeader(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        for name in ("initialize_location_for_checkpoint", "initialize_location_for_savepoint"):
+            setattr(access, name, _little_endian_locations(getattr(access, name)))
+        return access
+
+    def load_checkpoint(self, pointer: str) -> Any:
+        location = self.resolve_checkpoint(pointer)
+        with fsspec.open(location.metadata_path, "rb") as f:
+            data = f.read()
+        return metadata_codec.decode_metadata(_swap_header(data), location.metadata_path, location.directory)
+
+
+def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
         return stream
 
-    return _with_access(lambda access: _every_stream(access, adopt))
+    return adopt
+
+
+def _with_streams(stream_class: type[CheckpointStateOutputStreamImpl]) -> Any:
+    """The file-system storage whose every stream (checkpoint scopes and task-owned) behaves as `stream_class`."""
+    return _with_access(lambda access: _every_stream(access, _adopting(stream_class)))
 
 
 def metadata_in_place(config: Mapping[str, object]) -> Any:
@@ -648,6 +727,18 @@ def overflow_rest_from_start(config: Mapping[str, object]) -> Any:
     return _with_streams(_OverflowRestFromStart).from_config(config)
 
 
+def limit_inclusive(config: Mapping[str, object]) -> Any:
+    return _LimitInclusiveJobManager.from_config(config)
+
+
+def inline_threshold_in_kib(config: Mapping[str, object]) -> Any:
+    return _ThresholdInKiB.from_config(config)
+
+
+def little_endian_metadata_header(config: Mapping[str, object]) -> Any:
+    return _LittleEndianHeader.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -677,4 +768,7 @@ CAUGHT_BY = {
     "disposes_by_glob": "CS-6",
     "large_writes_overtake_buffer": "CS-4",
     "overflow_rest_from_start": "CS-4",
+    "limit_inclusive": "CS-7",
+    "inline_threshold_in_kib": "CS-10",
+    "little_endian_metadata_header": "CS-11",
 }

@@ -19,6 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from statecert.conformance.interleaving import Interleaving
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import (
     CheckpointCorruptedError,
     CheckpointFormatError,
@@ -31,7 +32,7 @@ from statecert.spec.errors import (
 )
 from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyGroupsStateHandle
 from statecert.spec.keygroups import KeyGroupRange
-from statecert.spec.metadata import CheckpointMetadata, OperatorState, OperatorSubtaskState
+from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.storage import CheckpointedStateScope
 
 pytestmark = pytest.mark.subject("storage")
@@ -681,3 +682,96 @@ def test_maximum_state_size_is_enforced(storage: Any) -> None:
     except StateSizeLimitError:
         return
     pytest.fail(f"CS-7: a stream of {limit + 1} bytes was accepted by a storage declaring max_state_size={limit}")
+
+
+@pytest.mark.requirement("CS-7")
+def test_a_stream_of_exactly_the_maximum_state_size_is_accepted(storage: Any) -> None:
+    """The limit is the largest size accepted, as Flink's `MemCheckpointStreamFactory.checkSize` refuses only a
+    larger one."""
+    limit = getattr(storage, "max_state_size", None)
+    if not isinstance(limit, int) or limit > 64 * 1024 * 1024:
+        pytest.skip("the storage declares no maximum state size of at most 64 MiB (CS-7)")
+    payload = hashlib.shake_128(b"at the limit").digest(limit)
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        try:
+            for start in range(0, limit, 1 << 20):
+                out.write(payload[start : start + (1 << 20)])
+            handle = out.close_and_get_handle()
+        except StateSizeLimitError as exc:
+            pytest.fail(f"CS-7: a stream of exactly max_state_size={limit} bytes was refused: {exc}")
+    assert _misread(handle, payload) is None, f"CS-4: a stream of {limit} bytes read back {_misread(handle, payload)}"
+
+
+INLINE_CAP = 1 << 20
+"""The highest inline threshold Flink accepts (`FileSystemCheckpointStorage`, 1 MiB): no larger stream is inlined."""
+
+
+@pytest.mark.requirement("CS-10")
+@pytest.mark.parametrize("scope", [*CheckpointedStateScope, "task-owned"], ids=lambda s: getattr(s, "value", s))
+def test_a_stream_larger_than_one_mib_is_never_inlined_into_metadata(storage: Any, scope: Any) -> None:
+    if getattr(storage, "max_state_size", None) is not None:
+        pytest.skip("the storage declares a maximum state size (CS-7): it may inline all state (CS-JM-1)")
+    payload = hashlib.shake_128(b"larger than the cap").digest(INLINE_CAP + 1)
+    access = storage.create_checkpoint_storage("job")
+    if scope == "task-owned":
+        out = access.create_task_owned_state_stream()
+    else:
+        out = access.initialize_location_for_checkpoint(1).create_checkpoint_state_output_stream(scope)
+    for start in range(0, len(payload), 1 << 16):
+        out.write(payload[start : start + (1 << 16)])
+    handle = out.close_and_get_handle()
+    assert not isinstance(handle, ByteStreamStateHandle), (
+        f"CS-10: a stream of {len(payload)} bytes came back inline ({type(handle).__name__}): it would go into "
+        "_metadata, which then grows with the state"
+    )
+    assert _misread(handle, payload) is None, f"CS-4: the stream read back {_misread(handle, payload)}"
+
+
+def _write_savepoint(location: Any, sizes: tuple[int, ...]) -> tuple[str, list[bytes]]:
+    """A savepoint of one operator at `location` whose subtask holds, per scope and size, a keyed handle of that many
+    bytes; its pointer and the payloads in handle order."""
+    payloads: list[bytes] = []
+    handles: list[KeyGroupsStateHandle] = []
+    for scope in CheckpointedStateScope:
+        for size in sizes:
+            payload = hashlib.shake_128(f"{scope.value}-{size}".encode()).digest(size)
+            with location.create_checkpoint_state_output_stream(scope) as out:
+                out.write(payload)
+                handle = out.close_and_get_handle()
+            index = len(payloads)
+            handles.append(KeyGroupsStateHandle(KeyGroupRange(index, index), (0,), handle))
+            payloads.append(payload)
+    subtask = OperatorSubtaskState(tuple(handles))
+    operator = OperatorState("op", 1, 128, {0: subtask})
+    return location.write_metadata(
+        CheckpointMetadata(1, (operator,), kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    ), payloads
+
+
+def _read_savepoint(storage: Any, pointer: str, payloads: list[bytes]) -> list[str | None]:
+    metadata = storage.load_checkpoint(pointer)
+    handles = metadata.operator("op").subtask_states[0].managed_keyed_state
+    if len(handles) != len(payloads):
+        return [f"{len(handles)} handles, expected {len(payloads)}"]
+    return [_misread(handle.delegate, payload) for handle, payload in zip(handles, payloads, strict=True)]
+
+
+@pytest.mark.requirement("CS-11", "FMT-1", "FMT-2", "FMT-4")
+def test_a_savepoint_restores_under_another_storage_both_ways(storage: Any, checkpoint_dir: str) -> None:
+    """A savepoint written through the storage under test loads through the reference file-system storage, and one
+    written through the reference loads through it: `_metadata` is the format chapter's, as a Flink savepoint
+    restores under whatever checkpoint storage the restoring job configures."""
+    reference = FileSystemCheckpointStorage(
+        f"{checkpoint_dir}/statecert-reference", savepoint_dir=f"{checkpoint_dir}/statecert-reference-savepoints"
+    )
+    sizes = (10, INLINE_CAP + 1)  # inline in every storage's metadata, and in a file in every file storage's
+    directions = ((storage, reference, "under test -> reference"), (reference, storage, "reference -> under test"))
+    for writer, reader, direction in directions:
+        location = writer.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
+        pointer, payloads = _write_savepoint(location, sizes)
+        try:
+            got = _read_savepoint(reader, pointer, payloads)
+        except StateCertError as exc:
+            pytest.fail(f"CS-11 ({direction}): load_checkpoint({pointer!r}) raised {exc!r}")
+        assert got == [None] * len(payloads), f"CS-11 ({direction}): the savepoint's handles read back {got}"
