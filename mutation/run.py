@@ -87,7 +87,12 @@ CONFIGS = {
     "hashmap": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "rocksdb": [[], ["--statecert-config", "execution.checkpointing.incremental=true"]],
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
-    "storage": [["--statecert-storage-under-test", "filesystem"], ["--statecert-storage-under-test", "jobmanager"]],
+    # the file-system storage on the local disk and on `memory://`, where fsspec expands glob characters (CS-1)
+    "storage": [
+        ["--statecert-storage-under-test", "filesystem"],
+        ["--statecert-storage-under-test", "jobmanager"],
+        ["--statecert-storage-under-test", "filesystem", "--statecert-storage", "memory://statecert-mutation"],
+    ],
 }
 
 SITECUSTOMIZE = """
