@@ -70,13 +70,9 @@ def test_a_stream_written_in_writes_of_any_sizes_reads_back_its_bytes_in_order(
     `execution.checkpointing.write-buffer-size`), mixed in one stream, with `tell()` after each. A storage declaring
     a maximum state size (CS-7) gets the writes up to it."""
     sizes = _within(sizes, getattr(storage, "max_state_size", None))
-    stream = hashlib.shake_128(repr(sizes).encode()).digest(sum(sizes))  # no two positions alike, read back in order
-    access = storage.create_checkpoint_storage(f"job-{uuid.uuid4().hex}")
+    stream = hashlib.shake_128(repr(sizes).encode()).digest(sum(sizes))  # a piece moved or repeated reads differently
     kind = scope if isinstance(scope, str) else scope.value
-    if scope == "task-owned":
-        out = access.create_task_owned_state_stream()
-    else:
-        out = access.initialize_location_for_checkpoint(1).create_checkpoint_state_output_stream(scope)
+    out = _stream_of(storage.create_checkpoint_storage(f"job-{uuid.uuid4().hex}"), scope)
     written = 0
     for i, size in enumerate(sizes):
         out.write(stream[written : written + size])
@@ -94,6 +90,13 @@ def test_a_stream_written_in_writes_of_any_sizes_reads_back_its_bytes_in_order(
         f"CS-4: a {kind} stream written in writes of {sizes} bytes read back {len(got)} bytes, expected "
         f"{written}; first difference at byte {first}"
     )
+
+
+def _stream_of(access: Any, scope: CheckpointedStateScope | str) -> Any:
+    """A stream of `scope` in checkpoint 1 of the storage access `access`, or its task-owned stream."""
+    if scope == "task-owned":
+        return access.create_task_owned_state_stream()
+    return access.initialize_location_for_checkpoint(1).create_checkpoint_state_output_stream(scope)
 
 
 def _within(sizes: list[int], limit: int | None) -> list[int]:
@@ -713,11 +716,7 @@ def test_a_stream_larger_than_one_mib_is_never_inlined_into_metadata(storage: An
     if getattr(storage, "max_state_size", None) is not None:
         pytest.skip("the storage declares a maximum state size (CS-7): it may inline all state (CS-JM-1)")
     payload = hashlib.shake_128(b"larger than the cap").digest(INLINE_CAP + 1)
-    access = storage.create_checkpoint_storage("job")
-    if scope == "task-owned":
-        out = access.create_task_owned_state_stream()
-    else:
-        out = access.initialize_location_for_checkpoint(1).create_checkpoint_state_output_stream(scope)
+    out = _stream_of(storage.create_checkpoint_storage("job"), scope)
     for start in range(0, len(payload), 1 << 16):
         out.write(payload[start : start + (1 << 16)])
     handle = out.close_and_get_handle()
@@ -750,6 +749,8 @@ def _write_savepoint(location: Any, sizes: tuple[int, ...]) -> tuple[str, list[b
 
 
 def _read_savepoint(storage: Any, pointer: str, payloads: list[bytes]) -> list[str | None]:
+    """The savepoint at `pointer` loaded through `storage`: per handle, None when it reads back its payload, else what
+    it gave (`_misread`)."""
     metadata = storage.load_checkpoint(pointer)
     handles = metadata.operator("op").subtask_states[0].managed_keyed_state
     if len(handles) != len(payloads):
@@ -765,7 +766,7 @@ def test_a_savepoint_restores_under_another_storage_both_ways(storage: Any, chec
     reference = FileSystemCheckpointStorage(
         f"{checkpoint_dir}/statecert-reference", savepoint_dir=f"{checkpoint_dir}/statecert-reference-savepoints"
     )
-    sizes = (10, INLINE_CAP + 1)  # inline in every storage's metadata, and in a file in every file storage's
+    sizes = (10, INLINE_CAP + 1)  # under the default inline threshold, and over what a file storage may inline (CS-10)
     directions = ((storage, reference, "under test -> reference"), (reference, storage, "reference -> under test"))
     for writer, reader, direction in directions:
         location = writer.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
