@@ -470,9 +470,10 @@ class _DisposesByGlob(CheckpointStorageLocationImpl):
             fs.rmdir(directory)
 
 
-class _WriteBufferedStream(CheckpointStateOutputStreamImpl):
+class WriteBufferedStream(CheckpointStateOutputStreamImpl):
     """A write buffer of 4,096 bytes over the reference stream, written as Flink's `FsCheckpointStateOutputStream`
-    writes its own (`execution.checkpointing.write-buffer-size`); the two broken storages below get one step wrong."""
+    writes its own (`execution.checkpointing.write-buffer-size`). Correct as it is (the lenient storage of
+    `tests/lenient_backends.py` uses it); the two broken storages below get one step wrong."""
 
     buffer_size = 4096
 
@@ -521,14 +522,14 @@ class _WriteBufferedStream(CheckpointStateOutputStreamImpl):
 # 27. A write as large as the write buffer or larger goes straight to the file without flushing the bytes buffered
 # before it: they land after it (CS-4). The suite wrote streams in chunks of 4,096 bytes, each one past the buffer
 # when the buffer was empty.
-class _LargeWritesOvertakeBuffer(_WriteBufferedStream):
+class _LargeWritesOvertakeBuffer(WriteBufferedStream):
     def write_past_buffer(self, data: bytes) -> None:
         CheckpointStateOutputStreamImpl.write(self, data)
 
 
 # 28. A write that fills the buffer past its end flushes the buffer and then buffers the write's first bytes again,
 # not its rest: the offset into the write is never advanced, as a `System.arraycopy` with a stale offset (CS-4).
-class _OverflowRestFromStart(_WriteBufferedStream):
+class _OverflowRestFromStart(WriteBufferedStream):
     def rest(self, data: bytes, remaining: int) -> bytes:
         return data[: len(data) - remaining]
 

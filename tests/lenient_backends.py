@@ -37,8 +37,9 @@ make, and each test that assumed the reference's side would reject a correct bac
 `storage_reading_current_keys_only` is a checkpoint storage factory that reads only Flink 2.x's option names for
 its directories (CS-8); the suite must configure a storage under test by them. `storage_taking_other_choices` makes
 a checkpoint's directory when its location is initialized, where the reference waits for the first file (FMT-5 then
-calls the checkpoint incomplete rather than not found), and spells its pointers as plain local paths, not `file://`
-URLs (nothing fixes the spelling).
+calls the checkpoint incomplete rather than not found), spells its pointers as plain local paths, not `file://`
+URLs (nothing fixes the spelling), inlines nothing into `_metadata` (an inline threshold of 0, which CS-10 allows) and
+passes every stream's writes through a 4 KiB write buffer, as Flink's file streams do (CS-4).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from statecert.spec.serializers import Compatibility
 from statecert.spec.state import StateKind
 from statecert.spec.timers import InternalTimer
 from tests.broken_backends import AcceptsKeysOutsideRange, _factory
+from tests.broken_storages import WriteBufferedStream, _adopting, _every_stream
 
 
 class _LenientReducing(ReducingStateImpl):
@@ -356,7 +358,8 @@ class _EagerPlainPathLocation(CheckpointStorageLocationImpl):
 
 
 class _OtherChoicesStorage(FileSystemCheckpointStorage):
-    """The file-system storage whose checkpoint and savepoint locations are `_EagerPlainPathLocation`s."""
+    """The file-system storage whose checkpoint and savepoint locations are `_EagerPlainPathLocation`s, with no
+    inline state and buffered checkpoint and task-owned streams."""
 
     def create_checkpoint_storage(self, job_id: str) -> Any:
         access = super().create_checkpoint_storage(job_id)
@@ -374,6 +377,8 @@ class _OtherChoicesStorage(FileSystemCheckpointStorage):
                 )
 
             setattr(access, name, eager)
+        access._threshold = 0  # read by the locations `initialize` makes
+        _every_stream(access, _adopting(WriteBufferedStream))
         return access
 
 
