@@ -567,17 +567,8 @@ def _swap_header(data: bytes) -> bytes:
 
 
 class _LittleEndianHeaderLocation(CheckpointStorageLocationImpl):
-    def write_metadata(self, metadata: CheckpointMetadata) -> str:
-        fs, directory = fsspec.core.url_to_fs(self.directory)
-        final = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
-        if fs.exists(final):
-            raise StateCertError(f"{self.directory}: refusing to overwrite an existing {METADATA_FILE_NAME}")
-        temp = f"{final}.inprogress"
-        fs.makedirs(directory, exist_ok=True)
-        with fs.open(temp, "wb") as out:
-            out.write(_swap_header(encode_metadata(metadata, self.directory)))
-        fs.mv(temp, final)
-        return self.pointer
+    def metadata_bytes(self, metadata: CheckpointMetadata) -> bytes:
+        return _swap_header(super().metadata_bytes(metadata))
 
 
 def _little_endian_locations(initialize: Callable[..., Any]) -> Callable[..., Any]:

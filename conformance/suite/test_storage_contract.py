@@ -668,11 +668,17 @@ def test_a_savepoint_directory_moved_elsewhere_restores(storage: Any) -> None:
     )
 
 
-@pytest.mark.requirement("CS-JM-2", "CS-7")
-def test_maximum_state_size_is_enforced(storage: Any) -> None:
+def _declared_limit(storage: Any) -> int:
+    """The storage's `max_state_size` (CS-7); the test is skipped without one of at most 64 MiB to write."""
     limit = getattr(storage, "max_state_size", None)
     if not isinstance(limit, int) or limit > 64 * 1024 * 1024:
         pytest.skip("the storage declares no maximum state size of at most 64 MiB (CS-7)")
+    return limit
+
+
+@pytest.mark.requirement("CS-JM-2", "CS-7")
+def test_maximum_state_size_is_enforced(storage: Any) -> None:
+    limit = _declared_limit(storage)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
     chunk = b"x" * (1 << 20)
     try:  # the limit may bite at any write or at the close
@@ -691,9 +697,7 @@ def test_maximum_state_size_is_enforced(storage: Any) -> None:
 def test_a_stream_of_exactly_the_maximum_state_size_is_accepted(storage: Any) -> None:
     """The limit is the largest size accepted, as Flink's `MemCheckpointStreamFactory.checkSize` refuses only a
     larger one."""
-    limit = getattr(storage, "max_state_size", None)
-    if not isinstance(limit, int) or limit > 64 * 1024 * 1024:
-        pytest.skip("the storage declares no maximum state size of at most 64 MiB (CS-7)")
+    limit = _declared_limit(storage)
     payload = hashlib.shake_128(b"at the limit").digest(limit)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
     with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:

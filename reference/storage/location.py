@@ -54,9 +54,13 @@ class CheckpointStorageLocationImpl:
         target = self.shared_dir if scope is CheckpointedStateScope.SHARED else self.directory
         return CheckpointStateOutputStreamImpl(target, self._threshold, self._max_state_size)
 
+    def metadata_bytes(self, metadata: CheckpointMetadata) -> bytes:
+        """What `write_metadata` writes: `metadata` in the format chapter's encoding (FMT-1, FMT-2)."""
+        return encode_metadata(metadata, self.directory)
+
     def write_metadata(self, metadata: CheckpointMetadata) -> str:
         """Write to a temporary name, then rename: `_metadata` appears complete or not at all (FMT-7)."""
-        data = encode_metadata(metadata, self.directory)
+        data = self.metadata_bytes(metadata)
         fs, directory = fsspec.core.url_to_fs(self.directory)
         final = f"{directory.rstrip('/')}/{METADATA_FILE_NAME}"
         if fs.exists(final):
