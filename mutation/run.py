@@ -1,15 +1,18 @@
 """Mutation testing of the reference backends, of the example written from the spec alone and of the reference
-checkpoint storages: how many mutants of their code the conformance suite kills.
+checkpoint storages: how many mutants of their code the conformance suite kills; and of the reference's readers and
+writers of checkpoint files, how many the repository's format tests kill.
 
 Each mutant (see `operators.py`) replaces one module of the installed package through an import hook, and the
 conformance suite's contract and model tiers run against the backend in a fresh process, stopping at the first
-failure. A mutant is killed when the suite fails (or the run times out); it survives when the suite passes.
+failure (for `format`, the repository's tests of `_metadata`, state files and hostile input run instead, from a
+checkout). A mutant is killed when the tests fail (or the run times out); it survives when they pass.
 Prints the kill rate per module and overall and every survivor; writes a JSON report and a PNG beside it.
 
     python mutation/run.py --backend hashmap [--jobs 2] [--report PATH]
     python mutation/run.py --backend rocksdb
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
+    python mutation/run.py --backend format      # reference/format/, by the repository's format and fuzz tests
 """
 
 from __future__ import annotations
@@ -72,6 +75,25 @@ TARGETS = {
         "reference/storage/literal_paths.py",
         "reference/format/metadata_codec.py",
     ],
+    # what reads and writes checkpoint files and refuses damaged or hostile ones (FMT, IF): the conformance suite
+    # certifies backends and storages, so these are measured by the repository's own tests of them
+    "format": sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "format").glob("*.py") if p.name != "__init__.py"
+    ),
+}
+# Targets measured by repository tests (run from this checkout) instead of the conformance suite.
+REPOSITORY_TESTS = {
+    "format": [
+        "tests/test_format.py",
+        "tests/test_fuzz_metadata.py",
+        "tests/test_fuzz_state_files.py",
+        "tests/test_hostile_corpus.py",
+        "tests/test_interchange_spec.py",
+        "tests/test_storage.py",
+        "tests/test_changelog_segments.py",
+        "tests/test_crash_consistency.py",
+        "tests/test_retention_and_recovery.py",
+    ],
 }
 # How the suite names each backend, and where its modules are imported from when they are not in the package.
 BACKEND_ARGUMENT: dict[str, str | None] = {
@@ -79,6 +101,7 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "rocksdb": "rocksdb",
     "spec-only": "spec_only_backend:factory",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
+    "format": None,  # REPOSITORY_TESTS
 }
 IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"]}
 # Configurations each mutant is certified under; it is killed when any of them fails.
@@ -93,6 +116,7 @@ CONFIGS = {
         ["--statecert-storage-under-test", "jobmanager"],
         ["--statecert-storage-under-test", "filesystem", "--statecert-storage", "memory://statecert-mutation"],
     ],
+    "format": [[]],
 }
 
 SITECUSTOMIZE = """
@@ -131,6 +155,9 @@ def module_name(path: str) -> str:
 
 
 def suite_command(backend: str, config: list[str], report: Path, max_examples: int) -> list[str]:
+    if backend in REPOSITORY_TESTS:  # one seed, so that a mutant's outcome does not depend on the run
+        tests = [str(ROOT / t) for t in REPOSITORY_TESTS[backend]]
+        return [sys.executable, "-m", "pytest", *tests, "--hypothesis-seed", "0", "-x", "-q", "-p", "no:cacheprovider"]
     argument = BACKEND_ARGUMENT[backend]
     return [
         sys.executable, "-m", "pytest", "--pyargs", "statecert.conformance.suite",
@@ -160,11 +187,14 @@ def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float
             fd, name = tempfile.mkstemp(prefix="report-", suffix=".json", dir=workdir)
             os.close(fd)
             report = Path(name)
+            # each run in a directory of its own: hypothesis keeps its example database in the working directory,
+            # and one mutant's failing examples replayed for the next would make an outcome depend on the order
             try:
-                done = subprocess.run(
-                    suite_command(backend, config, report, max_examples),
-                    cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout,
-                )  # fmt: skip
+                with tempfile.TemporaryDirectory(dir=workdir) as cwd:
+                    done = subprocess.run(
+                        suite_command(backend, config, report, max_examples),
+                        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                    )  # fmt: skip
             except subprocess.TimeoutExpired:
                 return {"outcome": "killed", "by": f"timeout after {timeout:.0f} s", "seconds": timeout}
             if done.returncode != 0:
@@ -172,6 +202,10 @@ def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float
                 if report.stat().st_size:
                     failing = [t["id"] for t in json.loads(report.read_text())["tests"] if t["outcome"] == "failed"]
                     by = failing[0] if failing else by
+                else:  # repository tests: pytest's summary line of the first failure
+                    failed = [line for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+                    node = failed[0].split(" - ")[0].split(" ", 1)[1] if failed else ""
+                    by = node[node.find("tests/") :] if "tests/" in node else by
                 return {"outcome": "killed", "by": by, "seconds": time.monotonic() - started}
         return {"outcome": "survived", "by": "", "seconds": time.monotonic() - started}
     finally:

@@ -320,6 +320,61 @@ def test_malformed_payload_is_a_format_error(mutate: Any) -> None:
         decode_metadata(craft(plain), "sp/_metadata", "file:///data/sp")
 
 
+def _operator(parallelism: int, max_parallelism: int) -> Any:
+    """A payload mutation: the operator at these parallelisms, its subtask 0 keeping its handle of key group 0."""
+    return lambda p: p["operators"][0].update(parallelism=parallelism, max_parallelism=max_parallelism)
+
+
+def _stateless_subtask(index: int) -> Any:
+    """A payload mutation: a subtask `index` without state beside subtask 0, at parallelism 4 (max parallelism 8)."""
+
+    def mutate(p: Any) -> None:
+        p["operators"][0].update(parallelism=4, max_parallelism=8)
+        p["operators"][0]["subtasks"].append({"index": index, "keyed": [], "operator": []})
+
+    return mutate
+
+
+# (mutation, whether the edge is inside the range): each range's last value decodes, the one past it is refused
+EDGES = {
+    "checkpoint id 2^63 - 1 (Long.MAX_VALUE)": (lambda p: p.update(checkpoint_id=2**63 - 1), True),
+    "checkpoint id 2^63": (lambda p: p.update(checkpoint_id=2**63), False),
+    "timestamp 2^63 - 1": (lambda p: p.update(timestamp_ms=2**63 - 1), True),
+    "timestamp 2^63": (lambda p: p.update(timestamp_ms=2**63), False),
+    "max parallelism 32768": (_operator(1, 32768), True),
+    "max parallelism 32769": (_operator(1, 32769), False),
+    "parallelism equal to the max parallelism": (_operator(4, 4), True),
+    "parallelism above the max parallelism": (_operator(5, 4), False),
+    "subtask index parallelism - 1": (_stateless_subtask(3), True),
+    "subtask index equal to the parallelism": (_stateless_subtask(4), False),
+}
+
+
+@pytest.mark.requirement("FMT-11", "KG-4")
+@pytest.mark.parametrize("edge", sorted(EDGES))
+def test_integers_decode_up_to_the_end_of_their_range_and_not_one_past(edge: str) -> None:
+    """Each bounded integer of `_metadata` at its largest value and one past it. A subtask index equal to the
+    parallelism, in a subtask without keyed handles (which no key-group check meets), would restore its operator state
+    as an extra subtask's."""
+    mutate, inside = EDGES[edge]
+    plain = plain_with_path("x")
+    mutate(plain)
+    if not inside:
+        with pytest.raises(CheckpointFormatError, match=r"^sp/_metadata: "):
+            decode_metadata(craft(plain), "sp/_metadata", "file:///data/sp")
+        return
+    meta = decode_metadata(craft(plain), "sp/_metadata", "file:///data/sp")
+    operator = meta.operators[0]
+    got = (meta.checkpoint_id, meta.timestamp_ms, operator.parallelism, operator.max_parallelism)
+    want = (
+        plain["checkpoint_id"],
+        plain["timestamp_ms"],
+        *(plain["operators"][0][k] for k in ("parallelism", "max_parallelism")),
+    )
+    assert got == want, f"{edge}: decoded (checkpoint id, timestamp, parallelism, max parallelism) {got}, not {want}"
+    assert sorted(operator.subtask_states) == sorted(s["index"] for s in plain["operators"][0]["subtasks"]), edge
+
+
 # -- on storage ------------------------------------------------------------------------------------------------------
 
 
