@@ -2339,6 +2339,99 @@ class _MaskedTimerKeyGroups(TimerQueue):
             backend._current_key_group = right
 
 
+# 163. Broadcast entries found through the user key serializer's stable `key_hash` alone, as an open-addressing
+# table that compares hashes and never the keys' bytes might: string user keys "Aa" and "BB" (one Java
+# `String.hashCode`) share one entry (OS-3, KS-3). The 11th hunt's test of keys of one hash covered keyed state and
+# map state; broadcast user keys were drawn from msgpack keys, whose murmur hashes rarely meet.
+class _BroadcastByHash(BroadcastStateImpl):
+    def _slot(self, key_bytes: bytes) -> bytes:
+        serializer = self._state.serializer.fields[0]
+        return int(serializer.key_hash(serializer.deserialize(key_bytes))).to_bytes(4, "big", signed=True)
+
+    def _key_bytes(self, key: Any) -> bytes:
+        return self._slot(super()._key_bytes(key))
+
+    def _positions(self) -> dict[bytes, int]:
+        if self._state.positions is None:
+            positions: dict[bytes, int] = {}
+            kept: list[bytes] = []
+            for element in self._state.elements:
+                slot = self._slot(msgpack.unpackb(element)[0])
+                if slot not in positions:
+                    positions[slot] = len(kept)
+                    kept.append(element)
+            self._state.elements[:] = kept
+            self._state.positions = positions
+        return self._state.positions
+
+    def remove(self, key: Any) -> None:
+        positions = self._positions()
+        i = positions.pop(self._key_bytes(key), None)
+        if i is None:
+            return
+        elements = self._state.elements
+        last = elements.pop()
+        if i < len(elements):
+            elements[i] = last
+            positions[self._slot(msgpack.unpackb(last)[0])] = i
+
+
+class _BroadcastByHashBackend(DefaultOperatorStateBackend):
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        state = super().get_broadcast_state(descriptor)
+        return _BroadcastByHash(self, state._state)
+
+
+# 164. Timers told apart by their key's stable `key_hash` (with the namespace's bytes and the time), as a timer set
+# indexed by hash and never comparing keys might: the timers of string keys "Aa" and "BB" at one namespace and time
+# are one timer, so one key's never fires and deleting it deletes the other's (TM-3, TM-4). The timer tests' keys
+# were short words of "a" to "h", none sharing a hash.
+class _TimersByKeyHash(TimerQueue):
+    def _identity(self, key: Any, namespace: Any, time: int) -> Any:
+        return (self._backend.key_serializer.key_hash(key), self._namespaces.serialize(namespace), time)
+
+
+# 165. Each value state's namespace bytes remembered by the namespace serializer's stable `key_hash`, as a cache of
+# window namespaces might: long namespaces whose two halves XOR alike (one `Long.hashCode`) share one entry (KS-3).
+# The keys-of-one-hash test wrote in the void namespace only.
+class _NamespacesByHash(ValueStateImpl):
+    def set_current_namespace(self, namespace: Any) -> None:
+        if namespace is None:
+            super().set_current_namespace(namespace)
+            return
+        cache = self.__dict__.setdefault("_namespaces_by_hash", {})
+        key_hash = self.namespace_serializer.key_hash(namespace)
+        if key_hash not in cache:
+            super().set_current_namespace(namespace)
+            cache[key_hash] = self._ns_bytes
+        self._ns_bytes = cache[key_hash]
+
+
+# 166. An entry's age taken as the distance between the clock and its last access, `abs(now - last) >= ttl`: the
+# same while the clock only moves forward, but after a restore on a machine whose clock is behind the writer's by
+# more than the TTL, every entry is expired at once (TTL-1). The suite's clocks never went back.
+class _AgeAsDistance(TtlPolicy):
+    def expired(self, stored: bytes) -> bool:
+        if self.ttl is None:
+            return False
+        (last_access,) = struct.unpack_from(">q", stored)
+        return abs(self.clock.now_ms() - last_access) >= self.ttl.ttl_ms
+
+
+# 167. The key-group range check compares with the range's end alone: a key of a key group below the start is taken,
+# and its entry lands at a negative index of the per-key-group tables, another key group's (KB-KEY-2). Flink's check
+# is what finds a job's non-deterministic keys. The test probed one key above subtask 0's range, which starts at 0.
+class _RangeCheckedAtTheEndOnly(AcceptsKeysOutsideRange):
+    def set_current_key(self, key: Any) -> None:
+        if key is not None and not self._closed and self.key_group_of(key) < self.key_group_range.start:
+            super().set_current_key(key)
+        else:
+            HeapKeyedStateBackend.set_current_key(self, key)
+
+    def key_group_outside(self, key: Any) -> int:
+        return self.key_group_of(key)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2576,6 +2669,11 @@ ttl_expiry_wraps = _factory(_with_ttl_policy(_WrappingExpiry))
 float_keys_cached = _factory(_FloatKeysCached)
 operator_element_lengths_in_16_bits = _factory(operator=_OperatorElementLengthsIn16Bits)
 timer_key_groups_by_bit_mask = _factory(_with_timer_queue(_MaskedTimerKeyGroups))
+broadcast_user_keys_by_hash = _factory(operator=_BroadcastByHashBackend)
+timers_by_key_hash = _factory(_with_timer_queue(_TimersByKeyHash))
+namespaces_by_hash = _factory(_with_state(ValueStateImpl, _NamespacesByHash))
+ttl_age_as_distance = _factory(_with_ttl_policy(_AgeAsDistance))
+range_checked_at_the_end_only = _factory(_RangeCheckedAtTheEndOnly)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2741,4 +2839,9 @@ CAUGHT_BY = {
     "float_keys_cached": "KS-3",
     "operator_element_lengths_in_16_bits": "OS-7",
     "timer_key_groups_by_bit_mask": "TM-7",
+    "broadcast_user_keys_by_hash": "OS-3",
+    "timers_by_key_hash": "TM-3",
+    "namespaces_by_hash": "KS-3",
+    "ttl_age_as_distance": "TTL-1",
+    "range_checked_at_the_end_only": "KB-KEY-2",
 }

@@ -594,6 +594,15 @@ class _LittleEndianHeader(FileSystemCheckpointStorage):
         return metadata_codec.decode_metadata(_swap_header(data), location.metadata_path, location.directory)
 
 
+# 32. Each job's directory named by the first 8 characters of its id, as a storage shortening Flink's 32-hex-digit job
+# ids for shorter paths might: two jobs whose ids share those characters write the same checkpoint directories, and
+# one job's subsumption or disposal deletes the other's checkpoints (CS-2). The contract's job ids ("job-a",
+# "job-b") were shorter than any prefix a storage would keep.
+class _JobDirectoriesByPrefix(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        return super().create_checkpoint_storage(job_id[:8])
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -731,6 +740,10 @@ def little_endian_metadata_header(config: Mapping[str, object]) -> Any:
     return _LittleEndianHeader.from_config(config)
 
 
+def job_directories_by_prefix(config: Mapping[str, object]) -> Any:
+    return _JobDirectoriesByPrefix.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -763,4 +776,5 @@ CAUGHT_BY = {
     "limit_inclusive": "CS-7",
     "inline_threshold_in_kib": "CS-10",
     "little_endian_metadata_header": "CS-11",
+    "job_directories_by_prefix": "CS-2",
 }

@@ -110,15 +110,19 @@ def test_snapshot_and_restore_give_the_same_entries(state_backend: Any, storage:
 
 @pytest.mark.requirement("KB-KEY-2", "KB-KEY-1")
 @pytest.mark.parametrize("access", ["read", "write"])
-def test_key_outside_range_is_rejected(state_backend: Any, access: str) -> None:
-    with keyed_backend(state_backend, parallelism=2, index=0) as backend:
+@pytest.mark.parametrize("side", ["below", "above"])
+def test_key_outside_range_is_rejected(state_backend: Any, access: str, side: str) -> None:
+    """Subtask 1 of 3 owns key groups 43-85 of 128: a key of key group 42 or 86, just outside either end, is refused
+    (a check against the range's end alone takes the keys below its start)."""
+    with keyed_backend(state_backend, parallelism=3, index=1) as backend:
         state = backend.get_or_create_state(VALUE)
-        outside = next(f"k{i}" for i in range(1000) if key_group_of(f"k{i}") >= 64)
+        group = 42 if side == "below" else 86
+        outside = next(f"k{i}" for i in range(100_000) if key_group_of(f"k{i}") == group)
         try:
             backend.set_current_key(outside)
         except IllegalStateError:
             return  # refused at once
-        call = f"set_current_key({outside!r}) (key group {key_group_of(outside)}, range 0-63) then a {access}"
+        call = f"set_current_key({outside!r}) (key group {group}, range 43-85) then a {access}"
         with pytest.raises(IllegalStateError):
             state.value() if access == "read" else state.update(1)
             pytest.fail(f"KB-KEY-2: {call}: expected IllegalStateError, got none")

@@ -219,7 +219,7 @@ def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, 
                 )
 
 
-def _one_java_hash(kind: str) -> st.SearchStrategy[list[Any]]:
+def one_java_hash(kind: str) -> st.SearchStrategy[list[Any]]:
     """Distinct keys sharing one `key_hash`: strings of as many "Aa" / "BB" blocks (Java's `String.hashCode` gives
     "Aa" and "BB" the same 2112), or longs whose high and low 32 bits XOR to one value (`Long.hashCode`)."""
     if kind == "str":
@@ -254,8 +254,8 @@ def test_keys_of_one_hash_are_different_keys(
     one `key_hash` each hold their own value, and map user keys of one hash their own entry, live and after a
     restore. A table or key cache indexed by that hash alone gives one key another's entry."""
     serializer = KEY_KINDS[kind]
-    keys = data.draw(_one_java_hash(kind), label="keys")
-    user_keys = data.draw(_one_java_hash("str"), label="user keys")
+    keys = data.draw(one_java_hash(kind), label="keys")
+    user_keys = data.draw(one_java_hash("str"), label="user keys")
     assert len({serializer.key_hash(k) for k in keys}) == 1, f"the strategy's keys share a hash: {keys}"
     value = ValueStateDescriptor("v", serializer=LongSerializer())
     entries = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
@@ -276,6 +276,45 @@ def test_keys_of_one_hash_are_different_keys(
                     assert items == expected, (
                         f"{when}set_current_key({key!r}), items() of the map: expected {expected}, got {items}"
                     )
+
+
+@pytest.mark.requirement("KS-3", "KB-STATE-1", "KB-RESTORE-1")
+@given(namespaces=one_java_hash("long"), user_keys=one_java_hash("str"))
+def test_namespaces_of_one_hash_are_different_namespaces(
+    certification: Any, tmp_path_factory: Any, namespaces: list[int], user_keys: list[str]
+) -> None:
+    """Namespaces are told apart by their bytes too (KS-3): value, list and map state of one key in long namespaces
+    of one `Long.hashCode` (windows whose start times' halves XOR alike) each hold their own entry, live and after a
+    restore, and `get_keys` finds the key in each. A namespace cache or table indexed by that hash alone gives one
+    window another's state."""
+    serializer = LongSerializer()
+    value = ValueStateDescriptor("v", serializer=LongSerializer())
+    elements = ListStateDescriptor("l", element_serializer=LongSerializer())
+    entries = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
+    assert len({serializer.key_hash(n) for n in namespaces}) == 1, f"namespaces of one hash: {namespaces}"
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        for j, namespace in enumerate(namespaces):
+            backend.get_partitioned_state(namespace, value, serializer).update(j)
+            backend.get_partitioned_state(namespace, elements, serializer).add_all([j, -j])
+            backend.get_partitioned_state(namespace, entries, serializer).put(user_keys[j % len(user_keys)], j)
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            for when, keyed in (("KS-3: ", backend), ("KB-RESTORE-1: after restore, ", restored)):
+                keyed.set_current_key("k")
+                for j, namespace in reversed(list(enumerate(namespaces))):
+                    got = (
+                        keyed.get_partitioned_state(namespace, value, serializer).value(),
+                        keyed.get_partitioned_state(namespace, elements, serializer).get(),
+                        dict(keyed.get_partitioned_state(namespace, entries, serializer).items()),
+                    )
+                    want = (j, [j, -j], {user_keys[j % len(user_keys)]: j})
+                    assert got == want, (
+                        f"{when}value, list and map state of key k in namespace {namespace} of {namespaces}: "
+                        f"expected {want}, got {got}"
+                    )
+                    for name in ("v", "l", "m"):
+                        keys = list(keyed.get_keys(name, namespace))
+                        assert keys == ["k"], f"{when}get_keys({name!r}, {namespace}) of {namespaces}: {keys}"
 
 
 def check_folds_in_order(

@@ -25,6 +25,7 @@ from statecert.conformance.helpers import (
     shown_name,
 )
 from statecert.conformance.interleaving import Interleaving
+from statecert.conformance.suite.test_keyed_state_properties import one_java_hash
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -683,6 +684,41 @@ def test_broadcast_state_is_a_map_told_apart_by_key_bytes_through_a_restore(
         check(state, "live")
         with _restored(certification, tmp_path_factory, backend) as restored:
             check(restored.get_broadcast_state(RULES), "restored")
+
+
+@pytest.mark.requirement("OS-3", "KS-3")
+@pytest.mark.capability("operator_state")
+@given(user_keys=one_java_hash("str"), removed=st.integers(0, 15))
+def test_broadcast_user_keys_of_one_hash_are_different_keys(
+    certification: Any, tmp_path_factory: Any, user_keys: list[str], removed: int
+) -> None:
+    """Broadcast user keys are told apart by their bytes (KS-3), not by the hash their serializer gives: string user
+    keys of one `key_hash` ("Aa" and "BB" blocks, one Java `String.hashCode`) each keep their own entry, live, after
+    one of them is removed, and after a restore. A table indexed by that hash alone gives one key another's entry."""
+    descriptor = MapStateDescriptor(
+        "rules", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer()
+    )
+    gone = user_keys[removed % len(user_keys)]
+    model = {key: i for i, key in enumerate(user_keys) if key != gone}
+
+    def check(state: Any, when: str) -> None:
+        got = {key: state.get(key) for key in user_keys}
+        assert got == {key: model.get(key) for key in user_keys}, (
+            f"OS-3: {when}, get() of each user key after put({user_keys}) and remove({gone!r}): expected {model}, "
+            f"got {got}"
+        )
+        items = sorted(state.items())
+        assert items == sorted(model.items()), f"OS-3: {when}, items(): expected {sorted(model.items())}, got {items}"
+        assert not state.contains(gone), f"OS-3: {when}, contains({gone!r}) after its remove is true"
+
+    with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = backend.get_broadcast_state(descriptor)
+        for i, key in enumerate(user_keys):
+            state.put(key, i)
+        state.remove(gone)
+        check(state, "live")
+        with _restored(certification, tmp_path_factory, backend) as restored:
+            check(restored.get_broadcast_state(descriptor), "restored")
 
 
 @pytest.mark.requirement("IF-6", "OS-3", "OS-7")

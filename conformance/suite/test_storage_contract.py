@@ -35,6 +35,10 @@ from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.storage import CheckpointedStateScope
 
+# Two jobs as Flink names them, 32 hex digits, differing only in the last: a storage tells jobs apart by the whole id
+# (CS-2), not by a prefix (the savepoint directory's name takes the first 6 digits, CS-FS-2)
+JOB_A, JOB_B = "c0ffee" + "0" * 25 + "a", "c0ffee" + "0" * 25 + "b"
+
 pytestmark = pytest.mark.subject("storage")
 
 
@@ -148,8 +152,8 @@ def test_streams_of_every_checkpoint_job_and_scope_never_overwrite_each_other(st
     restarted) has its own. A storage that names its files by a counter per checkpoint (so checkpoint 2's first
     shared file replaces checkpoint 1's, still referenced by an incremental checkpoint), per access, or by the time
     fails here."""
-    job, other = storage.create_checkpoint_storage("job-a"), storage.create_checkpoint_storage("job-b")
-    again = storage.create_checkpoint_storage("job-a")
+    job, other = storage.create_checkpoint_storage(JOB_A), storage.create_checkpoint_storage(JOB_B)
+    again = storage.create_checkpoint_storage(JOB_A)
     locations = {
         "job-a chk-1": job.initialize_location_for_checkpoint(1),
         "job-a chk-2": job.initialize_location_for_checkpoint(2),
@@ -522,7 +526,7 @@ def test_existing_metadata_is_never_overwritten(storage: Any) -> None:
 
 @pytest.mark.requirement("FMT-4", "FMT-5", "CS-2", "CS-8")
 def test_locations_are_distinct_and_resolve(storage: Any) -> None:
-    a, b = storage.create_checkpoint_storage("job-a"), storage.create_checkpoint_storage("job-b")
+    a, b = storage.create_checkpoint_storage(JOB_A), storage.create_checkpoint_storage(JOB_B)
     locations = [a.initialize_location_for_checkpoint(1), a.initialize_location_for_checkpoint(2)]
     locations += [b.initialize_location_for_checkpoint(1), a.initialize_location_for_savepoint(3)]
     pointers = [loc.pointer for loc in locations]

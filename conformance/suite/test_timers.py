@@ -26,6 +26,7 @@ from statecert.conformance.helpers import (
     shown_name,
     snapshot_now,
 )
+from statecert.conformance.suite.test_keyed_state_properties import one_java_hash
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BooleanSerializer, LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -295,6 +296,45 @@ def test_timers_are_told_apart_by_key_namespace_and_time(
     restore = [handle] if handle is not None else []
     with keyed_backend(backend_factory, restore=restore, key_serializer=MsgpackSerializer()) as restored:
         fire_all(restored, f"register {timers}, snapshot, restore, advance")
+
+
+@pytest.mark.requirement("TM-3", "TM-4", "KS-3")
+@pytest.mark.capability("timers")
+@pytest.mark.parametrize("kind", ["event", "processing"])
+@given(
+    keys=one_java_hash("str"),
+    namespaces=one_java_hash("long").map(lambda longs: longs[:3]),
+    deleted=st.integers(0, 47),
+)
+def test_timers_of_keys_and_namespaces_of_one_hash_are_different_timers(
+    certification: Any, tmp_path_factory: Any, kind: str, keys: list[str], namespaces: list[int], deleted: int
+) -> None:
+    """Timers are told apart by their keys' and namespaces' bytes (KS-3), not by the hash their serializers give:
+    string keys of one Java `String.hashCode` and long namespaces of one `Long.hashCode`, each with a timer at one
+    time, are counted and fire each on its own, live and after a restore; deleting one deletes no other (TM-4). A
+    queue that de-duplicates by that hash takes one key's timer for another's."""
+    timers = [(key, namespace, 5) for key in keys for namespace in namespaces]
+    gone = timers[deleted % len(timers)]
+    want = sorted(t for t in timers if t != gone)
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("checkpoints")))
+    backend_factory = certification.new_backend(tmp_path_factory.mktemp("local"))
+    call = f"register {kind}-time timers {timers}, delete {gone}"
+    with keyed_backend(backend_factory) as backend:
+        service, recorder = service_of(backend)
+        register(backend, service, timers, kind)
+        backend.set_current_key(gone[0])
+        getattr(service, f"delete_{kind}_time_timer")(gone[1], gone[2])
+        count = getattr(service, f"num_{kind}_time_timers")()
+        assert count == len(want), f"TM-3: {call}: num_{kind}_time_timers() is {count}, not {len(want)}"
+        handle = snapshot_now(backend, location_for(storage))
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, set(want), f"TM-3: {call}, advance", kind)
+        assert len(fired_timers(recorder, kind)) == len(want), f"TM-3: {call}, advance: a timer fired twice"
+    with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
+        service, recorder = service_of(restored)
+        advance(service, kind, MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, set(want), f"TM-3: {call}, snapshot, restore, advance", kind)
+        assert len(fired_timers(recorder, kind)) == len(want), f"TM-3: {call}, restore, advance: a timer fired twice"
 
 
 @pytest.mark.requirement("TM-1")

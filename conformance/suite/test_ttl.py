@@ -622,6 +622,37 @@ def test_a_ttl_as_long_as_a_long_never_wraps(state_backend: Any, storage: Any, k
         )
 
 
+@pytest.mark.requirement("TTL-1", "TTL-6")
+@pytest.mark.capability("ttl")
+@pytest.mark.parametrize("behind_ms", [1, 5_000], ids=["1 ms", "5 s"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_entry_last_accessed_ahead_of_the_clock_expires_a_ttl_after_that_access(
+    state_backend: Any, storage: Any, kind: str, behind_ms: int
+) -> None:
+    """Clocks go back: a job restored on a machine whose clock is behind the one that wrote its state (or after a
+    clock step) reads entries whose last access lies ahead of its clock. Such an entry is not expired: it expires a TTL
+    after its last access, as Flink's `TtlUtils.expired` compares that access plus the TTL with the clock. An age
+    taken as a distance, or as an unsigned difference, expires every such entry at once."""
+    written_at = 1_700_000_000_000
+    with ttl_backend(state_backend, ManualClock(written_at)) as backend:
+        backend.set_current_key("k")
+        WRITE[kind](backend.get_or_create_state(descriptor(kind, TtlConfig(1000))), 7)
+        handle = snapshot_now(backend, location_for(storage))
+    clock = ManualClock(written_at - behind_ms)
+    with ttl_backend(state_backend, clock, restore=[handle]) as restored:
+        restored.set_current_key("k")
+        state = restored.get_or_create_state(descriptor(kind, TtlConfig(1000)))
+        got = READ[kind](state)
+        call = f"{kind} state written at {written_at} ms with a 1000 ms TTL, restored at {clock.now_ms()} ms"
+        assert got == 7, f"TTL-1: {call}: expected 7, got {got!r}"
+        clock.advance(behind_ms + 999)
+        got = READ[kind](state)
+        assert got == 7, f"TTL-1: {call}, read at {clock.now_ms()} ms (999 ms after the write): expected 7, got {got!r}"
+        clock.advance(1)
+        got = READ[kind](state)
+        assert got is None, f"TTL-1: {call}, read at {clock.now_ms()} ms (the TTL after the write): got {got!r}"
+
+
 @pytest.mark.requirement("SER-5", "TTL-6")
 @pytest.mark.capability("ttl", "schema_evolution")
 def test_ttl_state_migrates_and_keeps_its_timestamps(state_backend: Any, storage: Any, clock: ManualClock) -> None:
