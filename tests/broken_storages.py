@@ -16,7 +16,7 @@ import fsspec
 
 from statecert.reference.format import metadata_codec, paths
 from statecert.reference.format.metadata_codec import encode_metadata
-from statecert.reference.format.paths import join_url
+from statecert.reference.format.paths import join_url, split_url
 from statecert.reference.storage.discard import discard_checkpoint_directory
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
@@ -603,6 +603,21 @@ class _JobDirectoriesByPrefix(FileSystemCheckpointStorage):
         return super().create_checkpoint_storage(job_id[:8])
 
 
+# 33. A savepoint target taken as a path on the checkpoint directory's file system, as a storage opening every path
+# through the one file system it made for its checkpoints does: a savepoint to `memory://x` beside checkpoints on
+# `file://` goes to the local `/x` (CS-2, CS-1). Every target the contract gave lay beside the checkpoint directory.
+class _SavepointsOnCheckpointFileSystem(FileSystemCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        original, protocol = access.initialize_location_for_savepoint, split_url(str(self.checkpoint_dir))[0]
+
+        def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+            return original(checkpoint_id, None if target is None else f"{protocol}://{split_url(target)[1]}")
+
+        access.initialize_location_for_savepoint = initialize
+        return access
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -744,6 +759,10 @@ def job_directories_by_prefix(config: Mapping[str, object]) -> Any:
     return _JobDirectoriesByPrefix.from_config(config)
 
 
+def savepoints_on_checkpoint_file_system(config: Mapping[str, object]) -> Any:
+    return _SavepointsOnCheckpointFileSystem.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -777,4 +796,5 @@ CAUGHT_BY = {
     "inline_threshold_in_kib": "CS-10",
     "little_endian_metadata_header": "CS-11",
     "job_directories_by_prefix": "CS-2",
+    "savepoints_on_checkpoint_file_system": "CS-2",
 }

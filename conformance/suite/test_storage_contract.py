@@ -784,3 +784,33 @@ def test_a_savepoint_restores_under_another_storage_both_ways(storage: Any, chec
         except StateCertError as exc:
             pytest.fail(f"CS-11 ({direction}): load_checkpoint({pointer!r}) raised {exc!r}")
         assert got == [None] * len(payloads), f"CS-11 ({direction}): the savepoint's handles read back {got}"
+
+
+@pytest.mark.requirement("CS-2", "CS-1")
+def test_a_savepoint_target_on_another_file_system_holds_the_savepoint(
+    storage: Any, checkpoint_dir: str, tmp_path: Path
+) -> None:
+    """A savepoint's explicit target may lie on another file system than the checkpoints, as Flink users checkpoint
+    to one store and take savepoints to another: the savepoint (its `_metadata` and its files) is written on the
+    target's file system, under the target, and loads back from there. A storage opening every path through its
+    checkpoint directory's file system writes it elsewhere (the same path there). The target is `memory://` beside a
+    checkpoint directory elsewhere, else a local one, both named by this test's temporary directory."""
+    elsewhere = fsspec.core.url_to_fs(checkpoint_dir)[0].protocol
+    on_memory = "memory" in ((elsewhere,) if isinstance(elsewhere, str) else elsewhere)
+    target = f"file://{tmp_path}/other-file-system" if on_memory else f"memory://{tmp_path}/other-file-system"
+    fs, root = fsspec.core.url_to_fs(target)
+    try:
+        location = storage.create_checkpoint_storage(JOB_A).initialize_location_for_savepoint(1, target=target)
+        pointer, payloads = _write_savepoint(location, (10, INLINE_CAP + 1))
+        written = _metadata_files(fs, root)
+        assert len(written) == 1, (
+            f"CS-2: a savepoint at the target {target} (the checkpoints on {checkpoint_dir}): expected one _metadata "
+            f"under the target on its file system, found {written} (pointer {pointer})"
+        )
+        got = _read_savepoint(storage, pointer, payloads)
+        assert got == [None] * len(payloads), f"CS-2: the savepoint at {target}: its handles read back {got}"
+    finally:
+        for leftover in (f"memory://{tmp_path}/other-file-system",):
+            memory, path = fsspec.core.url_to_fs(leftover)
+            if memory.exists(path):
+                memory.rm(path, recursive=True)
