@@ -93,6 +93,7 @@ REPOSITORY_TESTS = {
         "tests/test_changelog_segments.py",
         "tests/test_crash_consistency.py",
         "tests/test_retention_and_recovery.py",
+        "tests/test_verify_changelog.py",
     ],
 }
 # How the suite names each backend, and where its modules are imported from when they are not in the package.

@@ -1,0 +1,105 @@
+"""`statecert inspect --verify` on a changelog checkpoint (FMT-14, CL-2): it reads the materialized state's files and
+every log segment, and reports a damaged one by its file; the hostile corpus holds savepoints only, which are never
+changelog handles (CL-7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import crc32c
+import msgpack
+import pytest
+
+from statecert.cli.main import main
+from statecert.conformance.helpers import create_subtasks
+from statecert.reference.checkpointing import take_snapshot
+from statecert.reference.format.verify import verify_checkpoint
+from statecert.reference.loader import load_state_backend
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.state import ValueStateDescriptor
+from tests.hostile.cases import Plain, keyed, read_plain, write_payload
+
+VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
+
+
+def changelog_checkpoint(tmp_path: Path) -> Path:
+    """Checkpoint 2 of a changelog-wrapped heap backend materializing at every checkpoint: its handle holds checkpoint
+    1's materialization (a file) and the log segment of the 3,000 writes since (a file)."""
+    backend = load_state_backend(
+        job_config={"state.changelog.enabled": "true", "state.changelog.periodic-materialize.interval": "0"}
+    )
+    storage = FileSystemCheckpointStorage(f"file://{tmp_path}/checkpoints")
+    access = storage.create_checkpoint_storage("job")
+    (subtask,) = create_subtasks(backend, StringSerializer(), 1, 128)
+    for checkpoint_id in (1, 2):
+        for i in range(3000):
+            subtask.keyed.set_current_key(f"k{i}-{checkpoint_id}")
+            subtask.keyed.get_or_create_state(VALUE).update(i)
+        take_snapshot([subtask], access.initialize_location_for_checkpoint(checkpoint_id), checkpoint_id, 128)
+        subtask.keyed.notify_checkpoint_complete(checkpoint_id)
+    subtask.dispose()
+    return tmp_path / "checkpoints" / "job" / "chk-2"
+
+
+def _stream(handle: Plain, part: str) -> Plain:
+    """The file stream of the changelog handle's materialized state or of its (only) log segment."""
+    assert len(handle[part]) == 1, f"expected one {part} part: {handle[part]}"
+    stream: Plain = handle[part][0]["stream"]
+    assert stream["type"] == "file", f"the {part} part is not a file: {stream}"
+    return stream
+
+
+def _rewrite_segment(directory: Path) -> str:
+    """The segment's bytes replaced by other bytes, its size and CRC-32C recorded anew: only its content is wrong."""
+    plain = read_plain(directory)
+    stream = _stream(keyed(plain), "changelog")
+    file = directory / stream["path"]
+    data = b"SCCL" + bytes(range(256)) * 8
+    file.write_bytes(data)
+    stream["size"], stream["crc32c"] = len(data), crc32c.crc32c(data)
+    write_payload(directory, msgpack.packb(plain, use_bin_type=True), version=4)
+    return file.name
+
+
+DAMAGE = {
+    "materialized file deleted": lambda d: _unlink(d / _stream(keyed(read_plain(d)), "materialized")["path"]),
+    "segment truncated": lambda d: _truncate(d / _stream(keyed(read_plain(d)), "changelog")["path"]),
+    "segment content rewritten, checksum recorded anew": _rewrite_segment,
+}
+
+
+def _unlink(file: Path) -> str:
+    file.unlink()
+    return file.name
+
+
+def _truncate(file: Path) -> str:
+    file.write_bytes(file.read_bytes()[:100])
+    return file.name
+
+
+@pytest.mark.requirement("FMT-14", "CL-2")
+def test_verify_reads_the_materialization_and_every_segment_of_a_sound_changelog_checkpoint(tmp_path: Path) -> None:
+    directory = changelog_checkpoint(tmp_path)
+    report = verify_checkpoint(str(directory))
+    assert report.ok, f"FMT-14: a sound changelog checkpoint reported {report.problems}"
+    assert report.streams_checked == 2, (
+        f"FMT-14: expected the materialization and the segment checked, got {report.streams_checked} streams"
+    )
+
+
+@pytest.mark.requirement("FMT-14", "CL-2")
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_verify_names_a_damaged_file_of_a_changelog_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    directory = changelog_checkpoint(tmp_path)
+    name = DAMAGE[damage](directory)
+    report = verify_checkpoint(str(directory))
+    assert any(name in problem for problem in report.problems), (
+        f"FMT-14: {damage} ({name}): expected a problem naming it, got {report.problems}"
+    )
+    status = main(["inspect", "--verify", str(directory)])
+    err = capsys.readouterr().err
+    assert status == 2 and name in err and "Traceback" not in err, f"inspect --verify: status {status}, stderr {err}"
