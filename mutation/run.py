@@ -4,8 +4,9 @@ writers of checkpoint files, how many the repository's format tests kill.
 
 Each mutant (see `operators.py`) replaces one module of the installed package through an import hook, and the
 conformance suite's contract and model tiers run against the backend in a fresh process, stopping at the first
-failure (for `format`, the repository's tests of `_metadata`, state files and hostile input run instead, from a
-checkout). A mutant is killed when the tests fail (or the run times out); it survives when they pass.
+failure (for `format`, the repository's tests of `_metadata`, state files and hostile input run, from a checkout,
+and then the storage contract certifying the reference file-system storage). A mutant is killed when the tests fail
+(or the run times out); it survives when they pass.
 Prints the kill rate per module and overall and every survivor; writes a JSON report and a PNG beside it.
 
     python mutation/run.py --backend hashmap [--jobs 2] [--report PATH]
@@ -13,6 +14,7 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
     python mutation/run.py --backend format      # reference/format/, by the repository's format and fuzz tests
+                                                 # and the storage contract
 """
 
 from __future__ import annotations
@@ -117,7 +119,9 @@ CONFIGS = {
         ["--statecert-storage-under-test", "jobmanager"],
         ["--statecert-storage-under-test", "filesystem", "--statecert-storage", "memory://statecert-mutation"],
     ],
-    "format": [[]],
+    # the repository's tests of checkpoint files, then the storage contract certifying the reference file-system
+    # storage, which exercises the same readers' path confinement (FMT-10) on its own files
+    "format": [["repository tests"], ["--statecert-storage-under-test", "filesystem"]],
 }
 
 SITECUSTOMIZE = """
@@ -156,7 +160,7 @@ def module_name(path: str) -> str:
 
 
 def suite_command(backend: str, config: list[str], report: Path, max_examples: int) -> list[str]:
-    if backend in REPOSITORY_TESTS:  # one seed, so that a mutant's outcome does not depend on the run
+    if config == ["repository tests"]:  # one seed, so that a mutant's outcome does not depend on the run
         tests = [str(ROOT / t) for t in REPOSITORY_TESTS[backend]]
         return [sys.executable, "-m", "pytest", *tests, "--hypothesis-seed", "0", "-x", "-q", "-p", "no:cacheprovider"]
     argument = BACKEND_ARGUMENT[backend]
