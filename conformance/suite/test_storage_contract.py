@@ -795,9 +795,10 @@ def test_a_savepoint_target_on_another_file_system_holds_the_savepoint(
     target's file system, under the target, and loads back from there. A storage opening every path through its
     checkpoint directory's file system writes it elsewhere (the same path there). The target is `memory://` beside a
     checkpoint directory elsewhere, else a local one, both named by this test's temporary directory."""
-    elsewhere = fsspec.core.url_to_fs(checkpoint_dir)[0].protocol
-    on_memory = "memory" in ((elsewhere,) if isinstance(elsewhere, str) else elsewhere)
-    target = f"file://{tmp_path}/other-file-system" if on_memory else f"memory://{tmp_path}/other-file-system"
+    protocols = fsspec.core.url_to_fs(checkpoint_dir)[0].protocol
+    on_memory = "memory" in ((protocols,) if isinstance(protocols, str) else protocols)
+    in_memory = f"memory://{tmp_path}/other-file-system"
+    target = f"file://{tmp_path}/other-file-system" if on_memory else in_memory
     fs, root = fsspec.core.url_to_fs(target)
     try:
         location = storage.create_checkpoint_storage(JOB_A).initialize_location_for_savepoint(1, target=target)
@@ -809,8 +810,7 @@ def test_a_savepoint_target_on_another_file_system_holds_the_savepoint(
         )
         got = _read_savepoint(storage, pointer, payloads)
         assert got == [None] * len(payloads), f"CS-2: the savepoint at {target}: its handles read back {got}"
-    finally:
-        for leftover in (f"memory://{tmp_path}/other-file-system",):
-            memory, path = fsspec.core.url_to_fs(leftover)
-            if memory.exists(path):
-                memory.rm(path, recursive=True)
+    finally:  # the memory target, or what a broken storage wrote there for a local one
+        memory, path = fsspec.core.url_to_fs(in_memory)
+        if memory.exists(path):
+            memory.rm(path, recursive=True)
