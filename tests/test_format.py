@@ -205,6 +205,22 @@ def test_version_1_encoding_stays_readable(meta: CheckpointMetadata) -> None:
     assert decoded == CheckpointMetadata(meta.checkpoint_id, without_checksums(meta).operators, meta.kind, 0)
 
 
+@pytest.mark.requirement("FMT-3", "FMT-8")
+@pytest.mark.parametrize("damage", ["!", " ", "*", "="])
+def test_version_1_inline_bytes_outside_base64_are_refused(damage: str) -> None:
+    """Version 1 keeps inline state as base64 text: a character outside the alphabet in it is a corrupt `_metadata`,
+    never decoded by dropping the character (which would restore other bytes than were written)."""
+    inline = ByteStreamStateHandle("inline", b"0123456789")
+    handle = KeyGroupsStateHandle(KeyGroupRange(0, 0), (0,), inline)
+    meta = CheckpointMetadata(1, (OperatorState("op", 1, 1, {0: OperatorSubtaskState((handle,))}),))
+    data = encode_metadata(meta, DIRECTORY, version=1)
+    encoded = b'"MDEyMzQ1Njc4OQ=="'
+    assert encoded in data, f"the inline bytes' base64 is not in the version 1 payload: {data!r}"
+    damaged = data.replace(encoded, b'"MDEy' + damage.encode() + b'MzQ1Njc4OQ=="')
+    with pytest.raises(CheckpointFormatError, match=r"^sp/_metadata: "):
+        decode_metadata(damaged, "sp/_metadata", DIRECTORY)
+
+
 # -- bad input -----------------------------------------------------------------------------------------------------
 def sample_bytes() -> bytes:
     handle = KeyGroupsStateHandle(KeyGroupRange(0, 1), (0, 5), FileStateHandle(f"{DIRECTORY}/f", 10))
