@@ -87,6 +87,11 @@ class BroadcastStateImpl:
         assert isinstance(serializer, TupleSerializer)
         return serializer.fields[0].serialize(key)
 
+    def _element_key(self, element: bytes) -> bytes:
+        """What an element is found under in `_positions`: its user key's bytes, as `_key_bytes` gives them."""
+        key_bytes: bytes = msgpack.unpackb(element)[0]
+        return key_bytes
+
     def _positions(self) -> dict[bytes, int]:
         """The user keys' positions, built once from the elements (a restored stream naming a user key twice keeps
         its first entry, the one reads found)."""
@@ -94,7 +99,7 @@ class BroadcastStateImpl:
             positions: dict[bytes, int] = {}
             kept: list[bytes] = []
             for element in self._state.elements:
-                key_bytes = msgpack.unpackb(element)[0]
+                key_bytes = self._element_key(element)
                 if key_bytes not in positions:
                     positions[key_bytes] = len(kept)
                     kept.append(element)
@@ -128,7 +133,7 @@ class BroadcastStateImpl:
         last = elements.pop()
         if i < len(elements):
             elements[i] = last
-            positions[msgpack.unpackb(last)[0]] = i
+            positions[self._element_key(last)] = i
 
     def contains(self, key: Any) -> bool:
         return self._key_bytes(key) in self._positions()

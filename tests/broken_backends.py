@@ -2351,29 +2351,8 @@ class _BroadcastByHash(BroadcastStateImpl):
     def _key_bytes(self, key: Any) -> bytes:
         return self._slot(super()._key_bytes(key))
 
-    def _positions(self) -> dict[bytes, int]:
-        if self._state.positions is None:
-            positions: dict[bytes, int] = {}
-            kept: list[bytes] = []
-            for element in self._state.elements:
-                slot = self._slot(msgpack.unpackb(element)[0])
-                if slot not in positions:
-                    positions[slot] = len(kept)
-                    kept.append(element)
-            self._state.elements[:] = kept
-            self._state.positions = positions
-        return self._state.positions
-
-    def remove(self, key: Any) -> None:
-        positions = self._positions()
-        i = positions.pop(self._key_bytes(key), None)
-        if i is None:
-            return
-        elements = self._state.elements
-        last = elements.pop()
-        if i < len(elements):
-            elements[i] = last
-            positions[self._slot(msgpack.unpackb(last)[0])] = i
+    def _element_key(self, element: bytes) -> bytes:
+        return self._slot(super()._element_key(element))
 
 
 class _BroadcastByHashBackend(DefaultOperatorStateBackend):
