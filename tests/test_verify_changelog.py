@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import crc32c
 import msgpack
 import pytest
 
@@ -18,7 +17,7 @@ from statecert.reference.loader import load_state_backend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import ValueStateDescriptor
-from tests.hostile.cases import Plain, keyed, read_plain, write_payload
+from tests.hostile.cases import Plain, keyed, read_plain, rerecord, write_payload
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
 
@@ -55,9 +54,8 @@ def _rewrite_segment(directory: Path) -> str:
     plain = read_plain(directory)
     stream = _stream(keyed(plain), "changelog")
     file = directory / stream["path"]
-    data = b"SCCL" + bytes(range(256)) * 8
-    file.write_bytes(data)
-    stream["size"], stream["crc32c"] = len(data), crc32c.crc32c(data)
+    file.write_bytes(b"SCCL" + bytes(range(256)) * 8)
+    rerecord(directory, stream)
     write_payload(directory, msgpack.packb(plain, use_bin_type=True), version=4)
     return file.name
 
