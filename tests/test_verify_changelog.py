@@ -4,6 +4,7 @@ changelog handles (CL-7)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -17,7 +18,7 @@ from statecert.reference.loader import load_state_backend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import ValueStateDescriptor
-from tests.hostile.cases import Plain, keyed, read_plain, rerecord, write_payload
+from tests.hostile.cases import Plain, delete, keyed, read_plain, rerecord, truncate, write_payload
 
 VALUE = ValueStateDescriptor("v", serializer=LongSerializer())
 
@@ -49,32 +50,28 @@ def _stream(handle: Plain, part: str) -> Plain:
     return stream
 
 
-def _rewrite_segment(directory: Path) -> str:
+def _file_of(part: str) -> Callable[[Path], Path]:
+    """The file of the checkpoint's materialized state or of its log segment."""
+    return lambda directory: directory / _stream(keyed(read_plain(directory)), part)["path"]
+
+
+MATERIALIZED, SEGMENT = _file_of("materialized"), _file_of("changelog")
+
+
+def _rewrite_segment(directory: Path) -> None:
     """The segment's bytes replaced by other bytes, its size and CRC-32C recorded anew: only its content is wrong."""
     plain = read_plain(directory)
     stream = _stream(keyed(plain), "changelog")
-    file = directory / stream["path"]
-    file.write_bytes(b"SCCL" + bytes(range(256)) * 8)
+    (directory / stream["path"]).write_bytes(b"SCCL" + bytes(range(256)) * 8)
     rerecord(directory, stream)
     write_payload(directory, msgpack.packb(plain, use_bin_type=True), version=4)
-    return file.name
 
 
-DAMAGE = {
-    "materialized file deleted": lambda d: _unlink(d / _stream(keyed(read_plain(d)), "materialized")["path"]),
-    "segment truncated": lambda d: _truncate(d / _stream(keyed(read_plain(d)), "changelog")["path"]),
-    "segment content rewritten, checksum recorded anew": _rewrite_segment,
+DAMAGE = {  # (the file damaged, the damage)
+    "materialized file deleted": (MATERIALIZED, delete(MATERIALIZED)),
+    "segment truncated": (SEGMENT, truncate(SEGMENT)),
+    "segment content rewritten, checksum recorded anew": (SEGMENT, _rewrite_segment),
 }
-
-
-def _unlink(file: Path) -> str:
-    file.unlink()
-    return file.name
-
-
-def _truncate(file: Path) -> str:
-    file.write_bytes(file.read_bytes()[:100])
-    return file.name
 
 
 @pytest.mark.requirement("FMT-14", "CL-2")
@@ -93,7 +90,9 @@ def test_verify_names_a_damaged_file_of_a_changelog_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
 ) -> None:
     directory = changelog_checkpoint(tmp_path)
-    name = DAMAGE[damage](directory)
+    file, damage_it = DAMAGE[damage]
+    name = file(directory).name
+    damage_it(directory)
     report = verify_checkpoint(str(directory))
     assert any(name in problem for problem in report.problems), (
         f"FMT-14: {damage} ({name}): expected a problem naming it, got {report.problems}"
