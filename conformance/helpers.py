@@ -6,12 +6,14 @@ import contextvars
 import dataclasses
 import functools
 import io
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import crc32c
+import fsspec
 
 from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.interleaving import Interleaving
@@ -283,6 +285,14 @@ def files_of(handle: Any) -> set[str]:
     return {stream.path for stream in stream_handles(handle) if isinstance(stream, FileStateHandle)}
 
 
+def unreferenced_files(root: Path, handle: Any) -> list[str]:
+    """The files under the local directory `root` that `handle` (None: no handle) does not reference, relative."""
+    referenced = {os.path.realpath(fsspec.core.strip_protocol(path)) for path in files_of(handle)}
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and os.path.realpath(p) not in referenced
+    )
+
+
 def rewritten_canonical_stream(
     handle: KeyGroupsStateHandle,
     path: Path,
@@ -305,3 +315,74 @@ def first_canonical_entry(header: CanonicalHeader, blocks: dict[int, list[list[A
     """The first IF-4 entry of `state` in the lowest key group holding one, for a damage to change in place."""
     index = [meta.name for meta in header.states].index(state)
     return next(entry for kg in sorted(blocks) for entry in blocks[kg] if entry[0] == index)
+
+
+class _HeldStream:
+    """An output stream whose first write from a thread other than the test's waits until the test says go."""
+
+    def __init__(self, inner: Any, gate: WriteGate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def write(self, data: bytes) -> Any:
+        self._gate.hold()
+        return self._inner.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __enter__(self) -> _HeldStream:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._inner.__exit__(*exc)
+
+
+class WriteGate:
+    """Holds the first stream write made from a thread other than the one that made the gate, until `go` is set:
+    the moment a snapshot's asynchronous part has started writing."""
+
+    def __init__(self) -> None:
+        self.owner = threading.current_thread()
+        self.writing = threading.Event()
+        self.go = threading.Event()
+
+    def hold(self) -> None:
+        if threading.current_thread() is not self.owner and not self.writing.is_set():
+            self.writing.set()
+            self.go.wait(30)
+
+
+class HeldStreamFactory:
+    """A checkpoint stream factory (chapter CS) whose streams hold their first asynchronous write at `gate`."""
+
+    def __init__(self, inner: Any, gate: WriteGate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def create_checkpoint_state_output_stream(self, scope: Any) -> _HeldStream:
+        return _HeldStream(self._inner.create_checkpoint_state_output_stream(scope), self._gate)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def end_while_writing(task: Any, gate: WriteGate, end: Callable[[], Any]) -> tuple[bool, Any, Any]:
+    """Run `task` in another thread, call `end` (a close or a cancel) once its asynchronous part is writing, then
+    let it go on: whether it wrote, what `run()` returned or raised, and what `end` returned."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(task.run())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    writing = gate.writing.wait(30)
+    ended = end()
+    gate.go.set()
+    worker.join(60)
+    return writing, outcome[0] if outcome else "no result", ended

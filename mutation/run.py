@@ -11,6 +11,9 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
 
     python mutation/run.py --backend hashmap [--jobs 2] [--report PATH]
     python mutation/run.py --backend rocksdb
+    python mutation/run.py --backend operator    # the operator state backend and its stream, through the heap backend
+    python mutation/run.py --backend timers      # the timer service every reference backend shares
+    python mutation/run.py --backend changelog   # the changelog backend, wrapping the heap backend
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
     python mutation/run.py --backend format      # reference/format/, by the repository's format and fuzz tests
@@ -77,6 +80,13 @@ TARGETS = {
         "reference/storage/literal_paths.py",
         "reference/format/metadata_codec.py",
     ],
+    # the operator state backend and its stream, the timer service and the changelog backend, which every reference
+    # backend shares: certified through the heap backend (the changelog backend wrapping it)
+    "operator": ["reference/operator_state.py", "reference/format/operator_stream.py"],
+    "timers": ["reference/timers/timer_queue.py", "reference/timers/timer_service.py"],
+    "changelog": sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "changelog").glob("*.py") if p.name != "__init__.py"
+    ),
     # what reads and writes checkpoint files and refuses damaged or hostile ones (FMT, IF): the conformance suite
     # certifies backends and storages, so these are measured by the repository's own tests of them
     "format": sorted(
@@ -103,6 +113,9 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "hashmap": "hashmap",
     "rocksdb": "rocksdb",
     "spec-only": "spec_only_backend:factory",
+    "operator": "hashmap",
+    "timers": "hashmap",
+    "changelog": "hashmap",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
 }
@@ -113,6 +126,9 @@ CONFIGS = {
     "hashmap": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "rocksdb": [[], ["--statecert-config", "execution.checkpointing.incremental=true"]],
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
+    "operator": [[]],
+    "timers": [[]],
+    "changelog": [["--statecert-config", "state.changelog.enabled=true"]],
     # the file-system storage on the local disk and on `memory://`, where fsspec expands glob characters (CS-1)
     "storage": [
         ["--statecert-storage-under-test", "filesystem"],

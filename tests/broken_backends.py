@@ -2411,6 +2411,36 @@ class _RangeCheckedAtTheEndOnly(AcceptsKeysOutsideRange):
         return self.key_group_of(key)
 
 
+# 168. An operator snapshot cancelled (by `close()` or its task's `cancel()`) while its asynchronous part writes
+# returns without discarding the stream it began, whose file stays in the checkpoint directory (OS-9, KB-SNAP-6).
+# The suite cancelled operator snapshots only before their `run()` started, and keyed ones only by `close()`.
+class _KeptStream:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def discard(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __enter__(self) -> Any:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._inner.__exit__(*exc)
+
+
+class _CancelledKeepsStream(DefaultOperatorStateBackend):
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
+        class Keeping:
+            def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
+                return _KeptStream(stream_factory.create_checkpoint_state_output_stream(scope))
+
+        return super().snapshot(checkpoint_id, timestamp_ms, Keeping())
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2653,6 +2683,7 @@ timers_by_key_hash = _factory(_with_timer_queue(_TimersByKeyHash))
 namespaces_by_hash = _factory(_with_state(ValueStateImpl, _NamespacesByHash))
 ttl_age_as_distance = _factory(_with_ttl_policy(_AgeAsDistance))
 range_checked_at_the_end_only = _factory(_RangeCheckedAtTheEndOnly)
+cancelled_operator_snapshot_keeps_stream = _factory(operator=_CancelledKeepsStream)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2823,4 +2854,5 @@ CAUGHT_BY = {
     "namespaces_by_hash": "KS-3",
     "ttl_age_as_distance": "TTL-1",
     "range_checked_at_the_end_only": "KB-KEY-2",
+    "cancelled_operator_snapshot_keeps_stream": "OS-9",
 }

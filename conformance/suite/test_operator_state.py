@@ -16,13 +16,17 @@ from hypothesis import strategies as st
 
 from statecert.conformance.helpers import (
     STATE_NAMES,
+    HeldStreamFactory,
     RecordingStreamFactory,
+    WriteGate,
     assert_snapshot_fails,
+    end_while_writing,
     location_for,
     operator_backend,
     run_beside_a_twin,
     run_while,
     shown_name,
+    unreferenced_files,
 )
 from statecert.conformance.interleaving import Interleaving
 from statecert.conformance.suite.test_keyed_state_properties import one_java_hash
@@ -437,6 +441,41 @@ def test_a_cancelled_operator_snapshot_task_writes_nothing_and_the_backend_goes_
     with operator_backend(state_backend, (handle,)) as restored:
         got = (restored.get_list_state(SPLIT).get(), restored.get_union_list_state(UNION).get())
         assert got == ([1, 2, 3], ["a", "b"]), f"OS-9: the snapshot after a cancelled one restored {got}"
+
+
+@pytest.mark.requirement("OS-9", "KB-SNAP-6")
+@pytest.mark.capability("operator_state", "async_snapshots")
+@pytest.mark.parametrize("end", ["close", "cancel"])
+def test_an_operator_snapshot_ended_while_it_writes_leaves_nothing(
+    state_backend: Any, tmp_path: Path, end: str
+) -> None:
+    """`close()` of the operator backend, or the task's own `cancel()`, while the asynchronous part writes its
+    stream: `run()` raises SnapshotCancelledError and leaves no file behind. After a `cancel()` the backend goes on:
+    the files left are those its next snapshot references, and that snapshot holds its state."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    gate = WriteGate()
+    backend = operator_backend(state_backend)
+    backend.get_list_state(SPLIT).add_all(range(1_000))
+    backend.get_union_list_state(UNION).add_all(f"n{i}" for i in range(1_000))
+    task = backend.snapshot(1, 0, HeldStreamFactory(location_for(storage), gate))
+    writing, outcome, ended = end_while_writing(task, gate, backend.close if end == "close" else task.cancel)
+    call = f"{end}() during an operator snapshot's asynchronous part"
+    assert writing, "OS-10: the asynchronous part never wrote to its stream"
+    assert isinstance(outcome, SnapshotCancelledError), (
+        f"OS-9: {call}: expected run() to raise SnapshotCancelledError, got {outcome!r}"
+    )
+    following = None
+    if end == "cancel":
+        assert ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {ended!r}"
+        following = backend.snapshot(2, 0, location_for(storage, 2)).run()
+        backend.dispose()
+        with operator_backend(state_backend, (following,)) as restored:
+            got = (len(restored.get_list_state(SPLIT).get()), len(restored.get_union_list_state(UNION).get()))
+        assert got == (1_000, 1_000), f"OS-9: the snapshot after one cancelled while writing restored {got} elements"
+    else:
+        backend.dispose()
+    leftovers = unreferenced_files(tmp_path / "c", following)
+    assert leftovers == [], f"OS-9: an operator snapshot ended by {end}() while writing left {leftovers}"
 
 
 @pytest.mark.requirement("OS-9")

@@ -4,7 +4,6 @@ states whose counts exceed 16 bits."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,18 @@ import pytest
 
 from statecert.conformance.helpers import (
     STATE_NAMES,
+    HeldStreamFactory,
     RecordingStreamFactory,
+    WriteGate,
     create_subtasks,
+    end_while_writing,
     keyed_backend,
     location_for,
     owner_of,
     shown_name,
     snapshot_now,
     stream_handles,
+    unreferenced_files,
 )
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import LongSerializer, StringSerializer
@@ -36,86 +39,40 @@ LIST = ListStateDescriptor("l", element_serializer=LongSerializer())
 MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
 
 
-class _HeldStream:
-    """An output stream whose first write from a thread other than the test's waits until the test says go."""
-
-    def __init__(self, inner: Any, gate: _Gate) -> None:
-        self._inner = inner
-        self._gate = gate
-
-    def write(self, data: bytes) -> Any:
-        self._gate.hold()
-        return self._inner.write(data)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __enter__(self) -> _HeldStream:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._inner.__exit__(*exc)
-
-
-class _Gate:
-    def __init__(self, owner: threading.Thread) -> None:
-        self.owner = owner
-        self.writing = threading.Event()
-        self.go = threading.Event()
-
-    def hold(self) -> None:
-        if threading.current_thread() is not self.owner and not self.writing.is_set():
-            self.writing.set()
-            self.go.wait(30)
-
-
-class _HeldStreamFactory:
-    """A checkpoint stream factory (chapter CS) whose streams hold their first asynchronous write."""
-
-    def __init__(self, inner: Any, gate: _Gate) -> None:
-        self._inner = inner
-        self._gate = gate
-
-    def create_checkpoint_state_output_stream(self, scope: Any) -> _HeldStream:
-        return _HeldStream(self._inner.create_checkpoint_state_output_stream(scope), self._gate)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 @pytest.mark.requirement("KB-SNAP-6")
 @pytest.mark.capability("async_snapshots")
-def test_close_cancels_a_snapshot_that_is_already_writing(state_backend: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", ["close", "cancel"])
+def test_close_cancels_a_snapshot_that_is_already_writing(state_backend: Any, tmp_path: Path, end: str) -> None:
+    """`close()` of the backend, or the task's own `cancel()`, while the asynchronous part writes: `run()` raises
+    SnapshotCancelledError and leaves no file behind. After a `cancel()` the backend goes on, and the files left are
+    those its next snapshot references (a changelog backend's materialization, KB-SNAP-6); that snapshot is whole."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
-    gate = _Gate(threading.current_thread())
+    gate = WriteGate()
     backend = keyed_backend(state_backend)
     state = backend.get_or_create_state(VALUE)
     for i in range(500):
         backend.set_current_key(f"k{i}")
         state.update(i)
-    task = backend.snapshot(1, 0, _HeldStreamFactory(location_for(storage), gate))
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(task.run())
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    writing = gate.writing.wait(30)
-    backend.close()
-    gate.go.set()
-    worker.join(60)
+    task = backend.snapshot(1, 0, HeldStreamFactory(location_for(storage), gate))
+    writing, outcome, ended = end_while_writing(task, gate, backend.close if end == "close" else task.cancel)
+    call = f"{end}() during the asynchronous part"
     assert writing, "KB-SNAP-2: the asynchronous part never wrote to its stream"
-    assert outcome and isinstance(outcome[0], SnapshotCancelledError), (
-        f"KB-SNAP-6: close() during the asynchronous part: expected run() to raise SnapshotCancelledError, got "
-        f"{outcome[0] if outcome else 'no result'!r}"
+    assert isinstance(outcome, SnapshotCancelledError), (
+        f"KB-SNAP-6: {call}: expected run() to raise SnapshotCancelledError, got {outcome!r}"
     )
-    leftovers = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "c").rglob("*") if p.is_file())
-    assert leftovers == [], f"KB-SNAP-6: a snapshot cancelled while writing left files: {leftovers}"
+    following = None
+    if end == "cancel":
+        assert ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {ended!r}"
+        following = snapshot_now(backend, location_for(storage, 2), 2)
+        backend.dispose()
+        with keyed_backend(state_backend, restore=[following] if following is not None else []) as restored:
+            got = restored.num_state_entries("v")
+        assert got == 500, f"KB-SNAP-6: the snapshot after one cancelled while writing restored {got} of 500 entries"
+    leftovers = unreferenced_files(tmp_path / "c", following)
+    assert leftovers == [], (
+        f"KB-SNAP-6: a snapshot cancelled by {end}() while writing left files"
+        f"{' that the next snapshot does not reference' if end == 'cancel' else ''}: {leftovers}"
+    )
 
 
 @pytest.mark.requirement("FMT-6", "KB-RESTORE-2", "KB-SNAP-1")
