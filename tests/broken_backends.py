@@ -30,7 +30,9 @@ import msgpack
 from statecert.conformance.helpers import files_of
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
+from statecert.reference.changelog.logging_states import LoggingListState, LoggingState, LoggingValueState
 from statecert.reference.changelog.replay import read_changes
+from statecert.reference.changelog.writer import StateChangelogWriter
 from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_canonical_snapshot
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.heap.backend import HashMapStateBackend
@@ -2441,6 +2443,60 @@ class _CancelledKeepsStream(DefaultOperatorStateBackend):
         return super().snapshot(checkpoint_id, timestamp_ms, Keeping())
 
 
+# 169-170. The changelog backend logs neither a value state's `update(None)` (which clears it, KS-VALUE-3) nor a list
+# state's `add_all`: live state is right, and a restore replaying the log brings back the cleared value and loses the
+# added elements (CL-4). The suite's changelog steps and its model tier never called either between two checkpoints.
+class _NoneUpdateNotLogged(LoggingValueState):
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.delegate.update(None)
+        else:
+            super().update(value)
+
+
+class _AddAllNotLogged(LoggingListState):
+    def add_all(self, values: Any) -> None:
+        self.delegate.add_all(list(values))
+
+
+def _with_logging_state(state: type[LoggingState]) -> type[ChangelogKeyedStateBackend]:
+    class Keyed(ChangelogKeyedStateBackend):
+        def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+            made = super().get_or_create_state(descriptor, namespace_serializer)
+            if type(made) is state.__mro__[1]:
+                made.__class__ = state
+            return made
+
+    return Keyed
+
+
+# 171. The changelog backend keeps no track of its snapshot tasks: `close()` cancels only what the wrapped backend
+# runs, a materialization, so a snapshot that materializes nothing (any after the first, with Flink's 10-minute
+# interval) still uploads its log segment and returns a handle after `close()` (KB-SNAP-6). The suite closed
+# backends only around their first snapshots.
+class _UntrackedSnapshots(ChangelogKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(*args, **kwargs)
+        self._pending.discard(task)
+        return task
+
+
+# 172. The changelog writer resets for an aborted checkpoint even when a later snapshot's synchronous part already
+# built on the aborted checkpoint's log segment: the segment is dropped and its changes queued again, after the later
+# snapshot captured the changes past it, so that snapshot holds neither (CL-5). The suite never called a checkpoint
+# while another was in flight.
+class _ResettingWriter(StateChangelogWriter):
+    def reset(self, checkpoint_id: int) -> None:
+        self._latest_captured = False
+        super().reset(checkpoint_id)
+
+
+class _ResetsCapturedUpload(ChangelogKeyedStateBackend):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._writer.__class__ = _ResettingWriter
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2489,10 +2545,13 @@ class _CleanupNotLogged(ChangelogKeyedStateBackend):
 
 
 def _changelog_factory(
-    keyed: type[ChangelogKeyedStateBackend] = ChangelogKeyedStateBackend, wrapped: Any = None
+    keyed: type[ChangelogKeyedStateBackend] = ChangelogKeyedStateBackend,
+    wrapped: Any = None,
+    settings: ChangelogSettings = ChangelogSettings(materialize_interval_ms=0),  # noqa: B008 - frozen
 ) -> Any:
-    """The changelog backend, materializing at every checkpoint, with `keyed` as its keyed backend, wrapping the
-    heap backend or the backend the factory `wrapped` makes."""
+    """The changelog backend with `keyed` as its keyed backend, wrapping the heap backend or the backend the
+    factory `wrapped` makes; by default it materializes whenever no materialization runs (with Flink's default of
+    10 minutes, `ChangelogSettings()`, only a backend's first checkpoint materializes in a test)."""
 
     class Broken(ChangelogStateBackend):
         def create_keyed_state_backend(self, params: Any) -> Any:
@@ -2500,7 +2559,7 @@ def _changelog_factory(
 
     def factory(config: Any) -> Any:
         delegate = HashMapStateBackend() if wrapped is None else wrapped(config)
-        return Broken(delegate, ChangelogSettings(materialize_interval_ms=0))
+        return Broken(delegate, settings)
 
     return factory
 
@@ -2684,6 +2743,11 @@ namespaces_by_hash = _factory(_with_state(ValueStateImpl, _NamespacesByHash))
 ttl_age_as_distance = _factory(_with_ttl_policy(_AgeAsDistance))
 range_checked_at_the_end_only = _factory(_RangeCheckedAtTheEndOnly)
 cancelled_operator_snapshot_keeps_stream = _factory(operator=_CancelledKeepsStream)
+FLINK_DEFAULTS = ChangelogSettings()
+changelog_none_update_not_logged = _changelog_factory(_with_logging_state(_NoneUpdateNotLogged), None, FLINK_DEFAULTS)
+changelog_add_all_not_logged = _changelog_factory(_with_logging_state(_AddAllNotLogged), None, FLINK_DEFAULTS)
+changelog_snapshots_untracked = _changelog_factory(_UntrackedSnapshots, None, FLINK_DEFAULTS)
+changelog_resets_captured_upload = _changelog_factory(_ResetsCapturedUpload, None, FLINK_DEFAULTS)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2855,4 +2919,8 @@ CAUGHT_BY = {
     "ttl_age_as_distance": "TTL-1",
     "range_checked_at_the_end_only": "KB-KEY-2",
     "cancelled_operator_snapshot_keeps_stream": "OS-9",
+    "changelog_none_update_not_logged": "CL-4",
+    "changelog_add_all_not_logged": "CL-4",
+    "changelog_snapshots_untracked": "KB-SNAP-6",
+    "changelog_resets_captured_upload": "KB-SNAP-9",
 }

@@ -57,7 +57,9 @@ Step = tuple[str, int, int]  # operation, key index, number
 
 STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["set", "append", "put", "remove", "reduce", "aggregate", "clear"]),
+        st.sampled_from(
+            ["set", "unset", "append", "extend", "replace", "put", "put_all", "remove", "reduce", "aggregate", "clear"]
+        ),
         st.integers(0, 7),
         st.integers(0, 9),
     ),
@@ -71,10 +73,18 @@ def apply(backend: Any, step: Step) -> None:
     backend.set_current_key(KEYS[key])
     if op == "set":
         backend.get_or_create_state(VALUE).update(number)
+    elif op == "unset":
+        backend.get_or_create_state(VALUE).update(None)  # clears (KS-VALUE-3)
     elif op == "append":
         backend.get_or_create_state(LIST).add(number)
+    elif op == "extend":
+        backend.get_or_create_state(LIST).add_all([number, -number])
+    elif op == "replace":
+        backend.get_or_create_state(LIST).update([number] * (number % 3))  # [] clears (KS-LIST-2)
     elif op == "put":
         backend.get_or_create_state(MAP).put(f"u{number % 3}", number)
+    elif op == "put_all":
+        backend.get_or_create_state(MAP).put_all({f"u{number % 3}": -number, f"u{(number + 1) % 3}": number})
     elif op == "remove":
         backend.get_or_create_state(MAP).remove(f"u{number % 3}")
     elif op == "reduce":
@@ -566,3 +576,45 @@ def test_keys_of_a_void_namespace_restore(state_backend: Any, storage: Any) -> N
     with keyed_backend(state_backend, restore=[handle]) as backend:
         backend.get_or_create_state(VALUE)
         assert sorted(backend.get_keys("v", VOID_NAMESPACE)) == sorted(k for k, v in expected.items() if v[0])
+
+
+@pytest.mark.requirement("CL-4", "CL-6", "SER-5", "KB-RESTORE-3")
+@pytest.mark.capability("schema_evolution")
+def test_a_restored_state_registered_after_the_first_materialization_with_a_new_serializer_replays(
+    state_backend: Any, storage: Any
+) -> None:
+    """A restored state that the job registers only after the first checkpoint since the restore (an operator
+    registering its state on its first element), with a serializer compatible after migration: that checkpoint's
+    materialization holds the state's old bytes (KB-RESTORE-3), the log after it the new serializer's, and a restore
+    migrates the materialized state before it replays the log onto it (SER-5)."""
+    from statecert.conformance.suite.test_serializer_compatibility import VersionedCount
+
+    old = ValueStateDescriptor("counts", serializer=VersionedCount(1))
+    new = ValueStateDescriptor("counts", serializer=VersionedCount(2))
+    with keyed_backend(state_backend) as first:
+        state = first.get_or_create_state(old)
+        for i, key in enumerate(KEYS):
+            first.set_current_key(key)
+            state.update(i)
+        handle = snapshot_now(first, location_for(storage, 1), 1)
+    with keyed_backend(state_backend, restore=[handle]) as second:
+        snapshot_now(second, location_for(storage, 2), 2)  # the materialization (CL-6), "counts" not registered
+        second.notify_checkpoint_complete(2)
+        state = second.get_or_create_state(new)
+        expected = {}
+        for i, key in enumerate(KEYS):
+            second.set_current_key(key)
+            if i % 2 == 0:
+                state.update(state.value() + 100)
+            expected[key] = state.value()
+        later = snapshot_now(second, location_for(storage, 3), 3)
+    with keyed_backend(state_backend, restore=[later]) as restored:
+        state = restored.get_or_create_state(new)
+        got = {}
+        for key in KEYS:
+            restored.set_current_key(key)
+            got[key] = state.value()
+    assert got == expected, (
+        f"CL-4, SER-5: checkpoint 3, whose log describes 'counts' with version 2 of its serializer over a "
+        f"materialization holding version 1's bytes: expected {expected}, restored {got}"
+    )

@@ -21,6 +21,7 @@ from statecert.conformance.helpers import (
     run_beside_a_twin,
     run_while,
     snapshot_now,
+    unreferenced_files,
 )
 from statecert.conformance.interleaving import Interleaving
 from statecert.reference.serializers import (
@@ -519,25 +520,35 @@ def test_asynchronous_parts_of_concurrent_snapshots_may_run_at_once(
 
 
 @pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
-def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("before", [0, 1], ids=["first snapshots", "after a completed checkpoint"])
+def test_close_cancels_running_snapshots_and_leaves_no_files(state_backend: Any, tmp_path: Any, before: int) -> None:
+    """Two snapshots pending at `close()` raise SnapshotCancelledError and leave no file behind, whether they are
+    the backend's first or follow a completed checkpoint (an incremental or changelog backend's later snapshots
+    take another path than its first); the completed checkpoint's files stay."""
     from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    completed = None
     with keyed_backend(state_backend) as backend:
         fill(backend, range(100))
-        tasks = [backend.snapshot(i, 0, location_for(storage, i)) for i in (1, 2)]  # two pending at close
-    for checkpoint_id, task in enumerate(tasks, 1):
+        if before:
+            completed = snapshot_now(backend, location_for(storage, 1), 1)
+            backend.notify_checkpoint_complete(1)
+            fill(backend, range(50, 150), tag="x")
+        ids = (before + 1, before + 2)
+        tasks = [backend.snapshot(i, 0, location_for(storage, i)) for i in ids]  # two pending at close
+    for checkpoint_id, task in zip(ids, tasks, strict=True):
         try:
             outcome: Any = task.run()
         except SnapshotCancelledError:
             outcome = "cancelled"
         assert outcome == "cancelled", (
-            f"KB-SNAP-6: run() of snapshot {checkpoint_id} of the 2 pending at close() returned {outcome!r}: "
-            "expected SnapshotCancelledError"
+            f"KB-SNAP-6: run() of snapshot {checkpoint_id} of the 2 pending at close() returned "
+            f"{outcome if outcome is None else type(outcome).__name__}: expected SnapshotCancelledError"
         )
         assert task.done, f"KB-SNAP-2: snapshot {checkpoint_id}'s task raised SnapshotCancelledError, but is not done"
-    leftovers = [p for p in (tmp_path / "c").rglob("*") if p.is_file()] if (tmp_path / "c").exists() else []
-    assert leftovers == [], f"a cancelled snapshot left files: {leftovers}"
+    leftovers = unreferenced_files(tmp_path / "c", completed) if (tmp_path / "c").exists() else []
+    assert leftovers == [], f"KB-SNAP-6: snapshots cancelled by close() left files: {leftovers}"
 
 
 @pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
@@ -861,6 +872,22 @@ def test_closed_backend_refuses_access(state_backend: Any, storage: Any) -> None
     disposed.dispose()
     with pytest.raises(BackendClosedError):
         disposed.set_current_key("k")
+    # a backend whose next snapshot would build on a completed one (an incremental or changelog backend's own path)
+    with keyed_backend(state_backend) as checkpointed:
+        fill(checkpointed, range(10))
+        snapshot_now(checkpointed, location_for(storage, 1), 1)
+        checkpointed.notify_checkpoint_complete(1)
+        fill(checkpointed, range(5, 15), tag="x")
+    try:
+        got: Any = checkpointed.snapshot(2, 0, location_for(storage, 2))
+    except BackendClosedError:
+        return
+    except Exception as exc:
+        got = exc
+    raise AssertionError(
+        f"KB-LIFE-2: snapshot() after close() of a backend with a completed checkpoint: expected BackendClosedError, "
+        f"got {got!r}"
+    )
 
 
 @pytest.mark.requirement("KB-1")

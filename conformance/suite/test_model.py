@@ -136,10 +136,21 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
             self._state(VALUE).clear()
             self.values.pop((self.key, self.ns), None)
 
+        @rule()
+        def value_update_none(self) -> None:
+            self._state(VALUE).update(None)  # clears (KS-VALUE-3)
+            self.values.pop((self.key, self.ns), None)
+
         @rule(v=INTS)
         def list_add(self, v: int) -> None:
             self._state(LIST).add(v)
             self.lists.setdefault((self.key, self.ns), []).append(v)
+
+        @rule(vs=st.lists(INTS, max_size=3))
+        def list_add_all(self, vs: list[int]) -> None:
+            self._state(LIST).add_all(vs)
+            if vs:
+                self.lists.setdefault((self.key, self.ns), []).extend(vs)
 
         @rule(vs=st.lists(INTS, max_size=3))
         def list_update(self, vs: list[int]) -> None:
@@ -154,6 +165,12 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         def map_put(self, uk: str, v: int) -> None:
             self._state(MAP).put(uk, v)
             self.maps.setdefault((self.key, self.ns), {})[uk] = v
+
+        @rule(entries=st.dictionaries(st.sampled_from(["a", "b", "c"]), INTS, max_size=3))
+        def map_put_all(self, entries: dict[str, int]) -> None:
+            self._state(MAP).put_all(entries)
+            if entries:
+                self.maps.setdefault((self.key, self.ns), {}).update(entries)
 
         @rule(uk=st.sampled_from(["a", "b", "c"]))
         def map_remove(self, uk: str) -> None:
@@ -443,6 +460,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
     "KS-LIST-1",
     "KS-MAP-2",
     "KS-VALUE-1",
+    "KS-VALUE-3",
     "KS-MERGE-1",
     "KS-MERGE-2",
     "KS-RED-1",
