@@ -16,8 +16,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend changelog   # the changelog backend, wrapping the heap backend
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
-    python mutation/run.py --backend format      # reference/format/, by the repository's format and fuzz tests
-                                                 # and the storage contract
+    python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
+                                                 # repository's format and fuzz tests and the storage contract
 """
 
 from __future__ import annotations
@@ -89,9 +89,12 @@ TARGETS = {
     ),
     # what reads and writes checkpoint files and refuses damaged or hostile ones (FMT, IF): the conformance suite
     # certifies backends and storages, so these are measured by the repository's own tests of them
-    "format": sorted(
-        str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "format").glob("*.py") if p.name != "__init__.py"
-    ),
+    "format": [
+        *sorted(
+            str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "format").glob("*.py") if p.name != "__init__.py"
+        ),
+        "reference/changelog/records.py",  # the changelog segment codec: a checkpoint file's reader too
+    ],
 }
 # Targets measured by repository tests (run from this checkout) instead of the conformance suite.
 REPOSITORY_TESTS = {

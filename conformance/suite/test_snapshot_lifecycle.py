@@ -1,5 +1,5 @@
-"""Snapshots under way and snapshots of size (chapter KB): closing a backend cancels a snapshot whose
-asynchronous part is already writing, and large snapshots, read back key group by key group, lose nothing, nor do
+"""Snapshots under way and snapshots of size (chapter KB): closing a backend, or cancelling the task, ends a snapshot
+whose asynchronous part is already writing, and large snapshots, read back key group by key group, lose nothing, nor do
 states whose counts exceed 16 bits."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MAP = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value
 @pytest.mark.requirement("KB-SNAP-6")
 @pytest.mark.capability("async_snapshots")
 @pytest.mark.parametrize("end", ["close", "cancel"])
-def test_close_cancels_a_snapshot_that_is_already_writing(state_backend: Any, tmp_path: Path, end: str) -> None:
+def test_a_snapshot_ended_while_it_writes_leaves_nothing(state_backend: Any, tmp_path: Path, end: str) -> None:
     """`close()` of the backend, or the task's own `cancel()`, while the asynchronous part writes: `run()` raises
     SnapshotCancelledError and leaves no file behind. After a `cancel()` the backend goes on, and the files left are
     those its next snapshot references (a changelog backend's materialization, KB-SNAP-6); that snapshot is whole."""
