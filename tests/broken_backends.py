@@ -2460,10 +2460,13 @@ class _AddAllNotLogged(LoggingListState):
 
 
 def _with_logging_state(state: type[LoggingState]) -> type[ChangelogKeyedStateBackend]:
+    """The changelog keyed backend, with `state` in place of the logging state class it subclasses."""
+    replaced = state.__bases__[0]
+
     class Keyed(ChangelogKeyedStateBackend):
         def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
             made = super().get_or_create_state(descriptor, namespace_serializer)
-            if type(made) is state.__mro__[1]:
+            if type(made) is replaced:
                 made.__class__ = state
             return made
 
@@ -2542,6 +2545,10 @@ class _CleanupNotLogged(ChangelogKeyedStateBackend):
         ttl = descriptor.ttl
         state._touches = ttl is not None and ttl.update_type is TtlUpdateType.ON_READ_AND_WRITE
         return state
+
+
+_FLINK_DEFAULTS = ChangelogSettings()
+"""Materialization every 10 minutes: in a test, only a changelog backend's first checkpoint materializes."""
 
 
 def _changelog_factory(
@@ -2743,11 +2750,10 @@ namespaces_by_hash = _factory(_with_state(ValueStateImpl, _NamespacesByHash))
 ttl_age_as_distance = _factory(_with_ttl_policy(_AgeAsDistance))
 range_checked_at_the_end_only = _factory(_RangeCheckedAtTheEndOnly)
 cancelled_operator_snapshot_keeps_stream = _factory(operator=_CancelledKeepsStream)
-FLINK_DEFAULTS = ChangelogSettings()
-changelog_none_update_not_logged = _changelog_factory(_with_logging_state(_NoneUpdateNotLogged), None, FLINK_DEFAULTS)
-changelog_add_all_not_logged = _changelog_factory(_with_logging_state(_AddAllNotLogged), None, FLINK_DEFAULTS)
-changelog_snapshots_untracked = _changelog_factory(_UntrackedSnapshots, None, FLINK_DEFAULTS)
-changelog_resets_captured_upload = _changelog_factory(_ResetsCapturedUpload, None, FLINK_DEFAULTS)
+changelog_none_update_not_logged = _changelog_factory(_with_logging_state(_NoneUpdateNotLogged), None, _FLINK_DEFAULTS)
+changelog_add_all_not_logged = _changelog_factory(_with_logging_state(_AddAllNotLogged), None, _FLINK_DEFAULTS)
+changelog_snapshots_untracked = _changelog_factory(_UntrackedSnapshots, None, _FLINK_DEFAULTS)
+changelog_resets_captured_upload = _changelog_factory(_ResetsCapturedUpload, None, _FLINK_DEFAULTS)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
