@@ -21,7 +21,7 @@ from statecert.reference.checkpointing import Subtask, take_snapshot
 from statecert.reference.checkpointing import create_subtasks as _create_subtasks
 from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
 from statecert.reference.serializers import LongSerializer, StringSerializer
-from statecert.spec.errors import StateCertError
+from statecert.spec.errors import SnapshotCancelledError, StateCertError
 from statecert.spec.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -317,21 +317,17 @@ def first_canonical_entry(header: CanonicalHeader, blocks: dict[int, list[list[A
     return next(entry for kg in sorted(blocks) for entry in blocks[kg] if entry[0] == index)
 
 
-class _HeldStream:
-    """An output stream whose first write from a thread other than the test's waits until the test says go."""
+class DelegatingStream:
+    """A checkpoint output stream (chapter CS) that passes every call to `inner`: a base for streams that change
+    one call, whether a test's probe or a broken backend's bug."""
 
-    def __init__(self, inner: Any, gate: WriteGate) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self._gate = gate
-
-    def write(self, data: bytes) -> Any:
-        self._gate.hold()
-        return self._inner.write(data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def __enter__(self) -> _HeldStream:
+    def __enter__(self) -> DelegatingStream:
         self._inner.__enter__()
         return self
 
@@ -339,7 +335,21 @@ class _HeldStream:
         return self._inner.__exit__(*exc)
 
 
-class WriteGate:
+class WrappingStreamFactory:
+    """A checkpoint stream factory whose streams are `inner`'s, each passed through `wrap`."""
+
+    def __init__(self, inner: Any, wrap: Callable[[Any], Any]) -> None:
+        self._inner = inner
+        self._wrap = wrap
+
+    def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
+        return self._wrap(self._inner.create_checkpoint_state_output_stream(scope))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _WriteGate:
     """Holds the first stream write made from a thread other than the one that made the gate, until `go` is set:
     the moment a snapshot's asynchronous part has started writing."""
 
@@ -354,23 +364,27 @@ class WriteGate:
             self.go.wait(30)
 
 
-class HeldStreamFactory:
-    """A checkpoint stream factory (chapter CS) whose streams hold their first asynchronous write at `gate`."""
+class _HeldStream(DelegatingStream):
+    """A stream whose writes wait at the gate."""
 
-    def __init__(self, inner: Any, gate: WriteGate) -> None:
-        self._inner = inner
+    def __init__(self, inner: Any, gate: _WriteGate) -> None:
+        super().__init__(inner)
         self._gate = gate
 
-    def create_checkpoint_state_output_stream(self, scope: Any) -> _HeldStream:
-        return _HeldStream(self._inner.create_checkpoint_state_output_stream(scope), self._gate)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def write(self, data: bytes) -> Any:
+        self._gate.hold()
+        return self._inner.write(data)
 
 
-def end_while_writing(task: Any, gate: WriteGate, end: Callable[[], Any]) -> tuple[bool, Any, Any]:
-    """Run `task` in another thread, call `end` (a close or a cancel) once its asynchronous part is writing, then
-    let it go on: whether it wrote, what `run()` returned or raised, and what `end` returned."""
+def end_a_snapshot_while_it_writes(
+    backend: Any, location: Any, end: str, requirement: str, what: str = "the asynchronous part"
+) -> Any:
+    """Take snapshot 1 of a keyed or operator `backend` at `location`, run it in another thread, and end it once it
+    writes: by the backend's `close()` (`end="close"`) or the task's own `cancel()` (`end="cancel"`). Asserts that
+    it wrote, that `run()` raised SnapshotCancelledError and that a `cancel()` returned True (KB-SNAP-6), citing
+    `requirement`; returns the call as the assertions name it."""
+    gate = _WriteGate()
+    task = backend.snapshot(1, 0, WrappingStreamFactory(location, lambda stream: _HeldStream(stream, gate)))
     outcome: list[Any] = []
 
     def run() -> None:
@@ -382,7 +396,15 @@ def end_while_writing(task: Any, gate: WriteGate, end: Callable[[], Any]) -> tup
     worker = threading.Thread(target=run)
     worker.start()
     writing = gate.writing.wait(30)
-    ended = end()
+    ended = backend.close() if end == "close" else task.cancel()
     gate.go.set()
     worker.join(60)
-    return writing, outcome[0] if outcome else "no result", ended
+    call = f"{end}() during {what}"
+    assert writing, f"KB-SNAP-2: {what} never wrote to its stream"
+    got = outcome[0] if outcome else "no result"
+    assert isinstance(got, SnapshotCancelledError), (
+        f"{requirement}: {call}: expected run() to raise SnapshotCancelledError, got {got!r}"
+    )
+    if end == "cancel":
+        assert ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {ended!r}"
+    return call

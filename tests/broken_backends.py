@@ -27,7 +27,7 @@ from typing import Any
 import fsspec
 import msgpack
 
-from statecert.conformance.helpers import files_of
+from statecert.conformance.helpers import DelegatingStream, WrappingStreamFactory, files_of
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBackend, ChangelogSettings
 from statecert.reference.changelog.logging_states import LoggingListState, LoggingState, LoggingValueState
@@ -2416,31 +2416,14 @@ class _RangeCheckedAtTheEndOnly(AcceptsKeysOutsideRange):
 # 168. An operator snapshot cancelled (by `close()` or its task's `cancel()`) while its asynchronous part writes
 # returns without discarding the stream it began, whose file stays in the checkpoint directory (OS-9, KB-SNAP-6).
 # The suite cancelled operator snapshots only before their `run()` started, and keyed ones only by `close()`.
-class _KeptStream:
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
+class _KeptStream(DelegatingStream):
     def discard(self) -> None:
         pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __enter__(self) -> Any:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._inner.__exit__(*exc)
 
 
 class _CancelledKeepsStream(DefaultOperatorStateBackend):
     def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: Any = None) -> Any:
-        class Keeping:
-            def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
-                return _KeptStream(stream_factory.create_checkpoint_state_output_stream(scope))
-
-        return super().snapshot(checkpoint_id, timestamp_ms, Keeping())
+        return super().snapshot(checkpoint_id, timestamp_ms, WrappingStreamFactory(stream_factory, _KeptStream))
 
 
 # 169-170. The changelog backend logs neither a value state's `update(None)` (which clears it, KS-VALUE-3) nor a list

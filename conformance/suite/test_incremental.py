@@ -34,6 +34,16 @@ def write_round(backend: Any, round_: int, keys: int = 400) -> None:
         value.update(round_)
 
 
+def past_a_completed_checkpoint(backend: Any, storage: Any) -> Any:
+    """Round 1 taken as checkpoint 1, which completes, then round 2 written: where the tests of what a later
+    checkpoint may build on start. Returns checkpoint 1's handle."""
+    write_round(backend, 1)
+    first = snapshot_now(backend, location_for(storage, 1), 1)
+    backend.notify_checkpoint_complete(1)
+    write_round(backend, 2)
+    return first
+
+
 def contents(backend: Any) -> dict[tuple[str, Any], Any]:
     value, mapping = backend.get_or_create_state(VALUE), backend.get_or_create_state(MAP)
     out: dict[tuple[str, Any], Any] = {}
@@ -82,10 +92,7 @@ def test_every_retained_checkpoint_restores_while_later_ones_complete(state_back
 def test_an_aborted_checkpoint_is_never_the_base_of_the_next(state_backend: Any, tmp_path: Path) -> None:
     storage = storage_with_files(tmp_path)
     with keyed_backend(state_backend) as backend:
-        write_round(backend, 1)
-        first = snapshot_now(backend, location_for(storage, 1), 1)
-        backend.notify_checkpoint_complete(1)
-        write_round(backend, 2)
+        first = past_a_completed_checkpoint(backend, storage)
         aborted_location = location_for(storage, 2)
         aborted = snapshot_now(backend, aborted_location, 2)
         backend.notify_checkpoint_aborted(2)
@@ -144,10 +151,7 @@ def test_a_savepoint_is_never_the_base_of_a_checkpoint(state_backend: Any, tmp_p
     storage = storage_with_files(tmp_path)
     access = storage.create_checkpoint_storage("job")
     with keyed_backend(state_backend) as backend:
-        write_round(backend, 1)
-        snapshot_now(backend, location_for(storage, 1), 1)
-        backend.notify_checkpoint_complete(1)
-        write_round(backend, 2)
+        past_a_completed_checkpoint(backend, storage)
         location = access.initialize_location_for_savepoint(2)
         backend.snapshot(2, 0, location, CheckpointOptions(kind)).run()
         backend.notify_checkpoint_complete(2)
@@ -248,10 +252,7 @@ def test_a_checkpoint_taken_while_an_earlier_one_is_in_flight_restores_whole_whe
     backend's 3 may build on 2's log segment when its synchronous part came after that upload, CL-5)."""
     storage = storage_with_files(tmp_path)
     with keyed_backend(state_backend) as backend:
-        write_round(backend, 1)
-        first = snapshot_now(backend, location_for(storage, 1), 1)
-        backend.notify_checkpoint_complete(1)
-        write_round(backend, 2)
+        first = past_a_completed_checkpoint(backend, storage)
         aborted_location = location_for(storage, 2)
         task = backend.snapshot(2, 0, aborted_location)
         second = task.run() if order.startswith("2 written") else None

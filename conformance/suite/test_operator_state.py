@@ -16,11 +16,9 @@ from hypothesis import strategies as st
 
 from statecert.conformance.helpers import (
     STATE_NAMES,
-    HeldStreamFactory,
     RecordingStreamFactory,
-    WriteGate,
     assert_snapshot_fails,
-    end_while_writing,
+    end_a_snapshot_while_it_writes,
     location_for,
     operator_backend,
     run_beside_a_twin,
@@ -453,20 +451,14 @@ def test_an_operator_snapshot_ended_while_it_writes_leaves_nothing(
     stream: `run()` raises SnapshotCancelledError and leaves no file behind. After a `cancel()` the backend goes on:
     the files left are those its next snapshot references, and that snapshot holds its state."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
-    gate = WriteGate()
     backend = operator_backend(state_backend)
     backend.get_list_state(SPLIT).add_all(range(1_000))
     backend.get_union_list_state(UNION).add_all(f"n{i}" for i in range(1_000))
-    task = backend.snapshot(1, 0, HeldStreamFactory(location_for(storage), gate))
-    writing, outcome, ended = end_while_writing(task, gate, backend.close if end == "close" else task.cancel)
-    call = f"{end}() during an operator snapshot's asynchronous part"
-    assert writing, "OS-10: the asynchronous part never wrote to its stream"
-    assert isinstance(outcome, SnapshotCancelledError), (
-        f"OS-9: {call}: expected run() to raise SnapshotCancelledError, got {outcome!r}"
+    end_a_snapshot_while_it_writes(
+        backend, location_for(storage), end, "OS-9", "an operator snapshot's asynchronous part"
     )
     following = None
     if end == "cancel":
-        assert ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {ended!r}"
         following = backend.snapshot(2, 0, location_for(storage, 2)).run()
         backend.dispose()
         with operator_backend(state_backend, (following,)) as restored:
