@@ -270,13 +270,35 @@ class VoidNamespaceSerializer(BaseSerializer):
         return VOID_NAMESPACE
 
 
+_PLAIN_TYPES: tuple[type[Any], ...] = (bool, int, float, str, bytes, list, dict)
+
+
+def _as_plain(value: Any) -> Any:
+    """A subclass of a plain type as that type, which it reads back equal to; anything else is refused (IF-1).
+
+    msgpack would write a tuple as a list: it would read back as a list, unequal to the tuple, and a map keyed by
+    tuples not at all (a list is no map key), so the checkpoint holding it would not restore.
+    """
+    for plain in _PLAIN_TYPES:
+        if isinstance(value, plain):
+            return plain(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    hint = " (it would read back as a list; give the state a `tuple` serializer)" if isinstance(value, tuple) else ""
+    raise TypeError(f"MsgpackSerializer: {type(value).__name__} is not plain data{hint}")
+
+
 class MsgpackSerializer(BaseSerializer):
-    """Plain data (None, bool, int, float, str, bytes, lists, dicts) as msgpack: safe for untrusted bytes."""
+    """Plain data (None, bool, int, float, str, bytes, lists, dicts) as msgpack: safe for untrusted bytes.
+
+    Anything else, a tuple included, is refused with `TypeError` (IF-1) rather than written as something that reads
+    back as another value.
+    """
 
     serializer_id = "msgpack"
 
     def serialize(self, value: Any) -> bytes:
-        return msgpack.packb(value, use_bin_type=True)
+        return msgpack.packb(value, use_bin_type=True, strict_types=True, default=_as_plain)
 
     def deserialize(self, data: bytes) -> Any:
         return unpack_plain(data, "MsgpackSerializer")

@@ -59,6 +59,7 @@ from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
 from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
+from statecert.reference.serializers import MsgpackSerializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
@@ -2483,6 +2484,32 @@ class _ResetsCapturedUpload(ChangelogKeyedStateBackend):
         self._writer.__class__ = _ResettingWriter
 
 
+# 173. The msgpack default serializer as msgpack's `packb` is called plainly: a tuple is written as an array, which
+# reads back as a list (unequal to the tuple), and a map keyed by tuples not at all, so the savepoint holding one
+# does not restore (SER-10). The reference's own default did this until the fifteenth hunt, and the spec-only example
+# too; the suite wrote only plain data under the default.
+class _TupleTakingMsgpack(MsgpackSerializer):
+    def serialize(self, value: Any) -> bytes:
+        return bytes(msgpack.packb(value, use_bin_type=True))
+
+
+_DEFAULTED_ROLES = (
+    "serializer",
+    "element_serializer",
+    "user_key_serializer",
+    "user_value_serializer",
+    "accumulator_serializer",
+)
+
+
+class _DefaultsTakeTuples(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        fields = dataclasses.fields(descriptor)
+        left_out = [f.name for f in fields if f.name in _DEFAULTED_ROLES and getattr(descriptor, f.name) is None]
+        loose = dataclasses.replace(descriptor, **dict.fromkeys(left_out, _TupleTakingMsgpack()))
+        return super().get_or_create_state(loose, namespace_serializer)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2737,6 +2764,7 @@ changelog_none_update_not_logged = _changelog_factory(_with_logging_state(_NoneU
 changelog_add_all_not_logged = _changelog_factory(_with_logging_state(_AddAllNotLogged), None, _FLINK_DEFAULTS)
 changelog_snapshots_untracked = _changelog_factory(_UntrackedSnapshots, None, _FLINK_DEFAULTS)
 changelog_resets_captured_upload = _changelog_factory(_ResetsCapturedUpload, None, _FLINK_DEFAULTS)
+msgpack_default_takes_tuples = _factory(_DefaultsTakeTuples)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2912,4 +2940,5 @@ CAUGHT_BY = {
     "changelog_add_all_not_logged": "CL-4",
     "changelog_snapshots_untracked": "KB-SNAP-6",
     "changelog_resets_captured_upload": "KB-SNAP-9",
+    "msgpack_default_takes_tuples": "SER-10",
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import pickle
 from typing import Any
 
@@ -234,6 +236,52 @@ def test_unknown_serializer_id_is_a_migration_error_not_an_import() -> None:
     snapshot = SerializerSnapshot("os:system", 1, {})
     with pytest.raises(StateMigrationError, match="unknown serializer 'os:system'"):
         restore_serializer(snapshot)
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+class _Name(str):
+    pass
+
+
+def _as_subclasses(value: Any) -> Any:
+    """`value` with every container and some scalars replaced by subclasses of their plain types (SER-10)."""
+    if isinstance(value, dict):
+        return collections.OrderedDict((k, _as_subclasses(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return collections.UserList([_as_subclasses(v) for v in value]).data
+    if isinstance(value, str):
+        return _Name(value)
+    if isinstance(value, bytes):
+        return bytearray(value)
+    if value == 1 and type(value) is int:
+        return _Level.LOW
+    return value
+
+
+@pytest.mark.requirement("SER-10")
+@given(PLAIN)
+def test_msgpack_default_writes_subclasses_of_plain_types_as_those_types(value: Any) -> None:
+    """An `OrderedDict`, a `str` subclass, a `bytearray`, an `IntEnum` read back equal to the plain value."""
+    serializer = MsgpackSerializer()
+    dressed = _as_subclasses(value)
+    got = serializer.deserialize(serializer.serialize(dressed))
+    assert got == value, f"MsgpackSerializer round trip of {dressed!r}: expected {value!r}, got {got!r}"
+    assert serializer.serialize(dressed) == serializer.serialize(value), f"{dressed!r} written unlike {value!r}"
+
+
+@pytest.mark.requirement("SER-10")
+@pytest.mark.parametrize(
+    "value",
+    [(), (1, "a"), [1, (2,)], {"k": (1,)}, {(1, 2): 3}, {1, 2}, frozenset(), object(), 1j],
+    ids=["empty-tuple", "tuple", "in-a-list", "in-a-map", "tuple-keys", "set", "frozenset", "object", "complex"],
+)
+def test_msgpack_default_refuses_what_is_not_plain_data(value: Any) -> None:
+    """A tuple (it would read back as a list, and a map keyed by tuples not at all), a set, an object: TypeError."""
+    with pytest.raises(TypeError, match="not plain data"):
+        MsgpackSerializer().serialize(value)
 
 
 @pytest.mark.requirement("SER-8")

@@ -8,6 +8,8 @@ import struct
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecert.conformance.helpers import (
     create_subtasks,
@@ -16,9 +18,11 @@ from statecert.conformance.helpers import (
     operator_backend,
     owner_of,
     snapshot_now,
+    unreferenced_files,
 )
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.serializers import BaseSerializer, DoubleSerializer, LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.serializers import SchemaCompatibility, SerializerSnapshot
@@ -497,3 +501,118 @@ def test_descriptors_without_serializers_use_the_msgpack_default(
         got = (value.value(), lst.get(), mapping.get("u"), reducing.get())
         expected = (PLAIN, [PLAIN, "b"], PLAIN, ["x", "y"])
         assert got == expected, f"SER-9 ({direction}): state without serializers read back {got}, expected {expected}"
+
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=4)
+    | st.binary(max_size=4)
+)
+PLAIN_DATA = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+TUPLE_KEYS = st.lists(SCALARS, max_size=3).map(tuple)
+
+
+def _holding_a_tuple(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`inner` placed among plain data: as a list element or as a map value."""
+    others = st.lists(PLAIN_DATA, max_size=2)
+    in_a_list = st.builds(lambda x, xs, at: [*xs[:at], x, *xs[at:]], inner, others, st.integers(0, 2))
+    siblings = st.dictionaries(st.text(max_size=4), PLAIN_DATA, max_size=2)
+    in_a_map = st.builds(lambda x, k, d: {**d, k: x}, inner, st.text(max_size=4), siblings)
+    return in_a_list | in_a_map
+
+
+WITH_A_TUPLE = st.recursive(
+    TUPLE_KEYS | st.dictionaries(TUPLE_KEYS, PLAIN_DATA, min_size=1, max_size=2), _holding_a_tuple, max_leaves=4
+)
+"""Plain data with a tuple somewhere: a tuple, or a map keyed by tuples, as the value or nested at any depth."""
+
+
+class MeanOfPairs:
+    """An average whose accumulator is a `(sum, count)` tuple, as Flink's examples keep a `Tuple2`."""
+
+    def create_accumulator(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def add(self, value: int, acc: tuple[int, int]) -> tuple[int, int]:
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc: tuple[int, int]) -> float:
+        return acc[0] / acc[1]
+
+    def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        return (a[0] + b[0], a[1] + b[1])
+
+
+# role -> (descriptor leaving that role's serializer out, write of a value holding a tuple)
+UNPLAIN_WRITES: dict[str, tuple[Any, Any]] = {
+    "value": (ValueStateDescriptor("unplain"), lambda s, v: s.update(v)),
+    "list-element": (ListStateDescriptor("unplain"), lambda s, v: s.add(v)),
+    "map-user-key": (MapStateDescriptor("unplain", user_value_serializer=L), lambda s, v: s.put(tuple(v), 1)),
+    "map-user-value": (MapStateDescriptor("unplain", user_key_serializer=S), lambda s, v: s.put("u", v)),
+    "reducing-value": (ReducingStateDescriptor("unplain", reduce_function=lambda a, b: b), lambda s, v: s.add(v)),
+    "aggregating-accumulator": (
+        AggregatingStateDescriptor("unplain", aggregate_function=MeanOfPairs()),
+        lambda s, v: s.add(len(repr(v))),
+    ),
+}
+
+
+def _refusal(exc: BaseException) -> bool:
+    """The serializer's TypeError, or an error of the backend's whose cause (or context) it is (SER-10)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TypeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@pytest.mark.requirement("SER-10", "SER-9", "KB-SNAP-1")
+@pytest.mark.parametrize("role", list(UNPLAIN_WRITES))
+@given(data=st.data())
+def test_a_value_that_is_not_plain_data_is_refused_by_the_msgpack_default(
+    certification: Any, tmp_path_factory: Any, role: str, data: st.DataObject
+) -> None:
+    """A tuple anywhere in a value written under a defaulted serializer (it would read back as a list, or a map keyed
+    by tuples not at all) fails its write or the snapshot holding it with TypeError, never a handle; the failed
+    snapshot leaves no file, and once the value is gone the next snapshot restores the rest."""
+    describe, write = UNPLAIN_WRITES[role]
+    value = data.draw(TUPLE_KEYS.filter(bool) if role == "map-user-key" else WITH_A_TUPLE, label="value")
+    root = tmp_path_factory.mktemp("unplain")
+    storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+    held = "a (sum, count) tuple" if role == "aggregating-accumulator" else repr(value)
+    call = f"{role} holding {held} under the msgpack default"
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        kept = backend.get_or_create_state(ValueStateDescriptor("kept", serializer=L))
+        state = backend.get_or_create_state(describe)
+        backend.set_current_key("k")
+        kept.update(7)
+        try:
+            write(state, value)
+        except Exception as exc:
+            assert _refusal(exc), f"SER-10: {call}: the write raised {exc!r}, expected TypeError"
+        else:
+            try:
+                handle = snapshot_now(backend, location_for(storage))
+            except Exception as exc:
+                assert _refusal(exc), f"SER-10: {call}: the snapshot raised {exc!r}, expected TypeError"
+            else:
+                raise AssertionError(
+                    f"SER-10: {call}: expected TypeError at the write or from the snapshot, got a "
+                    f"{type(handle).__name__} from run()"
+                )
+            leftovers = unreferenced_files(root, None)
+            assert leftovers == [], f"SER-10: the snapshot refused for {call} left files: {leftovers}"
+        state.clear()
+        handle = snapshot_now(backend, location_for(storage, 2), 2)
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
+        restored.set_current_key("k")
+        got = restored.get_or_create_state(ValueStateDescriptor("kept", serializer=L)).value()
+        assert got == 7, f"SER-10: after {call} was refused and cleared, the next snapshot restored kept={got!r}, not 7"

@@ -39,11 +39,28 @@ class _PlainSerializer:
         return SchemaCompatibility.incompatible(f"written by {old.serializer_id!r} v{old.version}")
 
 
+def _plain_or_refused(value: Any) -> Any:
+    """SER-10: a subclass of a plain type goes as that type; anything else (a tuple above all) is a TypeError."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
+    raise TypeError(f"msgpack default: {type(value).__name__} is not plain data (SER-10)")
+
+
 class MsgpackSerializer(_PlainSerializer):
     serializer_id = "msgpack"
 
     def serialize(self, value: Any) -> bytes:
-        return bytes(msgpack.packb(value, use_bin_type=True))
+        return bytes(msgpack.packb(value, use_bin_type=True, strict_types=True, default=_plain_or_refused))
 
     def deserialize(self, data: bytes) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
