@@ -74,7 +74,7 @@ from statecert.spec.handles import (
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange, flink_murmur_hash
 from statecert.spec.operator_backend import OperatorBackendParameters
-from statecert.spec.serializers import Compatibility, SerializerSnapshot
+from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import StateKind, TtlUpdateType
 from statecert.spec.timers import InternalTimer
 
@@ -2502,12 +2502,24 @@ _DEFAULTED_ROLES = (
 )
 
 
-class _DefaultsTakeTuples(HeapKeyedStateBackend):
-    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
-        fields = dataclasses.fields(descriptor)
-        left_out = [f.name for f in fields if f.name in _DEFAULTED_ROLES and getattr(descriptor, f.name) is None]
-        loose = dataclasses.replace(descriptor, **dict.fromkeys(left_out, _TupleTakingMsgpack()))
-        return super().get_or_create_state(loose, namespace_serializer)
+# 174. The msgpack default serializer reads with msgpack's own default `strict_map_key=True`: a map keyed by ints,
+# bytes or None is written, and its restore fails (SER-9, IF-1). The suite's plain data had maps keyed by text only.
+class _StrictMapKeysMsgpack(MsgpackSerializer):
+    def deserialize(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, raw=False)
+
+
+def _with_default_serializer(serializer: TypeSerializer[Any]) -> type[HeapKeyedStateBackend]:
+    """The heap backend, with `serializer` in every role a state descriptor leaves out."""
+
+    class Keyed(HeapKeyedStateBackend):
+        def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+            fields = dataclasses.fields(descriptor)
+            left_out = [f.name for f in fields if f.name in _DEFAULTED_ROLES and getattr(descriptor, f.name) is None]
+            given = dataclasses.replace(descriptor, **dict.fromkeys(left_out, serializer))
+            return super().get_or_create_state(given, namespace_serializer)
+
+    return Keyed
 
 
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
@@ -2764,7 +2776,8 @@ changelog_none_update_not_logged = _changelog_factory(_with_logging_state(_NoneU
 changelog_add_all_not_logged = _changelog_factory(_with_logging_state(_AddAllNotLogged), None, _FLINK_DEFAULTS)
 changelog_snapshots_untracked = _changelog_factory(_UntrackedSnapshots, None, _FLINK_DEFAULTS)
 changelog_resets_captured_upload = _changelog_factory(_ResetsCapturedUpload, None, _FLINK_DEFAULTS)
-msgpack_default_takes_tuples = _factory(_DefaultsTakeTuples)
+msgpack_default_takes_tuples = _factory(_with_default_serializer(_TupleTakingMsgpack()))
+msgpack_default_strict_map_keys = _factory(_with_default_serializer(_StrictMapKeysMsgpack()))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2941,4 +2954,5 @@ CAUGHT_BY = {
     "changelog_snapshots_untracked": "KB-SNAP-6",
     "changelog_resets_captured_upload": "KB-SNAP-9",
     "msgpack_default_takes_tuples": "SER-10",
+    "msgpack_default_strict_map_keys": "SER-9",
 }
