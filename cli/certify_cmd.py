@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--shrink-seconds", type=int, help="time bound on shrinking a failing example (default 30; 0 skips shrinking)"
     )
-    p.add_argument("--report", help="write the JSON report here, and a Markdown certificate beside it")
+    p.add_argument(
+        "--report",
+        help="write the JSON report here, and a Markdown certificate beside it (default: pytest's base temporary "
+        "directory of the run, kept for its latest three runs)",
+    )
     p.add_argument("--xfail", help="TOML file of expected failures (known bugs), keyed by test id")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="configuration for the backend factory")
     p.add_argument(
@@ -89,6 +92,21 @@ class _ProgressPlugin:
             self.progress.advance(self.task)
 
 
+class _ReportWritten:
+    """Learns where the run wrote its report: `--report`, or where the plugin chose (pytest's base temporary
+    directory of the run, which pytest removes after a few more runs)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from statecert.conformance.plugin import report_paths
+
+        paths = report_paths(session.config)
+        self.path = None if paths is None else paths[0]
+
+
 def certify(args: argparse.Namespace, console: Console) -> int:
     sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project imports like with `python -m`
     from statecert.conformance.plugin import CertificationSession
@@ -120,15 +138,15 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     except (SettingsError, StateCertError, ValueError) as exc:
         Console(stderr=True).print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
-    temporary = Path(tempfile.gettempdir()) / f"statecert-report-{uuid.uuid4().hex}.json"
-    report = str(settings.report or temporary)
     # The suite runs under its own settings, not the invoking project's pytest configuration; the file holding
     # them lives in a private temporary directory for the run (a fixed name in the shared one could be anyone's).
     settings_dir = tempfile.TemporaryDirectory(prefix="statecert-certify-")
     ini = Path(settings_dir.name) / "pytest.ini"
     ini.write_text("[pytest]\nconsider_namespace_packages = true\n", encoding="utf-8")
     argv = ["--pyargs", "statecert.conformance.suite", "-c", str(ini), "--rootdir", os.getcwd()]
-    argv += ["-p", "no:cacheprovider", "--import-mode=importlib", "--statecert-report", report]
+    argv += ["-p", "no:cacheprovider", "--import-mode=importlib"]
+    if settings.report:
+        argv += ["--statecert-report", str(settings.report)]
     for flag, value in (
         ("--statecert-backend", args.backend),
         ("--statecert-storage", args.storage),
@@ -145,24 +163,26 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         argv += ["--statecert-config", item]
     argv += list(args.pytest_args)
     errors = io.StringIO()  # pytest's own stderr, held back so that a usage error can be said in one line
+    written = _ReportWritten()
     with settings_dir, contextlib.redirect_stderr(errors):
         if args.verbose:
-            code = pytest.main(argv)
+            code = pytest.main(argv, plugins=[written])
         else:
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
-                code = pytest.main([*argv, "-p", "no:terminal"], plugins=[_ProgressPlugin(progress)])
+                code = pytest.main([*argv, "-p", "no:terminal"], plugins=[_ProgressPlugin(progress), written])
     if code == pytest.ExitCode.USAGE_ERROR:
         Console(stderr=True).print(
             f"statecert: error: {_usage_problem(errors.getvalue())}", markup=False, highlight=False, soft_wrap=True
         )
         return 2
     sys.stderr.write(errors.getvalue())
-    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED) or not Path(report).is_file():
+    report = written.path
+    if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED) or report is None or not report.is_file():
         console.print(f"[red]certification did not run[/red] (pytest exit {int(code)}); re-run with --verbose")
         return 2
-    data = json.loads(Path(report).read_text())
-    print_summary(data, report, console)
+    data = json.loads(report.read_text(encoding="utf-8"))
+    print_summary(data, str(report), console)
     return 0 if code == pytest.ExitCode.OK and data["verdict"] == "certified" else 1
 
 

@@ -95,6 +95,8 @@ class CertificationSession:
         options select them: they are in `selected`, and never run."""
         self.stale: list[str] = []
         self.hypothesis_home = ""
+        self.report_paths: tuple[Path, Path] | None = None
+        """The JSON report and the Markdown certificate, once the run wrote them."""
         self.started = time.time()
 
     def new_backend(self, local_dir: Path) -> Any:
@@ -169,7 +171,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--statecert-tier", default=None, help="comma-separated tiers: contract, model, scenarios")
     group.addoption("--statecert-max-examples", type=int, default=None, help="hypothesis examples per property")
     group.addoption("--statecert-seed", type=int, default=None, help="hypothesis seed")
-    group.addoption("--statecert-report", default=None, help="write the JSON report here (Markdown beside it)")
+    group.addoption(
+        "--statecert-report",
+        default=None,
+        help="write the JSON report here (Markdown beside it); default: pytest's base temporary directory of the run",
+    )
     group.addoption("--statecert-xfail", default=None, help="TOML file of expected failures")
     group.addoption(
         "--statecert-shrink-seconds", type=int, default=None, help="time bound on shrinking a failing example"
@@ -432,6 +438,23 @@ def _why_not_run(session: pytest.Session) -> str:
     return "; ".join(causes) or "pytest did not run them (interrupted, or selected away by a plugin)"
 
 
+def _default_report_path(config: pytest.Config) -> Path:
+    """Where a run given no `--statecert-report` writes its report: in pytest's base temporary directory of the run,
+    which pytest keeps for its latest runs (three by default) and then removes, so repeated runs do not pile reports
+    up; in the system's temporary directory when pytest's `tmpdir` plugin is off or its retention policy would remove
+    the directory at the end of this run."""
+    factory = getattr(config, "_tmp_path_factory", None)  # set by pytest's tmpdir plugin at configure time
+    if factory is not None and config.getini("tmp_path_retention_policy") == "all":
+        return Path(factory.getbasetemp()) / "statecert-report.json"
+    return Path(tempfile.gettempdir()) / f"statecert-{uuid.uuid4().hex}.json"
+
+
+def report_paths(config: pytest.Config) -> tuple[Path, Path] | None:
+    """The JSON report and the Markdown certificate a finished certification run wrote; None before or without."""
+    cert = _session(config)
+    return None if cert is None else cert.report_paths
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cert = _session(session.config)
     if cert is None:
@@ -453,13 +476,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "cause": _why_not_run(session),
         }
     report = Report(cert.header(), requirements, cert.results, cert.stale, unknown, not_run, cert.excluded, incomplete)
-    path = (
-        Path(cert.settings.report)
-        if cert.settings.report
-        else Path(tempfile.gettempdir()) / f"statecert-{uuid.uuid4().hex}.json"
-    )
+    path = Path(cert.settings.report) if cert.settings.report else _default_report_path(session.config)
     json_path, md_path = report.write(path)
-    cert.report_paths = (json_path, md_path)  # type: ignore[attr-defined]
+    cert.report_paths = (json_path, md_path)
     if report.stale_expected_failures or unknown:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -484,7 +503,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"LIKELY ROOT CAUSE {root.test_id}: {root.message}")
     for entry in cert.stale:
         tr.write_line(f"STALE expected failure (matches no test): {entry}")
-    paths = getattr(cert, "report_paths", None)
+    paths = cert.report_paths
     if paths:
         tr.write_line(f"report: {paths[0]} (certificate: {paths[1]})")
 

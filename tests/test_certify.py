@@ -3,8 +3,10 @@ rejected naming the requirement it violates, and settings, expected failures and
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -548,3 +550,23 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
     assert not (tmp_path / ".hypothesis").exists(), "certify left an example database in the author's directory"
     left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith("pytest-of-"))
     assert left == [], f"certify left {left} in its temporary directory"
+
+
+def test_a_run_without_report_writes_it_where_pytest_keeps_its_latest_runs(tmp_path: Path) -> None:
+    """Without `--report` the report goes to pytest's base temporary directory of the run, named in the output;
+    pytest keeps those of its latest three runs, so repeated certifications do not pile reports up."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    named = []
+    for _ in range(4):
+        code, _, output = certify("hashmap", "--", "-k", "test_descriptors_without", cwd=tmp_path, tmpdir=temporary)
+        assert code == 1, output  # a part of the suite only: incomplete, not certified
+        found = re.search(r"report (\S+statecert-report\.json)", output)
+        assert found, f"no report named in the output:\n{output}"
+        named.append(Path(found[1]))
+        assert named[-1].is_file() and named[-1].with_suffix(".md").is_file(), f"{named[-1]} not written"
+        assert named[-1].is_relative_to(temporary / f"pytest-of-{getpass.getuser()}"), named[-1]
+    assert len(set(named)) == 4, f"the runs wrote one report over another: {named}"
+    kept = sorted(temporary.rglob("statecert-report.json"))
+    assert kept == sorted(named[1:]), f"after 4 runs, expected the latest 3 reports kept, found {kept}"
+    assert [p.name for p in tmp_path.iterdir()] == ["tmp"], "certify wrote into the working directory"
