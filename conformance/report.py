@@ -29,6 +29,7 @@ BASIS = (
     "test_keyed_backend",
     "test_snapshot_lifecycle",
     "test_timers",
+    "test_default_serializer",
     "test_serializer_compatibility",
     "test_operator_state",
     "test_damaged_operator_streams",

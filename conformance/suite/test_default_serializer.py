@@ -1,0 +1,323 @@
+"""The `msgpack` default serializer a descriptor gets for every role it leaves out (SER-9, SER-10, IF-1): plain data
+of every shape reads back equal, live, after a restore and in another backend; anything else, a tuple above all, is
+refused before a checkpoint holds it, in keyed and operator state alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statecert.conformance.helpers import keyed_backend, location_for, operator_backend, unreferenced_files
+from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+
+L, S = LongSerializer(), StringSerializer()
+
+PLAIN = {"list": [1, -2.5, None, True], "text": "é", "bytes": b"\x00\xff", "map": {"k": {"n": 2**63 - 1}}}
+DEFAULTED = [
+    ValueStateDescriptor("dv"),
+    ListStateDescriptor("dl"),
+    MapStateDescriptor("dm"),
+    ReducingStateDescriptor("dr", reduce_function=lambda a, b: [*a, *b]),
+]
+
+
+@pytest.mark.requirement("SER-9", "SP-1")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("direction", ["ours-into-reference", "reference-into-ours"])
+def test_descriptors_without_serializers_use_the_msgpack_default(
+    state_backend: Any, reference_backend: Any, storage: Any, direction: str
+) -> None:
+    """Every role a descriptor leaves out is the `msgpack` serializer of IF-1, so plain data written so moves
+    between backends through a canonical savepoint and reads back equal."""
+    writer, reader = (
+        (state_backend, reference_backend) if direction == "ours-into-reference" else (reference_backend, state_backend)
+    )
+    with keyed_backend(writer) as backend:
+        value, lst, mapping, reducing = (backend.get_or_create_state(d) for d in DEFAULTED)
+        backend.set_current_key("k")
+        value.update(PLAIN)
+        lst.add_all([PLAIN, "b"])
+        mapping.put("u", PLAIN)
+        reducing.add(["x"])
+        reducing.add(["y"])
+        options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        handle = backend.snapshot(1, 0, location_for(storage), options).run()
+    with keyed_backend(reader, restore=[handle]) as restored:
+        value, lst, mapping, reducing = (restored.get_or_create_state(d) for d in DEFAULTED)
+        restored.set_current_key("k")
+        got = (value.value(), lst.get(), mapping.get("u"), reducing.get())
+        expected = (PLAIN, [PLAIN, "b"], PLAIN, ["x", "y"])
+        assert got == expected, f"SER-9 ({direction}): state without serializers read back {got}, expected {expected}"
+
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=4)
+    | st.binary(max_size=4)
+)
+PLAIN_DATA = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(SCALARS, inner, max_size=3),
+    max_leaves=8,
+)
+"""IF-1's plain data: maps keyed by any scalar (an int, bytes, None), not only by text, and ints up to 2^64 - 1."""
+TUPLE_KEYS = st.lists(SCALARS, max_size=3).map(tuple)
+
+
+def _holding(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`inner` placed among plain data: as a list element or as a map value."""
+    others = st.lists(PLAIN_DATA, max_size=2)
+    in_a_list = st.builds(lambda x, xs, at: [*xs[:at], x, *xs[at:]], inner, others, st.integers(0, 2))
+    siblings = st.dictionaries(st.text(max_size=4), PLAIN_DATA, max_size=2)
+    in_a_map = st.builds(lambda x, k, d: {**d, k: x}, inner, st.text(max_size=4), siblings)
+    return in_a_list | in_a_map
+
+
+WITH_A_TUPLE = st.recursive(
+    TUPLE_KEYS | st.dictionaries(TUPLE_KEYS, PLAIN_DATA, min_size=1, max_size=2), _holding, max_leaves=4
+)
+"""Plain data with a tuple somewhere: a tuple, or a map keyed by tuples, as the value or nested at any depth."""
+
+
+class Collect:
+    """An aggregate whose accumulator is the list of what was added: plain data, or not, as the inputs are."""
+
+    def create_accumulator(self) -> list[Any]:
+        return []
+
+    def add(self, value: Any, acc: list[Any]) -> list[Any]:
+        return [*acc, value]
+
+    def get_result(self, acc: list[Any]) -> list[Any]:
+        return acc
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return [*a, *b]
+
+
+class KeyedSide:
+    """Keyed state: the backend (its current key set), a state beside the one under test holding 7, read back."""
+
+    open = staticmethod(keyed_backend)
+    kept_state = ValueStateDescriptor("kept", serializer=L)
+
+    @classmethod
+    def ready(cls, backend: Any) -> Any:
+        backend.set_current_key("k")
+        return backend
+
+    @classmethod
+    def keep(cls, backend: Any) -> None:
+        backend.get_or_create_state(cls.kept_state).update(7)
+
+    @classmethod
+    def kept(cls, backend: Any) -> Any:
+        return backend.get_or_create_state(cls.kept_state).value()
+
+
+class OperatorSide:
+    """Operator state, likewise: a split list holding [7]."""
+
+    open = staticmethod(operator_backend)
+    kept_state = ListStateDescriptor("kept", element_serializer=L)
+
+    @classmethod
+    def ready(cls, backend: Any) -> Any:
+        return backend
+
+    @classmethod
+    def keep(cls, backend: Any) -> None:
+        backend.get_list_state(cls.kept_state).add(7)
+
+    @classmethod
+    def kept(cls, backend: Any) -> Any:
+        got = backend.get_list_state(cls.kept_state).get()
+        return 7 if got == [7] else got
+
+
+class Role(NamedTuple):
+    """A serializer role a descriptor leaves out: the state holding it, how a value is written in that role, how it
+    is read back and what the read gives."""
+
+    side: type[KeyedSide] | type[OperatorSide]
+    state: Callable[[Any], Any]
+    write: Callable[[Any, Any], None]
+    read: Callable[[Any], Any]
+    expected: Callable[[Any], Any]
+
+
+ROLES = {
+    "value": Role(
+        KeyedSide,
+        lambda b: b.get_or_create_state(ValueStateDescriptor("defaulted")),
+        lambda s, v: s.update(v),
+        lambda s: s.value(),
+        lambda v: v,
+    ),
+    "list-element": Role(
+        KeyedSide,
+        lambda b: b.get_or_create_state(ListStateDescriptor("defaulted")),
+        lambda s, v: s.add_all([v, v]),
+        lambda s: s.get(),
+        lambda v: [v, v],
+    ),
+    "map-user-key": Role(
+        KeyedSide,
+        lambda b: b.get_or_create_state(MapStateDescriptor("defaulted", user_value_serializer=L)),
+        lambda s, v: s.put(v, 1),
+        lambda s: list(s.items()),
+        lambda v: [(v, 1)],
+    ),
+    "map-user-value": Role(
+        KeyedSide,
+        lambda b: b.get_or_create_state(MapStateDescriptor("defaulted", user_key_serializer=S)),
+        lambda s, v: s.put("u", v),
+        lambda s: s.get("u"),
+        lambda v: v,
+    ),
+    "reducing-value": Role(
+        KeyedSide,
+        lambda b: b.get_or_create_state(ReducingStateDescriptor("defaulted", reduce_function=lambda a, b: b)),
+        lambda s, v: s.add(v),
+        lambda s: s.get(),
+        lambda v: v,
+    ),
+    "aggregating-accumulator": Role(
+        KeyedSide,
+        lambda b: b.get_or_create_state(AggregatingStateDescriptor("defaulted", aggregate_function=Collect())),
+        lambda s, v: s.add(v),
+        lambda s: s.get(),
+        lambda v: [v],
+    ),
+    "operator-split-element": Role(
+        OperatorSide,
+        lambda b: b.get_list_state(ListStateDescriptor("defaulted")),
+        lambda s, v: s.add(v),
+        lambda s: s.get(),
+        lambda v: [v],
+    ),
+    "operator-union-element": Role(
+        OperatorSide,
+        lambda b: b.get_union_list_state(ListStateDescriptor("defaulted")),
+        lambda s, v: s.update([v]),
+        lambda s: s.get(),
+        lambda v: [v],
+    ),
+    "broadcast-user-key": Role(
+        OperatorSide,
+        lambda b: b.get_broadcast_state(MapStateDescriptor("defaulted", user_value_serializer=L)),
+        lambda s, v: s.put(v, 1),
+        lambda s: list(s.items()),
+        lambda v: [(v, 1)],
+    ),
+    "broadcast-user-value": Role(
+        OperatorSide,
+        lambda b: b.get_broadcast_state(MapStateDescriptor("defaulted", user_key_serializer=S)),
+        lambda s, v: s.put("u", v),
+        lambda s: s.get("u"),
+        lambda v: v,
+    ),
+}
+EVERY_ROLE = [
+    pytest.param(name, marks=[pytest.mark.capability("operator_state")] if role.side is OperatorSide else [])
+    for name, role in ROLES.items()
+]
+"""Each role, operator state's gated on the backend declaring it."""
+
+
+def _values_for(name: str, values: st.SearchStrategy[Any], keys: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A user key role takes `keys`, the others `values`; None is no element or user value (KS-LIST-3, OS-5)."""
+    return (keys if name.endswith("user-key") else values).filter(lambda v: v is not None)
+
+
+@pytest.mark.requirement("SER-9", "SER-1")
+@pytest.mark.parametrize("name", EVERY_ROLE)
+@given(data=st.data())
+def test_plain_data_of_every_shape_reads_back_equal_under_the_msgpack_default(
+    certification: Any, tmp_path_factory: Any, name: str, data: st.DataObject
+) -> None:
+    """Plain data of IF-1 written in a role a descriptor leaves out reads back equal, live and after a restore:
+    maps keyed by ints, bytes or None (msgpack's own reader refuses those unless told `strict_map_key=False`), ints
+    up to 2^64 - 1, nesting. A user key is any scalar."""
+    role = ROLES[name]
+    value = data.draw(_values_for(name, PLAIN_DATA, SCALARS), label="value")
+    expected = role.expected(value)
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("plain")))
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = role.state(role.side.ready(backend))
+        role.write(state, value)
+        got = role.read(state)
+        assert got == expected, f"SER-9: {name} written as {value!r} under the msgpack default read {got!r}"
+        handle = backend.snapshot(1, 0, location_for(storage)).run()
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
+        got = role.read(role.state(role.side.ready(restored)))
+        assert got == expected, (
+            f"SER-9: {name} written as {value!r} under the msgpack default read {got!r} after a restore, "
+            f"expected {expected!r}"
+        )
+
+
+def _refusal(exc: BaseException) -> bool:
+    """The serializer's TypeError, or an error of the backend's whose cause (or context) it is (SER-10)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TypeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@pytest.mark.requirement("SER-10", "SER-9", "KB-SNAP-1", "OS-4")
+@pytest.mark.parametrize("name", EVERY_ROLE)
+@given(data=st.data())
+def test_a_value_that_is_not_plain_data_is_refused_by_the_msgpack_default(
+    certification: Any, tmp_path_factory: Any, name: str, data: st.DataObject
+) -> None:
+    """A tuple anywhere in a value written in a role a descriptor leaves out (it would read back as a list, or a map
+    keyed by tuples not at all) fails its write or the snapshot holding it with TypeError, never a handle; a failed
+    snapshot leaves no file, and once the value is gone the next snapshot restores the state beside it."""
+    role = ROLES[name]
+    value = data.draw(_values_for(name, WITH_A_TUPLE, TUPLE_KEYS), label="value")
+    root = tmp_path_factory.mktemp("unplain")
+    storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+    call = f"{name} holding {value!r} under the msgpack default"
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        role.side.keep(role.side.ready(backend))
+        state = role.state(backend)
+        try:
+            role.write(state, value)
+        except Exception as exc:
+            assert _refusal(exc), f"SER-10: {call}: the write raised {exc!r}, expected TypeError"
+        else:
+            try:
+                handle = backend.snapshot(1, 0, location_for(storage)).run()
+            except Exception as exc:
+                assert _refusal(exc), f"SER-10: {call}: the snapshot raised {exc!r}, expected TypeError"
+            else:
+                raise AssertionError(
+                    f"SER-10: {call}: expected TypeError at the write or from the snapshot, but run() returned a "
+                    f"{type(handle).__name__}"
+                )
+            leftovers = unreferenced_files(root, None)
+            assert leftovers == [], f"SER-10: the snapshot refused for {call} left files: {leftovers}"
+        state.clear()
+        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
+        got = role.side.kept(role.side.ready(restored))
+        assert got == 7, f"SER-10: after {call} was refused and cleared, the next snapshot restored kept={got!r}, not 7"
