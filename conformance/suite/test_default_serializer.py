@@ -4,6 +4,8 @@ refused before a checkpoint holds it, in keyed and operator state alike."""
 
 from __future__ import annotations
 
+import collections
+import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -246,7 +248,33 @@ def _values_for(name: str, values: st.SearchStrategy[Any], keys: st.SearchStrate
     return (keys if name.endswith("user-key") else values).filter(lambda v: v is not None)
 
 
-@pytest.mark.requirement("SER-9", "SER-1")
+class Level(enum.IntEnum):
+    ONE = 1
+
+
+class Text(str):
+    """A `str` subclass, as a user's own string type would be."""
+
+
+class Blob(bytes):
+    """A `bytes` subclass."""
+
+
+def dressed(value: Any) -> Any:
+    """`value` with its maps as `OrderedDict`s, its texts as `Text`, its bytes as `Blob` and its ints 1 as
+    `Level.ONE`: subclasses of plain types, which the default writes as those types (SER-10)."""
+    if isinstance(value, dict):
+        return collections.OrderedDict((dressed(k), dressed(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [dressed(v) for v in value]
+    if type(value) is str:
+        return Text(value)
+    if type(value) is bytes:
+        return Blob(value)
+    return Level.ONE if type(value) is int and value == 1 else value
+
+
+@pytest.mark.requirement("SER-9", "SER-10", "SER-1")
 @pytest.mark.parametrize("name", EVERY_ROLE)
 @given(data=st.data())
 def test_plain_data_of_every_shape_reads_back_equal_under_the_msgpack_default(
@@ -254,21 +282,23 @@ def test_plain_data_of_every_shape_reads_back_equal_under_the_msgpack_default(
 ) -> None:
     """Plain data of IF-1 written in a role a descriptor leaves out reads back equal, live and after a restore:
     maps keyed by ints, bytes or None (msgpack's own reader refuses those unless told `strict_map_key=False`), ints
-    up to 2^64 - 1, nesting. A user key is any scalar."""
+    up to 2^64 - 1, nesting; also when written as subclasses of plain types (SER-10). A user key is any scalar."""
     role = ROLES[name]
     value = data.draw(_values_for(name, PLAIN_DATA, SCALARS), label="value")
+    in_subclasses = data.draw(st.booleans(), label="written as subclasses of plain types")
+    written, rid = (dressed(value), "SER-10") if in_subclasses else (value, "SER-9")
     expected = role.expected(value)
     storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("plain")))
     with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         state = role.state(role.side.ready(backend))
-        role.write(state, value)
+        role.write(state, written)
         got = role.read(state)
-        assert got == expected, f"SER-9: {name} written as {value!r} under the msgpack default read {got!r}"
+        assert got == expected, f"{rid}: {name} written as {written!r} under the msgpack default read {got!r}"
         handle = backend.snapshot(1, 0, location_for(storage)).run()
     with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
         got = role.read(role.state(role.side.ready(restored)))
         assert got == expected, (
-            f"SER-9: {name} written as {value!r} under the msgpack default read {got!r} after a restore, "
+            f"{rid}: {name} written as {written!r} under the msgpack default read {got!r} after a restore, "
             f"expected {expected!r}"
         )
 
