@@ -274,7 +274,7 @@ _PLAIN_TYPES: tuple[type[Any], ...] = (bool, int, float, str, bytes, list, dict)
 
 
 def _as_plain(value: Any) -> Any:
-    """A subclass of a plain type as that type, which it reads back equal to; anything else is refused (IF-1).
+    """A subclass of a plain type as that type, which it reads back equal to; anything else is refused (SER-10).
 
     msgpack would write a tuple as a list: it would read back as a list, unequal to the tuple, and a map keyed by
     tuples not at all (a list is no map key), so the checkpoint holding it would not restore.
@@ -291,7 +291,7 @@ def _as_plain(value: Any) -> Any:
 class MsgpackSerializer(BaseSerializer):
     """Plain data (None, bool, int, float, str, bytes, lists, dicts) as msgpack: safe for untrusted bytes.
 
-    Anything else, a tuple included, is refused with `TypeError` (IF-1) rather than written as something that reads
+    Anything else, a tuple included, is refused with `TypeError` (SER-10) rather than written as something that reads
     back as another value.
     """
 
