@@ -252,6 +252,14 @@ class Level(enum.IntEnum):
     ONE = 1
 
 
+class Whole(int):
+    """An `int` subclass."""
+
+
+class Real(float):
+    """A `float` subclass."""
+
+
 class Text(str):
     """A `str` subclass, as a user's own string type would be."""
 
@@ -260,18 +268,25 @@ class Blob(bytes):
     """A `bytes` subclass."""
 
 
+class Items(list[Any]):
+    """A `list` subclass."""
+
+
 def dressed(value: Any) -> Any:
-    """`value` with its maps as `OrderedDict`s, its texts as `Text`, its bytes as `Blob` and its ints 1 as
-    `Level.ONE`: subclasses of plain types, which the default writes as those types (SER-10)."""
+    """`value` with every map an `OrderedDict`, every list, text, bytes, float and int (bools aside) of a subclass
+    of its type, and an int 1 the `IntEnum` member `Level.ONE`: subclasses of plain types, which the default writes
+    as those types (SER-10)."""
     if isinstance(value, dict):
         return collections.OrderedDict((dressed(k), dressed(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [dressed(v) for v in value]
-    if type(value) is str:
-        return Text(value)
-    if type(value) is bytes:
-        return Blob(value)
-    return Level.ONE if type(value) is int and value == 1 else value
+    kinds: dict[type, Callable[[Any], Any]] = {
+        list: lambda v: Items(dressed(x) for x in v),
+        str: Text,
+        bytes: Blob,
+        float: Real,
+        int: lambda v: Level.ONE if v == 1 else Whole(v),
+    }
+    dress = kinds.get(type(value))
+    return value if dress is None else dress(value)
 
 
 @pytest.mark.requirement("SER-9", "SER-10", "SER-1")
