@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
     parser.add_argument(
         "--rerun",
-        help="a previous report of this script: run only its survivors again and carry its killed mutants over "
-        "(valid when the suite has only grown since)",
+        help="a previous report of this script: run its survivors again (those --only selects) and carry every "
+        "other result over (valid when the suite has only grown since)",
     )
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.max_examples < 1:
@@ -282,18 +282,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.only or args.only in path
         for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
     ]
-    carried: list[dict[str, Any]] = []
+    previous: list[dict[str, Any]] = []
     if args.rerun:
-        previous = json.loads(Path(args.rerun).read_text(encoding="utf-8"))
-        survivors = {(r["module"], r["line"], r["mutation"]) for r in previous["results"] if r["outcome"] == "survived"}
-        carried = [
-            r
-            for r in previous["results"]
-            if r["outcome"] == "killed" and (r["module"], r["line"], r["mutation"]) not in survivors
-        ]
+        previous = json.loads(Path(args.rerun).read_text(encoding="utf-8"))["results"]
+        survivors = {(r["module"], r["line"], r["mutation"]) for r in previous if r["outcome"] == "survived"}
         mutants = [m for m in mutants if (m.module, m.line, m.description) in survivors]
     if args.sample is not None and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)
+    # A rerun carries over every result it does not run again: the killed mutants, and the survivors that --only
+    # or --sample leave out, so that its totals are those of the whole previous report.
+    running = {(m.module, m.line, m.description) for m in mutants}
+    carried = [r for r in previous if (r["module"], r["line"], r["mutation"]) not in running]
     report = Path(args.report or ROOT / ".tox" / "reports" / f"mutation-{args.backend}.json")
     report.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecert-mutation-") as tmp:

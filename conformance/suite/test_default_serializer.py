@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from statecert.conformance.helpers import keyed_backend, location_for, operator_backend, unreferenced_files
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import StateMigrationError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.state import (
     AggregatingStateDescriptor,
@@ -366,3 +367,59 @@ def test_a_value_that_is_not_plain_data_is_refused_by_the_msgpack_default(
     with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
         got = role.side.kept(role.side.ready(restored))
         assert got == 7, f"SER-10: after {call} was refused and cleared, the next snapshot restored kept={got!r}, not 7"
+
+
+# role -> (side, registration, descriptor naming the `long` serializer for the role, descriptor leaving it out, write)
+WRITTEN_AS_LONGS: dict[str, tuple[Any, Any, Any, Any, Any]] = {
+    "value": (
+        KeyedSide,
+        lambda b, d: b.get_or_create_state(d),
+        ValueStateDescriptor("defaulted", serializer=L),
+        ValueStateDescriptor("defaulted"),
+        lambda s: s.update(5),
+    ),
+    "map-user-key": (
+        KeyedSide,
+        lambda b, d: b.get_or_create_state(d),
+        MapStateDescriptor("defaulted", user_key_serializer=L, user_value_serializer=S),
+        MapStateDescriptor("defaulted", user_value_serializer=S),
+        lambda s: s.put(5, "five"),
+    ),
+    "operator-split-element": (
+        OperatorSide,
+        lambda b, d: b.get_list_state(d),
+        ListStateDescriptor("defaulted", element_serializer=L),
+        ListStateDescriptor("defaulted"),
+        lambda s: s.add(5),
+    ),
+}
+
+
+@pytest.mark.requirement("SER-7", "SER-9", "SER-3")
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.capability("operator_state")] if entry[0] is OperatorSide else [])
+        for name, entry in WRITTEN_AS_LONGS.items()
+    ],
+)
+def test_state_written_by_another_serializer_is_incompatible_with_the_msgpack_default(
+    certification: Any, tmp_path: Any, name: str
+) -> None:
+    """State written with the `long` serializer and registered after a restore by a descriptor that leaves that
+    role's serializer out: the `msgpack` default, of another id, is incompatible (SER-3), so the registration fails
+    with StateMigrationError (SER-7) instead of reading 8-byte longs as msgpack."""
+    side, register, written_with, defaulted, write = WRITTEN_AS_LONGS[name]
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"))
+    with side.open(certification.new_backend(tmp_path / "written")) as backend:
+        write(register(side.ready(backend), written_with))
+        handle = backend.snapshot(1, 0, location_for(storage)).run()
+    with side.open(certification.new_backend(tmp_path / "restored"), restore=[handle]) as restored:
+        try:
+            state = register(side.ready(restored), defaulted)
+        except StateMigrationError:
+            return
+        raise AssertionError(
+            f"SER-7: {name} written with the long serializer and registered again without one: expected "
+            f"StateMigrationError (msgpack is another id, SER-3), got {type(state).__name__}"
+        )
