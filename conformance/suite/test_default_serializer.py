@@ -165,13 +165,37 @@ class Role(NamedTuple):
     expected: Callable[[Any], Any]
 
 
+def _put_as_user_key(state: Any, value: Any) -> None:
+    state.put(value, 1)
+
+
+def _put_as_user_value(state: Any, value: Any) -> None:
+    state.put("u", value)
+
+
+def _entries(state: Any) -> list[Any]:
+    return list(state.items())
+
+
+def _user_value(state: Any) -> Any:
+    return state.get("u")
+
+
+def _as_the_only_entry(value: Any) -> list[Any]:
+    return [(value, 1)]
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
 ROLES = {
     "value": Role(
         KeyedSide,
         lambda b: b.get_or_create_state(ValueStateDescriptor("defaulted")),
         lambda s, v: s.update(v),
         lambda s: s.value(),
-        lambda v: v,
+        _as_is,
     ),
     "list-element": Role(
         KeyedSide,
@@ -183,23 +207,23 @@ ROLES = {
     "map-user-key": Role(
         KeyedSide,
         lambda b: b.get_or_create_state(MapStateDescriptor("defaulted", user_value_serializer=L)),
-        lambda s, v: s.put(v, 1),
-        lambda s: list(s.items()),
-        lambda v: [(v, 1)],
+        _put_as_user_key,
+        _entries,
+        _as_the_only_entry,
     ),
     "map-user-value": Role(
         KeyedSide,
         lambda b: b.get_or_create_state(MapStateDescriptor("defaulted", user_key_serializer=S)),
-        lambda s, v: s.put("u", v),
-        lambda s: s.get("u"),
-        lambda v: v,
+        _put_as_user_value,
+        _user_value,
+        _as_is,
     ),
     "reducing-value": Role(
         KeyedSide,
         lambda b: b.get_or_create_state(ReducingStateDescriptor("defaulted", reduce_function=lambda a, b: b)),
         lambda s, v: s.add(v),
         lambda s: s.get(),
-        lambda v: v,
+        _as_is,
     ),
     "aggregating-accumulator": Role(
         KeyedSide,
@@ -225,16 +249,16 @@ ROLES = {
     "broadcast-user-key": Role(
         OperatorSide,
         lambda b: b.get_broadcast_state(MapStateDescriptor("defaulted", user_value_serializer=L)),
-        lambda s, v: s.put(v, 1),
-        lambda s: list(s.items()),
-        lambda v: [(v, 1)],
+        _put_as_user_key,
+        _entries,
+        _as_the_only_entry,
     ),
     "broadcast-user-value": Role(
         OperatorSide,
         lambda b: b.get_broadcast_state(MapStateDescriptor("defaulted", user_key_serializer=S)),
-        lambda s, v: s.put("u", v),
-        lambda s: s.get("u"),
-        lambda v: v,
+        _put_as_user_value,
+        _user_value,
+        _as_is,
     ),
 }
 EVERY_ROLE = [
