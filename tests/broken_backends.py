@@ -33,7 +33,12 @@ from statecert.reference.changelog.keyed_backend import ChangelogKeyedStateBacke
 from statecert.reference.changelog.logging_states import LoggingListState, LoggingState, LoggingValueState
 from statecert.reference.changelog.replay import read_changes
 from statecert.reference.changelog.writer import StateChangelogWriter
-from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_canonical_snapshot
+from statecert.reference.format.canonical import (
+    CanonicalHeader,
+    CanonicalReader,
+    write_canonical_snapshot,
+    write_key_groups,
+)
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
@@ -65,6 +70,7 @@ from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import InvalidStateValueError, StateMigrationError
 from statecert.spec.handles import (
+    CANONICAL_FORMAT,
     ByteStreamStateHandle,
     FileStateHandle,
     KeyGroupsStateHandle,
@@ -76,7 +82,15 @@ from statecert.spec.keygroups import KeyGroupRange, flink_murmur_hash
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
 from statecert.spec.state import StateKind, TtlUpdateType
+from statecert.spec.storage import CheckpointedStateScope
 from statecert.spec.timers import InternalTimer
+from tests.object_backends import (
+    Held,
+    HoldingSerializer,
+    ObjectKeyedStateBackend,
+    ObjectOperatorStateBackend,
+    ObjectStateTable,
+)
 
 
 class _Backend(HashMapStateBackend):
@@ -2522,6 +2536,69 @@ def _with_default_serializer(serializer: TypeSerializer[Any]) -> type[HeapKeyedS
     return Keyed
 
 
+# 175. A backend keeping state objects (tests/object_backends.py) copies an object a pending snapshot captured with
+# `copy.copy` when it hands it out: an application changing the copy at depth (a list inside a value) changes the
+# snapshot's object too (KB-SNAP-3). Flink's `CopyOnWriteStateMap` copies with the serializer's `copy`, which is deep.
+class _ShallowCopyingHolder(HoldingSerializer):
+    def copy(self, value: Any) -> Any:
+        return copy.copy(value)
+
+
+class _CopiesShallow(ObjectKeyedStateBackend):
+    holding_serializer = _ShallowCopyingHolder
+
+
+# 176. The same backend copies what a map's `get` hands out but not what its iteration (`items()`, `values()`) does:
+# a user value read by iterating after `snapshot()` returned, changed in place and put back, changes the snapshot's
+# object (KB-SNAP-3). The suite changed map values read by `get` only.
+class _IteratesUncopied(MapStateImpl):
+    def items(self) -> Any:
+        raw = self._live_items()
+        return ((self._kser.deserialize(k), v.value if type(v) is Held else self._vser.deserialize(v)) for k, v in raw)
+
+
+class _MapIterationUncopied(ObjectKeyedStateBackend):
+    def _create_state(self, *args: Any) -> Any:
+        state = super()._create_state(*args)
+        if type(state) is MapStateImpl and not state._ttl_enabled:
+            state.__class__ = _IteratesUncopied
+        return state
+
+
+# 177. The same backend stops copying what it hands out once any snapshot finishes, as if it were the only one pending
+# (Flink's `CopyOnWriteStateMap.releaseSnapshot` keeps the highest version still pending): with two snapshots pending,
+# an object changed in place after the later one finished changes the earlier one's (KB-SNAP-5, KB-SNAP-3). Broken
+# backend 77 makes the same mistake for the tables, which writes of new objects reveal; the suite changed no object in
+# place while two snapshots were pending.
+class _ReleasesEverySnapshot(ObjectStateTable):
+    def release(self, version: int) -> None:
+        self.pending = ()
+
+
+class _CopiesUntilAnyDone(ObjectKeyedStateBackend):
+    table_class = _ReleasesEverySnapshot
+
+
+# 178. The same backend's operator state copies each list element with `copy.copy` in the snapshot's synchronous part:
+# an element read after `snapshot()` returned and changed at depth changes the snapshot's copy (OS-10). Flink's
+# `PartitionableListState.deepCopy` copies each element with the serializer's `copy`.
+class _ShallowOperatorCopy(ObjectOperatorStateBackend):
+    copy_element = staticmethod(copy.copy)
+
+
+# 179. The same backend's asynchronous part writes its stream without closing it on an error: a value its serializer
+# refuses (SER-10), met only there, leaves the partly written file behind, which nothing references or deletes (Flink
+# closes the streams of a failed asynchronous part through its `CloseableRegistry`, and the file system stream
+# deletes its file).
+class _RefusedSnapshotKeepsStream(ObjectKeyedStateBackend):
+    def write_snapshot(
+        self, stream_factory: Any, header: Any, key_group_range: KeyGroupRange, blocks: Any, cancelled: Any
+    ) -> Any:
+        out = stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+        offsets = write_key_groups(out, header, key_group_range, blocks, cancelled)
+        return KeyGroupsStateHandle(key_group_range, offsets, out.close_and_get_handle(), CANONICAL_FORMAT)
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2778,6 +2855,11 @@ changelog_snapshots_untracked = _changelog_factory(_UntrackedSnapshots, None, _F
 changelog_resets_captured_upload = _changelog_factory(_ResetsCapturedUpload, None, _FLINK_DEFAULTS)
 msgpack_default_takes_tuples = _factory(_with_default_serializer(_TupleTakingMsgpack()))
 msgpack_default_strict_map_keys = _factory(_with_default_serializer(_StrictMapKeysMsgpack()))
+object_copies_shallow = _factory(_CopiesShallow, ObjectOperatorStateBackend)
+object_map_iteration_uncopied = _factory(_MapIterationUncopied, ObjectOperatorStateBackend)
+object_copies_until_any_done = _factory(_CopiesUntilAnyDone, ObjectOperatorStateBackend)
+object_operator_copy_shallow = _factory(ObjectKeyedStateBackend, _ShallowOperatorCopy)
+object_refused_snapshot_keeps_stream = _factory(_RefusedSnapshotKeepsStream, ObjectOperatorStateBackend)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -2955,4 +3037,9 @@ CAUGHT_BY = {
     "changelog_resets_captured_upload": "KB-SNAP-9",
     "msgpack_default_takes_tuples": "SER-10",
     "msgpack_default_strict_map_keys": "SER-9",
+    "object_copies_shallow": "KB-SNAP-3",
+    "object_map_iteration_uncopied": "KB-SNAP-3",
+    "object_copies_until_any_done": "KB-SNAP-5",
+    "object_operator_copy_shallow": "OS-10",
+    "object_refused_snapshot_keeps_stream": "SER-10",
 }

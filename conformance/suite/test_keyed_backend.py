@@ -227,26 +227,26 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
 
 
 class _AppendInPlace:
-    """An aggregate function whose `add` changes its accumulator in place and returns it, as Flink jobs commonly
-    write them (`acc.count += 1; return acc`)."""
+    """An aggregate function whose `add` changes its accumulator in place, below its top level, and returns it, as
+    Flink jobs commonly write them (`acc.items.add(value); return acc`)."""
 
-    def create_accumulator(self) -> list[Any]:
-        return []
+    def create_accumulator(self) -> dict[str, list[Any]]:
+        return {"n": []}
 
-    def add(self, value: Any, accumulator: list[Any]) -> list[Any]:
-        accumulator.append(value)
+    def add(self, value: Any, accumulator: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        accumulator["n"].append(value)
         return accumulator
 
-    def get_result(self, accumulator: list[Any]) -> list[Any]:
-        return list(accumulator)
+    def get_result(self, accumulator: dict[str, list[Any]]) -> list[Any]:
+        return list(accumulator["n"])
 
-    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
-        a.extend(b)
+    def merge(self, a: dict[str, list[Any]], b: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        a["n"].extend(b["n"])
         return a
 
 
-def _extend_in_place(accumulated: list[Any], added: list[Any]) -> list[Any]:
-    accumulated.extend(added)
+def _extend_in_place(accumulated: dict[str, list[Any]], added: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    accumulated["n"].extend(added["n"])
     return accumulated
 
 
@@ -260,50 +260,56 @@ MUTABLE: dict[str, Any] = {
         "mutable-a", aggregate_function=_AppendInPlace(), accumulator_serializer=PLAIN
     ),
 }
+MUTABLE["map-iterated"] = MUTABLE["map"]
 CHANGED_IN_PLACE = {
-    "value": "v = value(); v.append(-1); update(v)",
-    "list": "e = get(); e[0]['n'] = -1; e.append({'n': -2}); update(e)",
-    "map": "v = get('u'); v.append(-1); put('u', v)",
-    "reducing": "add([-1]) with reduce(a, b) = a.extend(b) or a",
-    "aggregating": "add(-1) with an add that appends to its accumulator",
+    "value": "v = value(); v['n'].append(-1); update(v)",
+    "list": "e = get(); e[0]['n'].append(-1); e.append({'n': [-2]}); update(e)",
+    "map": "v = get('u'); v['n'].append(-1); put('u', v)",
+    "map-iterated": "[(u, v)] = items(); v['n'].append(-1); put(u, v)",
+    "reducing": "add({'n': [-1]}) with reduce(a, b) = a['n'].extend(b['n']) or a",
+    "aggregating": "add(-1) with an add that appends to its accumulator's list",
 }
+"""How each kind's object is changed in place: below its top level, where a copy that is not deep (`copy.copy`)
+still shares what the change reaches."""
 
 
 def _write_mutable(state: Any, kind: str, i: int) -> None:
-    """Key i's first write: an object holding i."""
-    if kind == "value":
-        state.update([i])
-    elif kind == "list":
-        state.add({"n": i})
-    elif kind == "map":
-        state.put("u", [i])
-    elif kind == "reducing":
-        state.add([i])
-    else:
+    """Key i's first write: an object holding a list holding i."""
+    if kind == "list":
+        state.add({"n": [i]})
+    elif kind.startswith("map"):
+        state.put("u", {"n": [i]})
+    elif kind == "aggregating":
         state.add(i)
+    else:
+        (state.update if kind == "value" else state.add)({"n": [i]})
 
 
 def _change_in_place(state: Any, kind: str) -> None:
     """Read the current key's object, change it in place and write it back (CHANGED_IN_PLACE says how)."""
     if kind == "value":
         value = state.value()
-        value.append(-1)
+        value["n"].append(-1)
         state.update(value)
     elif kind == "list":
         elements = state.get()
-        elements[0]["n"] = -1
-        elements.append({"n": -2})
+        elements[0]["n"].append(-1)
+        elements.append({"n": [-2]})
         state.update(elements)
     elif kind == "map":
         value = state.get("u")
-        value.append(-1)
+        value["n"].append(-1)
         state.put("u", value)
+    elif kind == "map-iterated":
+        [(user_key, value)] = list(state.items())
+        value["n"].append(-1)
+        state.put(user_key, value)
     else:
-        state.add([-1] if kind == "reducing" else -1)
+        state.add({"n": [-1]} if kind == "reducing" else -1)
 
 
 def _read_mutable(state: Any, kind: str) -> Any:
-    return state.value() if kind == "value" else state.get("u") if kind == "map" else state.get()
+    return state.value() if kind == "value" else state.get("u") if kind.startswith("map") else state.get()
 
 
 @pytest.mark.requirement("KB-SNAP-3", "KB-SNAP-2")
@@ -384,6 +390,46 @@ def test_a_merge_after_the_snapshot_changing_an_accumulator_in_place_is_not_in_i
         f"KB-SNAP-3: {kind} state, after snapshot(): merge_namespaces(1, [2]) with a function changing the target's "
         f"accumulator in place; restored (key, namespace): (expected, got) {list(wrong.items())[:3]}"
     )
+
+
+@pytest.mark.requirement("KB-SNAP-5", "KB-SNAP-3")
+@pytest.mark.parametrize("kind", list(MUTABLE))
+def test_an_object_changed_in_place_after_one_of_two_pending_snapshots_finished_is_in_neither(
+    state_backend: Any, storage: Any, kind: str
+) -> None:
+    """Two snapshots pending, the later finishing first, then every key's object read, changed in place and written
+    back before the earlier one runs: the earlier snapshot still holds the objects of its call. A backend keeping
+    state objects copies what it hands out while any snapshot holding it is pending, as Flink's
+    `CopyOnWriteStateMap.releaseSnapshot` keeps the highest version still needed; one that stops copying when a
+    snapshot finishes, as if it were the only one, lets the change into the earlier snapshot."""
+    descriptor = MUTABLE[kind]
+    keys = [f"k{i}" for i in range(10)]
+    with keyed_backend(state_backend) as backend:
+        state = backend.get_or_create_state(descriptor)
+        for i, key in enumerate(keys):
+            backend.set_current_key(key)
+            _write_mutable(state, kind, i)
+        expected = {}
+        for key in keys:
+            backend.set_current_key(key)
+            expected[key] = copy.deepcopy(_read_mutable(state, kind))
+        first = backend.snapshot(1, 0, location_for(storage, 1))
+        second = backend.snapshot(2, 0, location_for(storage, 2))
+        handles = {"second": second.run()}
+        for key in keys:
+            backend.set_current_key(key)
+            _change_in_place(state, kind)
+        handles["first"] = first.run()
+    call = f"{kind} state, after the later of two snapshots finished: {CHANGED_IN_PLACE[kind]}"
+    for name, handle in handles.items():
+        with restore(state_backend, handle) as restored:
+            state = restored.get_or_create_state(descriptor)
+            got = {}
+            for key in keys:
+                restored.set_current_key(key)
+                got[key] = _read_mutable(state, kind)
+        wrong = {k: (expected[k], got[k]) for k in keys if got[k] != expected[k]}
+        assert not wrong, f"KB-SNAP-5: {call}; the {name} snapshot restored (expected, got): {list(wrong.items())[:3]}"
 
 
 LATE = (

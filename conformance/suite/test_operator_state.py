@@ -223,31 +223,32 @@ def _plain_contents(backend: Any) -> dict[str, Any]:
 def test_an_element_read_after_the_snapshot_call_and_changed_in_place_is_not_in_it(
     state_backend: Any, storage: Any
 ) -> None:
-    """Elements (dicts) and a broadcast value (a list) read after `snapshot` returned, changed in place and written
-    back, are writes after the call: a backend keeping operator state as objects must not let the snapshot share
-    them, as Flink's `DefaultOperatorStateBackend` deep-copies its states (with the serializers' `copy`) in the
-    synchronous part."""
+    """Elements (dicts holding lists) and a broadcast value (a list holding a list) read after `snapshot` returned,
+    changed in place below their top level and written back, are writes after the call: a backend keeping operator
+    state as objects must not let the snapshot share them, as Flink's `DefaultOperatorStateBackend` deep-copies its
+    states (with the serializers' `copy`) in the synchronous part; a copy that is not deep (`copy.copy`) shares the
+    lists the change reaches."""
     with operator_backend(state_backend) as backend:
-        backend.get_list_state(PLAIN_SPLIT).add_all([{"offset": 1}, {"offset": 2}])
-        backend.get_union_list_state(PLAIN_UNION).add({"name": "a"})
-        backend.get_broadcast_state(PLAIN_RULES).put("r", [1])
+        backend.get_list_state(PLAIN_SPLIT).add_all([{"offsets": [1]}, {"offsets": [2]}])
+        backend.get_union_list_state(PLAIN_UNION).add({"names": ["a"]})
+        backend.get_broadcast_state(PLAIN_RULES).put("r", [[1]])
         expected = copy.deepcopy(_plain_contents(backend))  # what a backend hands out may change
         task = backend.snapshot(1, 0, location_for(storage))
         for state in (backend.get_list_state(PLAIN_SPLIT), backend.get_union_list_state(PLAIN_UNION)):
             elements = state.get()
-            elements[0][next(iter(elements[0]))] = -1
+            elements[0][next(iter(elements[0]))].append(-1)
             state.update(elements)
         rules = backend.get_broadcast_state(PLAIN_RULES)
         value = rules.get("r")
-        value.append(-1)
+        value[0].append(-1)
         rules.put("r", value)
         handle = task.run()
     with operator_backend(state_backend, (handle,)) as restored:
         got = _plain_contents(restored)
     assert got == expected, (
-        "OS-10: after snapshot(): e = get(); e[0][k] = -1; update(e) for split and union state, v = get('r'); "
-        f"v.append(-1); put('r', v) for broadcast state; restored: expected the state at the call {expected}, "
-        f"got {got}"
+        "OS-10: after snapshot(): e = get(); e[0][k].append(-1); update(e) for split and union state, "
+        "v = get('r'); v[0].append(-1); put('r', v) for broadcast state; restored: expected the state at the call "
+        f"{expected}, got {got}"
     )
 
 
