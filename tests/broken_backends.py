@@ -2599,6 +2599,86 @@ class _RefusedSnapshotKeepsStream(ObjectKeyedStateBackend):
         return KeyGroupsStateHandle(key_group_range, offsets, out.close_and_get_handle(), CANONICAL_FORMAT)
 
 
+# 180. The handles are checked when the backend is created (every entry validated, FMT-15), but the restored entries
+# are loaded only when the job first registers a state, to keep memory free until then; a snapshot taken before that
+# writes the restored state from the checkpoint's files, as KB-RESTORE-3 asks it to hold it. A job that registers
+# its state on its first element, after a checkpoint since the restore completed and the checkpoint it was restored
+# from was subsumed and deleted, fails to read it (KB-RESTORE-6). Every suite test read the restored state while the
+# checkpoint was still there.
+class _RestoresOnRegistration(HeapKeyedStateBackend):
+    def __init__(self, params: Any) -> None:
+        HeapKeyedStateBackend(params).dispose()  # the check: every handle read and validated, then let go
+        super().__init__(dataclasses.replace(params, restore_state=()))
+        self._deferred = tuple(params.restore_state)
+
+    def _restored_now(self) -> None:
+        if self._deferred:
+            handles, self._deferred = self._deferred, ()
+            self.restore_handles(handles)
+
+    def get_or_create_state(self, *args: Any, **kwargs: Any) -> Any:
+        self._restored_now()
+        return super().get_or_create_state(*args, **kwargs)
+
+    def get_partitioned_state(self, *args: Any, **kwargs: Any) -> Any:
+        self._restored_now()
+        return super().get_partitioned_state(*args, **kwargs)
+
+    def get_timer_service(self, *args: Any, **kwargs: Any) -> Any:
+        self._restored_now()
+        return super().get_timer_service(*args, **kwargs)
+
+    def get_keys(self, *args: Any) -> Any:
+        self._restored_now()
+        return super().get_keys(*args)
+
+    def get_keys_and_namespaces(self, *args: Any) -> Any:
+        self._restored_now()
+        return super().get_keys_and_namespaces(*args)
+
+    def num_state_entries(self, *args: Any) -> Any:
+        self._restored_now()
+        return super().num_state_entries(*args)
+
+    def snapshot(self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, *args: Any) -> Any:
+        if not self._deferred:
+            return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, *args)
+        params = dataclasses.replace(self._params, restore_state=self._deferred)
+        reader = HeapKeyedStateBackend(params)  # the restored state, read from the checkpoint for this snapshot only
+        task = reader.snapshot(checkpoint_id, timestamp_ms, stream_factory, *args)
+        self._pending.add(task)
+        return task
+
+
+# 181. The same for operator state: restored elements are read from the checkpoint when their state is first
+# registered, and a snapshot before that carries them over from the checkpoint's files (OS-11).
+class _RestoresOperatorStateOnRegistration(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        super().__init__(dataclasses.replace(params, restore_state=()))
+        self._deferred = tuple(params.restore_state)
+
+    def _restored_now(self) -> None:
+        if self._deferred:
+            handles, self._deferred = self._deferred, ()
+            reader = DefaultOperatorStateBackend(dataclasses.replace(self._params, restore_state=handles))
+            self._restored = reader._restored
+
+    def _register(self, *args: Any) -> Any:
+        self._restored_now()
+        return super()._register(*args)
+
+    @property
+    def registered_state_names(self) -> set[str]:
+        self._restored_now()
+        return super().registered_state_names
+
+    def captured_states(self) -> dict[str, Any]:
+        if not self._deferred:
+            return super().captured_states()
+        reader = DefaultOperatorStateBackend(dataclasses.replace(self._params, restore_state=self._deferred))
+        return {**reader.captured_states(), **super().captured_states()}
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2860,6 +2940,8 @@ object_map_iteration_uncopied = _factory(_MapIterationUncopied, ObjectOperatorSt
 object_copies_until_any_done = _factory(_CopiesUntilAnyDone, ObjectOperatorStateBackend)
 object_operator_copy_shallow = _factory(ObjectKeyedStateBackend, _ShallowOperatorCopy)
 object_refused_snapshot_keeps_stream = _factory(_RefusedSnapshotKeepsStream, ObjectOperatorStateBackend)
+restores_on_registration = _factory(_RestoresOnRegistration)
+restores_operator_state_on_registration = _factory(operator=_RestoresOperatorStateOnRegistration)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3042,4 +3124,6 @@ CAUGHT_BY = {
     "object_copies_until_any_done": "KB-SNAP-5",
     "object_operator_copy_shallow": "OS-10",
     "object_refused_snapshot_keeps_stream": "SER-10",
+    "restores_on_registration": "KB-RESTORE-6",
+    "restores_operator_state_on_registration": "OS-11",
 }

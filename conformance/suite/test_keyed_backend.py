@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import shutil
 import tempfile
 from typing import Any
 
@@ -40,6 +41,7 @@ from statecert.spec.errors import (
     StateMigrationError,
     UnsupportedSnapshotError,
 )
+from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
     VOID_NAMESPACE,
@@ -764,6 +766,41 @@ def _bytes_at(url: str) -> bytes | None:
     """The bytes of the file at `url`, None when there is none."""
     fs, path = fsspec.core.url_to_fs(url)
     return fs.cat_file(path) if fs.exists(path) else None
+
+
+@pytest.mark.requirement("KB-RESTORE-6", "KB-RESTORE-3", "KB-SNAP-10")
+def test_state_registered_after_the_restored_checkpoint_was_deleted_holds_the_restored_entries(
+    state_backend: Any, tmp_path: Any
+) -> None:
+    """A job restored from checkpoint 1 takes checkpoint 2 (full, as the coordinator takes the first one after a
+    restore, COORD-13) before it registers its states, as operators registering state on their first element do;
+    checkpoint 2 completes, and checkpoint 1 is subsumed and deleted. The states registered then hold the restored
+    entries, and checkpoint 3 restores them with what was written since: a backend that loads restored entries
+    from the checkpoint only when a state is registered reads deleted files."""
+    first = FileSystemCheckpointStorage(str(tmp_path / "first"), file_state_size_threshold=0)
+    later = FileSystemCheckpointStorage(str(tmp_path / "later"), file_state_size_threshold=0)
+    with keyed_backend(state_backend) as backend:
+        fill(backend, range(200))
+        expected = contents(backend)
+        handle = snapshot_now(backend, location_for(first, 1), 1)
+    assert files_of(handle), f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    full = CheckpointOptions(SnapshotType.CHECKPOINT, full=True)
+    call = "restored from checkpoint 1, checkpoint 2 taken and completed, checkpoint 1 deleted, then the states read"
+    with restore(state_backend, handle) as restored:
+        restored.snapshot(2, 0, location_for(later, 2), full).run()
+        restored.notify_checkpoint_complete(2)
+        shutil.rmtree(tmp_path / "first")  # what the completed checkpoint store does to a subsumed checkpoint
+        try:
+            got = contents(restored)
+        except Exception as exc:
+            raise AssertionError(f"KB-RESTORE-6: {call}: reading them raised {exc!r}") from exc
+        assert got == expected, f"KB-RESTORE-6: {call}: {diff(expected, got)}"
+        fill(restored, range(150, 250), tag="x")
+        expected = contents(restored)
+        third = snapshot_now(restored, location_for(later, 3), 3)
+    with restore(state_backend, third) as again:
+        got = contents(again)
+    assert got == expected, f"KB-RESTORE-6: {call}, written and checkpoint 3 taken; restored: {diff(expected, got)}"
 
 
 MARK = 0x5A17C0DE00000000  # values whose 8 bytes are unlikely anywhere else in a state file

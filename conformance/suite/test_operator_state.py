@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,42 @@ def test_an_element_read_after_the_snapshot_call_and_changed_in_place_is_not_in_
         "v = get('r'); v[0].append(-1); put('r', v) for broadcast state; restored: expected the state at the call "
         f"{expected}, got {got}"
     )
+
+
+@pytest.mark.requirement("OS-11", "OS-6")
+@pytest.mark.capability("operator_state")
+def test_state_registered_after_the_restored_checkpoint_was_deleted_holds_the_restored_elements(
+    state_backend: Any, tmp_path: Path
+) -> None:
+    """An operator backend restored from checkpoint 1 takes checkpoint 2 before its states are registered (a source
+    registering its offsets when it first runs); checkpoint 2 completes and checkpoint 1 is subsumed and deleted. The
+    split, union and broadcast states registered then hold what was restored, and checkpoint 3 restores it: a
+    backend that reads restored states from the checkpoint only when they are registered reads deleted files."""
+    first = FileSystemCheckpointStorage(str(tmp_path / "first"), file_state_size_threshold=0)
+    later = FileSystemCheckpointStorage(str(tmp_path / "later"), file_state_size_threshold=0)
+    with operator_backend(state_backend) as backend:
+        backend.get_list_state(SPLIT).add_all(range(100))
+        backend.get_union_list_state(UNION).add_all(f"n{i}" for i in range(100))
+        rules = backend.get_broadcast_state(RULES)
+        for i in range(100):
+            rules.put(f"r{i}", f"v{i}")
+        expected = _operator_contents(backend)
+        handle = backend.snapshot(1, 0, location_for(first, 1)).run()
+    call = "restored from checkpoint 1, checkpoint 2 taken and completed, checkpoint 1 deleted, then the states read"
+    with operator_backend(state_backend, (handle,)) as restored:
+        restored.snapshot(2, 0, location_for(later, 2)).run()
+        shutil.rmtree(tmp_path / "first")  # what the completed checkpoint store does to a subsumed checkpoint
+        try:
+            got = _operator_contents(restored)
+        except Exception as exc:
+            raise AssertionError(f"OS-11: {call}: reading them raised {exc!r}") from exc
+        assert got == expected, f"OS-11: {call}: {_differences(expected, got)}"
+        restored.get_list_state(SPLIT).add(100)
+        expected = _operator_contents(restored)
+        third = restored.snapshot(3, 0, location_for(later, 3)).run()
+    with operator_backend(state_backend, (third,)) as again:
+        got = _operator_contents(again)
+    assert got == expected, f"OS-11: {call}, written and checkpoint 3 taken; restored: {_differences(expected, got)}"
 
 
 @pytest.mark.requirement("OS-10")
