@@ -2679,6 +2679,42 @@ class _RestoresOperatorStateOnRegistration(DefaultOperatorStateBackend):
         return {**reader.captured_states(), **super().captured_states()}
 
 
+# 182. The same for timers alone: restored timers are loaded from the checkpoint when their service is first asked
+# for, and a snapshot before that takes them from the checkpoint's files. An operator asking for its timer service
+# on its first element after the checkpoint it was restored from was deleted loses every restored timer
+# (KB-RESTORE-6, TM-6).
+class _RestoresTimersOnRequest(HeapKeyedStateBackend):
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        timers = [n for n in self._stores if n.startswith("_timer_state/")]
+        self._deferred_timers = tuple(params.restore_state) if timers else ()
+        for name in timers:
+            del self._stores[name]
+
+    def _timer_stores(self) -> dict[str, Any]:
+        """The restored timers' stores, read from the checkpoint again."""
+        reader = HeapKeyedStateBackend(self._params)
+        return {n: store for n, store in reader._stores.items() if n.startswith("_timer_state/")}
+
+    def get_timer_service(self, *args: Any, **kwargs: Any) -> Any:
+        if self._deferred_timers:
+            self._deferred_timers = ()
+            for name, store in self._timer_stores().items():
+                self._stores.setdefault(name, store)
+        return super().get_timer_service(*args, **kwargs)
+
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._deferred_timers:
+            return super().snapshot(*args, **kwargs)
+        restored = {n: s for n, s in self._timer_stores().items() if n not in self._stores}
+        self._stores.update(restored)
+        try:
+            return super().snapshot(*args, **kwargs)
+        finally:
+            for name in restored:
+                del self._stores[name]
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2942,6 +2978,7 @@ object_operator_copy_shallow = _factory(ObjectKeyedStateBackend, _ShallowOperato
 object_refused_snapshot_keeps_stream = _factory(_RefusedSnapshotKeepsStream, ObjectOperatorStateBackend)
 restores_on_registration = _factory(_RestoresOnRegistration)
 restores_operator_state_on_registration = _factory(operator=_RestoresOperatorStateOnRegistration)
+restores_timers_on_request = _factory(_RestoresTimersOnRequest)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3126,4 +3163,5 @@ CAUGHT_BY = {
     "object_refused_snapshot_keeps_stream": "SER-10",
     "restores_on_registration": "KB-RESTORE-6",
     "restores_operator_state_on_registration": "OS-11",
+    "restores_timers_on_request": "KB-RESTORE-6",
 }

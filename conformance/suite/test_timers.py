@@ -5,6 +5,7 @@ Every test checks the backend against a plain set of (key, namespace, timestamp)
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -500,6 +501,42 @@ def test_timers_of_a_service_not_asked_for_since_the_restore_stay_in_later_snaps
         call = "restore with service 'first' only, snapshot, restore, advance both"
         assert_fired_in_order(lazy_recorder, set(second), f"{call}: service 'second'")
         assert_fired_in_order(recorder, {t for t in first if t[2] > fired_at}, f"{call}: service 'first'")
+
+
+@pytest.mark.requirement("KB-RESTORE-6", "TM-6", "KB-SNAP-10")
+@pytest.mark.capability("timers")
+def test_a_timer_service_asked_for_after_the_restored_checkpoint_was_deleted_fires_the_restored_timers(
+    state_backend: Any, tmp_path: Path
+) -> None:
+    """A backend restored from checkpoint 1 takes checkpoint 2 (full, as the first after a restore, COORD-13) before
+    its operator asks for the timer service (an operator creating it on its first element); checkpoint 2 completes
+    and checkpoint 1 is subsumed and deleted. The service asked for then fires every restored timer, and checkpoint 3
+    holds them: a backend that loads restored timers from the checkpoint only when their service is asked for
+    finds the files gone."""
+    first = FileSystemCheckpointStorage(str(tmp_path / "first"), file_state_size_threshold=0)
+    later = FileSystemCheckpointStorage(str(tmp_path / "later"), file_state_size_threshold=0)
+    timers = [(f"k{i}", i % 3, i) for i in range(100)]
+    with keyed_backend(state_backend) as backend:
+        service, _ = service_of(backend)
+        register(backend, service, timers)
+        handle = snapshot_now(backend, location_for(first, 1), 1)
+    full = CheckpointOptions(SnapshotType.CHECKPOINT, full=True)
+    call = "restored from checkpoint 1, checkpoint 2 taken and completed, checkpoint 1 deleted, then the service"
+    with keyed_backend(state_backend, restore=[handle]) as restored:
+        restored.snapshot(2, 0, location_for(later, 2), full).run()
+        restored.notify_checkpoint_complete(2)
+        shutil.rmtree(tmp_path / "first")  # what the completed checkpoint store does to a subsumed checkpoint
+        try:
+            service, recorder = service_of(restored)
+            third = snapshot_now(restored, location_for(later, 3), 3)
+            service.advance_watermark(49)
+        except Exception as exc:
+            raise AssertionError(f"KB-RESTORE-6: {call} asked for and advanced: {exc!r}") from exc
+        assert_fired_in_order(recorder, {t for t in timers if t[2] <= 49}, f"KB-RESTORE-6: {call} advanced to 49")
+    with keyed_backend(state_backend, restore=[third]) as again:
+        service, recorder = service_of(again)
+        service.advance_watermark(MAX_TIMESTAMP)
+        assert_fired_in_order(recorder, set(timers), f"KB-RESTORE-6: {call}, checkpoint 3 restored and advanced")
 
 
 @pytest.mark.requirement("TM-9", "TM-6")
