@@ -15,6 +15,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend timers      # the timer service every reference backend shares
     python mutation/run.py --backend changelog   # the changelog backend, wrapping the heap backend
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
+    python mutation/run.py --backend object      # tests/object_backends.py, which keeps state as objects (from a
+                                                 # checkout)
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
     python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
                                                  # repository's format and fuzz tests and the storage contract
@@ -70,6 +72,9 @@ TARGETS = {
         "examples/spec-only-backend/spec_only_serializers.py",
         "examples/spec-only-backend/spec_only_snapshots.py",
     ],
+    # a backend keeping state as objects, serialized only by its snapshots: what the suite catches of copy-on-read and
+    # deferred serialization, which no backend of the reference has
+    "object": ["tests/object_backends.py"],
     # the reference checkpoint storages, certified as a storage under test (the storage contract alone)
     "storage": [
         "reference/storage/streams.py",
@@ -116,19 +121,21 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "hashmap": "hashmap",
     "rocksdb": "rocksdb",
     "spec-only": "spec_only_backend:factory",
+    "object": "tests.object_backends:keeping_objects",
     "operator": "hashmap",
     "timers": "hashmap",
     "changelog": "hashmap",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
 }
-IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"]}
+IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"], "object": [ROOT]}
 # Configurations each mutant is certified under; it is killed when any of them fails.
 # The heap backend is also certified wrapped in the changelog backend, the only caller of its CL-9 accessors.
 CONFIGS = {
     "hashmap": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "rocksdb": [[], ["--statecert-config", "execution.checkpointing.incremental=true"]],
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
+    "object": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "operator": [[]],
     "timers": [[]],
     "changelog": [["--statecert-config", "state.changelog.enabled=true"]],
@@ -175,6 +182,8 @@ def module_name(path: str) -> str:
     if path.startswith("examples/"):
         return Path(path).stem  # an example's top-level module
     parts = Path(path).with_suffix("").parts
+    if path.startswith("tests/"):
+        return ".".join(parts)  # the checkout's test package
     return "statecert." + ".".join(parts)
 
 
