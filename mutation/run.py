@@ -17,6 +17,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
     python mutation/run.py --backend object      # tests/object_backends.py, which keeps state as objects (from a
                                                  # checkout)
+    python mutation/run.py --backend sqlite      # tests/sqlite_backends.py, which keeps state in SQLite (from a
+                                                 # checkout)
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
     python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
                                                  # repository's format and fuzz tests and the storage contract
@@ -75,6 +77,9 @@ TARGETS = {
     # a backend keeping state as objects, serialized only by its snapshots: what the suite catches of copy-on-read and
     # deferred serialization, which no backend of the reference has
     "object": ["tests/object_backends.py"],
+    # a backend keeping state in SQLite, isolating snapshots by a read transaction: what the suite catches in a
+    # design none of the reference backends has
+    "sqlite": ["tests/sqlite_backends.py"],
     # the reference checkpoint storages, certified as a storage under test (the storage contract alone)
     "storage": [
         "reference/storage/streams.py",
@@ -122,13 +127,14 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "rocksdb": "rocksdb",
     "spec-only": "spec_only_backend:factory",
     "object": "tests.object_backends:keeping_objects",
+    "sqlite": "tests.sqlite_backends:in_sqlite",
     "operator": "hashmap",
     "timers": "hashmap",
     "changelog": "hashmap",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
 }
-IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"], "object": [ROOT]}
+IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"], "object": [ROOT], "sqlite": [ROOT]}
 # Configurations each mutant is certified under; it is killed when any of them fails.
 # The heap backend is also certified wrapped in the changelog backend, the only caller of its CL-9 accessors.
 CONFIGS = {
@@ -136,6 +142,7 @@ CONFIGS = {
     "rocksdb": [[], ["--statecert-config", "execution.checkpointing.incremental=true"]],
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "object": [[], ["--statecert-config", "state.changelog.enabled=true"]],
+    "sqlite": [[]],
     "operator": [[]],
     "timers": [[]],
     "changelog": [["--statecert-config", "state.changelog.enabled=true"]],
