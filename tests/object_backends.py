@@ -32,10 +32,9 @@ from statecert.reference.keyed_states import KvState, ValueStateImpl
 from statecert.reference.operator_state import (
     DefaultOperatorStateBackend,
     OperatorListStateImpl,
-    write_operator_snapshot,
 )
 from statecert.reference.snapshot_task import AsyncSnapshotTask
-from statecert.spec.handles import KeyedStateHandle, OperatorStateHandle, OperatorStateMode
+from statecert.spec.handles import KeyedStateHandle, OperatorStateMode
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -241,8 +240,9 @@ class ObjectOperatorStateBackend(DefaultOperatorStateBackend):
     def get_union_list_state(self, descriptor: ListStateDescriptor[Any]) -> OperatorListStateImpl:
         return self._holding(super().get_union_list_state(descriptor))
 
-    def captured_states(self) -> dict[str, tuple[OperatorStateMode, Any, list[bytes]]]:
-        """Each state's elements deep-copied (held objects) in the synchronous part (OS-10)."""
+    def captured_states(self) -> dict[str, tuple[OperatorStateMode, Any, SerializedOnRead]]:  # type: ignore[override]
+        """Each state's elements deep-copied (held objects) in the synchronous part (OS-10), serialized only as the
+        snapshot's asynchronous part writes them (the inherited `snapshot` writes what this returns)."""
         captured = {}
         for name, state in self._states.items():
             serializer: Any = state.serializer
@@ -250,26 +250,9 @@ class ObjectOperatorStateBackend(DefaultOperatorStateBackend):
             elements = [
                 Held(self.copy_element(e.value), e.serializer, None) if type(e) is Held else e for e in state.elements
             ]
-            captured[name] = (state.mode, inner.snapshot_configuration(), elements)
-        captured.update({n: (m, snap, list(e)) for n, (m, snap, e) in self._restored.items()})
+            captured[name] = (state.mode, inner.snapshot_configuration(), SerializedOnRead(elements))
+        captured.update({n: (m, snap, SerializedOnRead(list(e))) for n, (m, snap, e) in self._restored.items()})
         return captured
-
-    def snapshot(
-        self,
-        checkpoint_id: int,
-        timestamp_ms: int,
-        stream_factory: CheckpointStreamFactory,
-        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
-    ) -> AsyncSnapshotTask[OperatorStateHandle]:
-        self._check_open()
-        captured = {n: (m, snap, SerializedOnRead(e)) for n, (m, snap, e) in self.captured_states().items()}
-
-        def write(cancelled: Callable[[], bool]) -> OperatorStateHandle | None:
-            return write_operator_snapshot(stream_factory, captured, cancelled) if captured else None  # type: ignore[arg-type]
-
-        task: AsyncSnapshotTask[OperatorStateHandle] = AsyncSnapshotTask(write, self._pending.discard)
-        self._pending.add(task)
-        return task
 
 
 class ObjectStateBackend(HashMapStateBackend):

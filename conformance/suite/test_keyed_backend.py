@@ -314,6 +314,40 @@ def _read_mutable(state: Any, kind: str) -> Any:
     return state.value() if kind == "value" else state.get("u") if kind.startswith("map") else state.get()
 
 
+MUTABLE_KEYS = [f"k{i}" for i in range(10)]
+
+
+def _write_every_mutable(backend: Any, kind: str) -> tuple[Any, dict[str, Any]]:
+    """Register `kind`'s MUTABLE state and write each of MUTABLE_KEYS's first object; the state and a deep copy of
+    what each key then reads (what a backend hands out may change)."""
+    state = backend.get_or_create_state(MUTABLE[kind])
+    for i, key in enumerate(MUTABLE_KEYS):
+        backend.set_current_key(key)
+        _write_mutable(state, kind, i)
+    expected = {}
+    for key in MUTABLE_KEYS:
+        backend.set_current_key(key)
+        expected[key] = copy.deepcopy(_read_mutable(state, kind))
+    return state, expected
+
+
+def _change_every_mutable(backend: Any, state: Any, kind: str) -> None:
+    for key in MUTABLE_KEYS:
+        backend.set_current_key(key)
+        _change_in_place(state, kind)
+
+
+def _restored_mutable(state_backend: Any, handle: Any, kind: str) -> dict[str, Any]:
+    """What each of MUTABLE_KEYS reads in `kind`'s MUTABLE state of a backend restored from `handle`."""
+    with restore(state_backend, handle) as restored:
+        state = restored.get_or_create_state(MUTABLE[kind])
+        got = {}
+        for key in MUTABLE_KEYS:
+            restored.set_current_key(key)
+            got[key] = _read_mutable(state, kind)
+    return got
+
+
 @pytest.mark.requirement("KB-SNAP-3", "KB-SNAP-2")
 @pytest.mark.parametrize("kind", list(MUTABLE))
 def test_an_object_read_after_the_snapshot_and_changed_in_place_is_not_in_it(
@@ -323,30 +357,14 @@ def test_an_object_read_after_the_snapshot_and_changed_in_place_is_not_in_it(
     after the synchronous part: a backend keeping state objects on the heap (serialized only when the snapshot is
     written) must hand out a copy of one a pending snapshot holds, as Flink's `CopyOnWriteStateMap` does in `get`
     and `transform`; one handing out the captured object lets the change into the snapshot."""
-    descriptor = MUTABLE[kind]
-    keys = [f"k{i}" for i in range(10)]
     with keyed_backend(state_backend) as backend:
-        state = backend.get_or_create_state(descriptor)
-        for i, key in enumerate(keys):
-            backend.set_current_key(key)
-            _write_mutable(state, kind, i)
-        expected = {}
-        for key in keys:
-            backend.set_current_key(key)
-            expected[key] = copy.deepcopy(_read_mutable(state, kind))  # what a backend hands out may change
+        state, expected = _write_every_mutable(backend, kind)
         task = backend.snapshot(1, 0, location_for(storage))
-        for key in keys:
-            backend.set_current_key(key)
-            _change_in_place(state, kind)
+        _change_every_mutable(backend, state, kind)
         handle = task.run()
     call = f"{kind} state, after snapshot(): {CHANGED_IN_PLACE[kind]}"
-    with restore(state_backend, handle) as restored:
-        state = restored.get_or_create_state(descriptor)
-        got = {}
-        for key in keys:
-            restored.set_current_key(key)
-            got[key] = _read_mutable(state, kind)
-    wrong = {k: (expected[k], got[k]) for k in keys if got[k] != expected[k]}
+    got = _restored_mutable(state_backend, handle, kind)
+    wrong = {k: (expected[k], got[k]) for k in MUTABLE_KEYS if got[k] != expected[k]}
     assert not wrong, f"KB-SNAP-3: {call}; restored (expected, got): {list(wrong.items())[:3]}"
 
 
@@ -404,33 +422,17 @@ def test_an_object_changed_in_place_after_one_of_two_pending_snapshots_finished_
     state objects copies what it hands out while any snapshot holding it is pending, as Flink's
     `CopyOnWriteStateMap.releaseSnapshot` keeps the highest version still needed; one that stops copying when a
     snapshot finishes, as if it were the only one, lets the change into the earlier snapshot."""
-    descriptor = MUTABLE[kind]
-    keys = [f"k{i}" for i in range(10)]
     with keyed_backend(state_backend) as backend:
-        state = backend.get_or_create_state(descriptor)
-        for i, key in enumerate(keys):
-            backend.set_current_key(key)
-            _write_mutable(state, kind, i)
-        expected = {}
-        for key in keys:
-            backend.set_current_key(key)
-            expected[key] = copy.deepcopy(_read_mutable(state, kind))
+        state, expected = _write_every_mutable(backend, kind)
         first = backend.snapshot(1, 0, location_for(storage, 1))
         second = backend.snapshot(2, 0, location_for(storage, 2))
         handles = {"second": second.run()}
-        for key in keys:
-            backend.set_current_key(key)
-            _change_in_place(state, kind)
+        _change_every_mutable(backend, state, kind)
         handles["first"] = first.run()
     call = f"{kind} state, after the later of two snapshots finished: {CHANGED_IN_PLACE[kind]}"
     for name, handle in handles.items():
-        with restore(state_backend, handle) as restored:
-            state = restored.get_or_create_state(descriptor)
-            got = {}
-            for key in keys:
-                restored.set_current_key(key)
-                got[key] = _read_mutable(state, kind)
-        wrong = {k: (expected[k], got[k]) for k in keys if got[k] != expected[k]}
+        got = _restored_mutable(state_backend, handle, kind)
+        wrong = {k: (expected[k], got[k]) for k in MUTABLE_KEYS if got[k] != expected[k]}
         assert not wrong, f"KB-SNAP-5: {call}; the {name} snapshot restored (expected, got): {list(wrong.items())[:3]}"
 
 
