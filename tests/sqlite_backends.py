@@ -40,16 +40,15 @@ from statecert.spec.state import StateKind
 from statecert.spec.storage import CheckpointStreamFactory
 
 _COLUMNS = {StateKind.LIST: "pos INTEGER NOT NULL, ", StateKind.MAP: "uk BLOB NOT NULL, "}
-_PRIMARY = {StateKind.LIST: ", pos", StateKind.MAP: ", uk"}
+_PRIMARY = {StateKind.LIST: ", pos", StateKind.MAP: ", uk"}  # beside (kg, k, ns): a row's key, and its order
 
 
 def _rows(connection: sqlite3.Connection, table: str, kind: StateKind, key_group: int | None) -> Iterator[Any]:
     """A table's rows in key-group order (one key group's when `key_group` is given), each entry's rows together:
     list elements in their order, map entries by user key."""
-    extra = {StateKind.LIST: ", pos, v", StateKind.MAP: ", uk, v"}.get(kind, ", v")
-    order = {StateKind.LIST: ", pos", StateKind.MAP: ", uk"}.get(kind, "")
+    order = _PRIMARY.get(kind, "")
     where = "" if key_group is None else " WHERE kg = ?"
-    query = f"SELECT kg, k, ns{extra} FROM {table}{where} ORDER BY kg, k, ns{order}"
+    query = f"SELECT kg, k, ns{order}, v FROM {table}{where} ORDER BY kg, k, ns{order}"
     return iter(connection.execute(query, () if key_group is None else (key_group,)))
 
 
