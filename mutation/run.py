@@ -19,6 +19,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
                                                  # checkout)
     python mutation/run.py --backend sqlite      # tests/sqlite_backends.py, which keeps state in SQLite (from a
                                                  # checkout)
+    python mutation/run.py --backend incremental # tests/incremental_backends.py, checkpoints incremental by key
+                                                 # group (from a checkout)
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
     python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
                                                  # repository's format and fuzz tests and the storage contract
@@ -80,6 +82,9 @@ TARGETS = {
     # a backend keeping state in SQLite, isolating snapshots by a read transaction: what the suite catches in a
     # design none of the reference backends has
     "sqlite": ["tests/sqlite_backends.py"],
+    # a heap backend whose checkpoints are incremental by key group: what the suite catches of a second incremental
+    # design beside RocksDB's (the base, tracking of changes, scopes, native savepoints)
+    "incremental": ["tests/incremental_backends.py"],
     # the reference checkpoint storages, certified as a storage under test (the storage contract alone)
     "storage": [
         "reference/storage/streams.py",
@@ -128,13 +133,19 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "spec-only": "spec_only_backend:factory",
     "object": "tests.object_backends:keeping_objects",
     "sqlite": "tests.sqlite_backends:in_sqlite",
+    "incremental": "tests.incremental_backends:by_key_group",
     "operator": "hashmap",
     "timers": "hashmap",
     "changelog": "hashmap",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
 }
-IMPORT_PATH = {"spec-only": [ROOT / "examples" / "spec-only-backend"], "object": [ROOT], "sqlite": [ROOT]}
+IMPORT_PATH = {
+    "spec-only": [ROOT / "examples" / "spec-only-backend"],
+    "object": [ROOT],
+    "sqlite": [ROOT],
+    "incremental": [ROOT],
+}
 # Configurations each mutant is certified under; it is killed when any of them fails.
 # The heap backend is also certified wrapped in the changelog backend, the only caller of its CL-9 accessors.
 CONFIGS = {
@@ -143,6 +154,7 @@ CONFIGS = {
     "spec-only": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "object": [[], ["--statecert-config", "state.changelog.enabled=true"]],
     "sqlite": [[]],
+    "incremental": [[]],
     "operator": [[]],
     "timers": [[]],
     "changelog": [["--statecert-config", "state.changelog.enabled=true"]],

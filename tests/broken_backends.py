@@ -84,6 +84,7 @@ from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSe
 from statecert.spec.state import StateKind, TtlUpdateType
 from statecert.spec.storage import CheckpointedStateScope
 from statecert.spec.timers import InternalTimer
+from tests.incremental_backends import ByKeyGroupKeyedStateBackend, ByKeyGroupStateBackend
 from tests.object_backends import (
     Held,
     HoldingSerializer,
@@ -2715,6 +2716,66 @@ class _RestoresTimersOnRequest(HeapKeyedStateBackend):
                 del self._stores[name]
 
 
+# 183. A backend whose checkpoints are incremental by key group (tests/incremental_backends.py) marks a key group
+# changed on the writes that add or replace entries but not on those that delete them (`clear()`, a map's
+# `remove()`, a list set empty); its timers are tracked whole. A checkpoint after a completed one references the
+# base's file for a key group whose only change was a deletion, so the deleted entries come back on restore
+# (KB-SNAP-8). Every incremental test wrote or replaced entries only; only timer tests deleted between checkpoints.
+class _TracksAddingWritesOnly(StateTable):
+    def __init__(self, meta: Any, key_group_range: KeyGroupRange, changed: set[int]) -> None:
+        super().__init__(meta, key_group_range)
+        self._changed = changed
+
+    def put(self, key_group: int, key: Any, value: bytes) -> None:
+        self._changed.add(key_group)
+        super().put(key_group, key, value)
+
+    def set_list(self, key_group: int, key: Any, elements: list[bytes]) -> None:
+        if elements:
+            self._changed.add(key_group)
+        super().set_list(key_group, key, elements)
+
+    def append_list(self, key_group: int, key: Any, elements: list[bytes]) -> None:
+        self._changed.add(key_group)
+        super().append_list(key_group, key, elements)
+
+    def map_put(self, key_group: int, key: Any, entries: Any) -> None:
+        self._changed.add(key_group)
+        super().map_put(key_group, key, entries)
+
+    def put_payload(self, key_group: int, key: Any, payload: Any) -> None:
+        self._changed.add(key_group)
+        super().put_payload(key_group, key, payload)
+
+
+class _DeletionsUntracked(ByKeyGroupKeyedStateBackend):
+    def create_store(self, meta: Any) -> StateTable:
+        if meta.name.startswith("_timer_state/"):
+            return super().create_store(meta)
+        return _TracksAddingWritesOnly(meta, self.key_group_range, self._changed)
+
+
+# 184. The same backend references the base's file for every key group it does not write again, and it writes only
+# key groups holding entries: a key group emptied since the base (its every key cleared) keeps the base's file,
+# and its entries come back on restore (KB-SNAP-8).
+class _KeepsEmptiedKeyGroups(ByKeyGroupKeyedStateBackend):
+    def reused_key_groups(self, base: Any, changed: set[int], occupied: set[int]) -> dict[int, tuple[str, int]]:
+        return {kg: base.key_groups[kg] for kg in base.key_groups if kg not in changed & occupied}
+
+
+# 185. The same backend writes each checkpoint's file of changed key groups to the checkpoint's exclusive scope, as
+# a canonical snapshot is written, and later checkpoints reference it. When the coordinator subsumes that
+# checkpoint it deletes its directory, and every later checkpoint referencing the file no longer restores
+# (KB-SNAP-8, CS-3). No test deleted a subsumed checkpoint's exclusive directory.
+class _DeltaInExclusiveScope(ByKeyGroupKeyedStateBackend):
+    delta_scope = CheckpointedStateScope.EXCLUSIVE
+
+
+def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
+    backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
+    return lambda config: backend_class()
+
+
 def _with_timer_service(service: type[KeyedTimerService]) -> type[HeapKeyedStateBackend]:
     class Keyed(HeapKeyedStateBackend):
         def __init__(self, params: Any) -> None:
@@ -2979,6 +3040,9 @@ object_refused_snapshot_keeps_stream = _factory(_RefusedSnapshotKeepsStream, Obj
 restores_on_registration = _factory(_RestoresOnRegistration)
 restores_operator_state_on_registration = _factory(operator=_RestoresOperatorStateOnRegistration)
 restores_timers_on_request = _factory(_RestoresTimersOnRequest)
+by_key_group_deletions_untracked = _by_key_group(_DeletionsUntracked)
+by_key_group_keeps_emptied_key_groups = _by_key_group(_KeepsEmptiedKeyGroups)
+by_key_group_delta_in_exclusive_scope = _by_key_group(_DeltaInExclusiveScope)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3164,4 +3228,7 @@ CAUGHT_BY = {
     "restores_on_registration": "KB-RESTORE-6",
     "restores_operator_state_on_registration": "OS-11",
     "restores_timers_on_request": "KB-RESTORE-6",
+    "by_key_group_deletions_untracked": "KB-SNAP-8",
+    "by_key_group_keeps_emptied_key_groups": "KB-SNAP-8",
+    "by_key_group_delta_in_exclusive_scope": "KB-SNAP-8",
 }

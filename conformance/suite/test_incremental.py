@@ -10,8 +10,17 @@ from typing import Any
 
 import fsspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from statecert.conformance.helpers import files_of, keyed_backend, location_for, snapshot_now
+from statecert.conformance.helpers import (
+    CHECKPOINT_OUTCOMES,
+    conclude_checkpoint,
+    files_of,
+    keyed_backend,
+    location_for,
+    snapshot_now,
+)
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.handles import ChangelogStateBackendHandle
@@ -273,3 +282,91 @@ def test_a_checkpoint_taken_while_an_earlier_one_is_in_flight_restores_whole_whe
         f"KB-SNAP-9: checkpoint 3, called while 2 was in flight ({order}), 2 then aborted: {len(wrong)} entries "
         f"restored wrong, e.g. {[(k, expected.get(k), got.get(k)) for k in wrong[:3]]}"
     )
+
+
+CHAIN_KEYS = [f"c{i}" for i in range(16)]
+"""Few keys over 128 key groups: most lie alone in their key group, so clearing one empties its key group."""
+CHAIN_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "remove", "clear"]),
+        st.sampled_from(CHAIN_KEYS),
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(-(2**31), 2**31),
+    ),
+    max_size=24,
+)
+
+
+def apply_chain_ops(backend: Any, model: dict[str, dict[str, Any]], ops: list[tuple[str, str, str, int]]) -> None:
+    """Writes and deletions of value and map state, applied to `backend` and to the plain-dict `model` (key ->
+    {"v": value, "m": {user key: value}})."""
+    value, mapping = backend.get_or_create_state(VALUE), backend.get_or_create_state(MAP)
+    for op, key, user_key, number in ops:
+        backend.set_current_key(key)
+        entry = model.setdefault(key, {"v": None, "m": {}})
+        if op == "put":
+            value.update(number)
+            mapping.put(user_key, number)
+            entry["v"], entry["m"][user_key] = number, number
+        elif op == "remove":
+            mapping.remove(user_key)
+            entry["m"].pop(user_key, None)
+        else:
+            value.clear()
+            mapping.clear()
+            entry["v"], entry["m"] = None, {}
+
+
+def chain_contents(model: dict[str, dict[str, Any]]) -> dict[tuple[str, Any], Any]:
+    """The model as `contents` reads a backend: entries only of keys that hold one."""
+    out: dict[tuple[str, Any], Any] = {}
+    for key, entry in model.items():
+        if entry["v"] is not None:
+            out[("v", key)] = entry["v"]
+        if entry["m"]:
+            out[("m", key)] = sorted(entry["m"].items())
+    return out
+
+
+@pytest.mark.requirement("KB-SNAP-8", "KB-SNAP-9", "CS-3")
+@given(
+    rounds=st.lists(st.tuples(CHAIN_OPS, st.sampled_from(CHECKPOINT_OUTCOMES)), min_size=1, max_size=6),
+)
+def test_the_latest_checkpoint_restores_after_the_ones_before_it_are_subsumed(
+    certification: Any, tmp_path_factory: Any, rounds: list[tuple[list[tuple[str, str, str, int]], str]]
+) -> None:
+    """A chain of checkpoints over writes and deletions (a key cleared, a map entry removed, a key group emptied),
+    each completed, aborted or completed without the backend being told, handled as the coordinator handles them
+    when it retains one checkpoint (CKP-1): a completed one subsumes the one before, whose exclusive directory is
+    deleted with the shared files the new one does not reference (CS-3); an aborted one's directory, and its shared
+    files no retained checkpoint references, are deleted. After each, the retained checkpoint restores its state."""
+    storage = storage_with_files(tmp_path_factory.mktemp("chain"))
+    model: dict[str, dict[str, Any]] = {}
+    every_key = [("put", key, "a", i) for i, key in enumerate(CHAIN_KEYS)]
+    program = [(every_key, "completed"), *rounds]
+    retained: tuple[int, Any, Any, dict[tuple[str, Any], Any]] | None = None  # id, location, handle, contents
+    steps: list[str] = []
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        for checkpoint_id, (ops, outcome) in enumerate(program, start=1):
+            apply_chain_ops(backend, model, ops)
+            location = location_for(storage, checkpoint_id)
+            handle = snapshot_now(backend, location, checkpoint_id)
+            conclude_checkpoint([backend], location, checkpoint_id, outcome)
+            kept = files_of(retained[2]) if retained is not None else set()
+            steps.append(f"checkpoint {checkpoint_id} after {len(ops)} writes and deletions, {outcome}")
+            if outcome == "aborted":
+                delete_files(files_of(handle) - kept)
+                continue
+            if retained is not None:  # subsumed by this one
+                retained[1].dispose_on_failure()  # its exclusive directory, as CKP-1 deletes it
+                delete_files(kept - files_of(handle))
+            retained = (checkpoint_id, location, handle, chain_contents(model))
+            with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as again:
+                got = contents(again)
+            expected = retained[3]
+            wrong = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
+            assert not wrong, (
+                f"KB-SNAP-8: checkpoint {checkpoint_id}, retained, restores {len(wrong)} entries wrong once the "
+                f"checkpoints before it are subsumed, e.g. (entry, expected, got) "
+                f"{[(k, expected.get(k), got.get(k)) for k in wrong[:3]]}; steps: {'; '.join(steps)}"
+            )
