@@ -280,6 +280,20 @@ def stream_handles(handle: Any) -> list[Any]:
     return []
 
 
+def with_stream_replaced(handle: Any, old: Any, new: Any) -> Any:
+    """A copy of a (nested) state handle in which the stream handle `old` is `new`, wherever it occurs."""
+    if type(handle) is type(old) and handle == old:
+        return new
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        changes = {f.name: with_stream_replaced(getattr(handle, f.name), old, new) for f in dataclasses.fields(handle)}
+        return dataclasses.replace(handle, **changes)
+    if isinstance(handle, dict):
+        return {key: with_stream_replaced(value, old, new) for key, value in handle.items()}
+    if isinstance(handle, list | tuple):
+        return type(handle)(with_stream_replaced(value, old, new) for value in handle)
+    return handle
+
+
 def files_of(handle: Any) -> set[str]:
     """Every file a (nested) state handle references."""
     return {stream.path for stream in stream_handles(handle) if isinstance(stream, FileStateHandle)}

@@ -2771,6 +2771,21 @@ class _DeltaInExclusiveScope(ByKeyGroupKeyedStateBackend):
     delta_scope = CheckpointedStateScope.EXCLUSIVE
 
 
+# 186. The same backend writes its key-group map (`meta_state`) as one msgpack object per row and reads it with
+# msgpack's streaming `Unpacker` until the stream ends, which stops without a word at an incomplete last object.
+# A cut map restores the key groups of its whole rows and loses the rest: a smaller state instead of an error
+# (FMT-8). Its size and checksum had given any cut away (FMT-12); the suite had cut canonical streams only.
+class _KeyGroupMapReadToTheEnd(ByKeyGroupKeyedStateBackend):
+    @staticmethod
+    def pack_key_group_map(rows: list[list[Any]]) -> bytes:
+        return b"".join(msgpack.packb(row, use_bin_type=True) for row in rows)
+
+    @staticmethod
+    def unpack_key_group_map(handle: Any) -> Any:
+        with handle.meta_state.open() as f:
+            return list(msgpack.Unpacker(f, raw=False))
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3043,6 +3058,7 @@ restores_timers_on_request = _factory(_RestoresTimersOnRequest)
 by_key_group_deletions_untracked = _by_key_group(_DeletionsUntracked)
 by_key_group_keeps_emptied_key_groups = _by_key_group(_KeepsEmptiedKeyGroups)
 by_key_group_delta_in_exclusive_scope = _by_key_group(_DeltaInExclusiveScope)
+by_key_group_key_group_map_read_to_the_end = _by_key_group(_KeyGroupMapReadToTheEnd)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3231,4 +3247,5 @@ CAUGHT_BY = {
     "by_key_group_deletions_untracked": "KB-SNAP-8",
     "by_key_group_keeps_emptied_key_groups": "KB-SNAP-8",
     "by_key_group_delta_in_exclusive_scope": "KB-SNAP-8",
+    "by_key_group_key_group_map_read_to_the_end": "FMT-8",
 }

@@ -85,14 +85,25 @@ def _format_error(handle: StreamStateHandle, problem: str) -> CheckpointFormatEr
     return CheckpointFormatError(describe(handle), problem)
 
 
-def read_key_group_map(handle: IncrementalKeyedStateHandle) -> dict[int, tuple[str, int]]:
-    """The key group -> (file name, offset) map of a handle's `meta_state`, checked against the handle."""
+def pack_key_group_map(rows: list[list[Any]]) -> bytes:
+    """`meta_state`'s bytes: the rows [key group, file name, offset] as one msgpack array, so that a cut one is
+    incomplete msgpack (FMT-8)."""
+    return msgpack.packb(rows, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack_key_group_map(handle: IncrementalKeyedStateHandle) -> Any:
+    """The rows `pack_key_group_map` wrote, read from `handle.meta_state`, unchecked."""
     with handle.meta_state.open() as f:
         data = f.read()
     try:
-        plain = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        return msgpack.unpackb(data, raw=False, strict_map_key=True)
     except (ValueError, msgpack.UnpackException) as e:
         raise _format_error(handle.meta_state, f"not a key-group map ({e})") from None
+
+
+def read_key_group_map(plain: Any, handle: IncrementalKeyedStateHandle) -> dict[int, tuple[str, int]]:
+    """The key group -> (file name, offset) map of the rows `plain` of `handle`'s `meta_state`, checked against the
+    handle."""
     if not isinstance(plain, list):
         raise _format_error(handle.meta_state, "not a key-group map")
     out: dict[int, tuple[str, int]] = {}
@@ -120,6 +131,8 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
     backend_name = "by-key-group"
     delta_scope = CheckpointedStateScope.SHARED
     """Where a checkpoint writes its file of changed key groups: later checkpoints reference it (CS-3)."""
+    pack_key_group_map = staticmethod(pack_key_group_map)
+    unpack_key_group_map = staticmethod(unpack_key_group_map)
 
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
         self._changed: set[int] = set()  # key groups written since the last snapshot's synchronous part
@@ -146,7 +159,7 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
             metas = {name: store.meta for name, store in self._stores.items()}
             self._base = Files(
                 handle.checkpoint_id,
-                read_key_group_map(handle),
+                read_key_group_map(self.unpack_key_group_map(handle), handle),
                 dict(handle.shared_state),
                 metas,
                 self._key_serializer.snapshot_configuration(),
@@ -154,7 +167,7 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
             self._changed.clear()  # what was restored is the base's files
 
     def _restore_one(self, handle: IncrementalKeyedStateHandle) -> None:
-        for key_group, (name, offset) in sorted(read_key_group_map(handle).items()):
+        for key_group, (name, offset) in sorted(read_key_group_map(self.unpack_key_group_map(handle), handle).items()):
             if key_group not in self.key_group_range:
                 continue
             one = KeyGroupRange(key_group, key_group)
@@ -227,7 +240,7 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
                     key_groups[kg] = (name, offsets[kg - start])
             rows = [[kg, name, offset] for kg, (name, offset) in sorted(key_groups.items())]
             with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-                out.write(msgpack.packb(rows, use_bin_type=True))
+                out.write(self.pack_key_group_map(rows))
                 meta_state = out.close_and_get_handle()
             assert meta_state is not None
             if is_checkpoint:

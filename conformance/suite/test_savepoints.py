@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import sys
@@ -25,13 +26,15 @@ from statecert.conformance.helpers import (
     location_for,
     rewritten_canonical_stream,
     savepoint,
+    stream_handles,
+    with_stream_replaced,
 )
 from statecert.reference.format.canonical import CanonicalHeader
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import CheckpointFormatError, StateMigrationError
-from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, KeyGroupsStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind
@@ -125,6 +128,96 @@ def test_truncated_state_file_names_the_file(state_backend: Any, tmp_path: Path,
     with pytest.raises(CheckpointFormatError, match=re.escape(path.name)):
         create_subtasks(state_backend, KEYS, 1, 128, restore_from=load_checkpoint_metadata(pointer).operators[0])
     assert_nothing_left(local_dir, "the failed restore of a truncated state file")
+
+
+TRUNCATED_STATES = (
+    ValueStateDescriptor("v", serializer=LongSerializer()),
+    ListStateDescriptor("l", element_serializer=LongSerializer()),
+    MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer()),
+)
+
+
+def _every_entry(backend: Any) -> dict[tuple[str, Any], Any]:
+    read = {"v": lambda s: s.value(), "l": lambda s: list(s.get()), "m": lambda s: sorted(s.items())}
+    out = {}
+    for descriptor in TRUNCATED_STATES:
+        state = backend.get_or_create_state(descriptor)
+        for key, _ in sorted(backend.get_keys_and_namespaces(descriptor.name)):
+            backend.set_current_key(key)
+            out[(descriptor.name, key)] = read[descriptor.name](state)
+    return out
+
+
+def _truncated(stream: Any, length: int, directory: Path) -> Any:
+    """The stream handle `stream` cut to its first `length` bytes: a file written anew with its size and checksum
+    recorded for the cut bytes (so only the content can give the cut away), or inline bytes cut."""
+    if isinstance(stream, ByteStreamStateHandle):
+        return ByteStreamStateHandle(stream.handle_name, stream.data[:length])
+    with stream.open() as f:
+        data = f.read(length)
+    path = directory / f"{uuid.uuid4().hex}-{stream.path.rsplit('/', 1)[-1]}"
+    path.write_bytes(data)
+    return FileStateHandle(f"file://{path}", len(data), crc32c.crc32c(data))
+
+
+def _listed_as(handle: Any, stream: Any) -> set[str]:
+    """The names under which a (nested) handle lists `stream` (a native handle's files by their own names)."""
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        return {n for f in dataclasses.fields(handle) for n in _listed_as(getattr(handle, f.name), stream)}
+    if isinstance(handle, dict):
+        return {str(k) for k, v in handle.items() if v == stream} | {
+            n for v in handle.values() for n in _listed_as(v, stream)
+        }
+    if isinstance(handle, list | tuple):
+        return {n for v in handle for n in _listed_as(v, stream)}
+    return set()
+
+
+@pytest.mark.requirement("FMT-8", "FMT-12", "KB-LOCAL-2")
+@pytest.mark.parametrize("where", ["files", "inline"])
+def test_a_truncated_stream_of_a_checkpoint_in_any_format_fails_its_restore(
+    state_backend: Any, tmp_path: Path, local_dir: Path, where: str
+) -> None:
+    """Checkpoint 2, built on checkpoint 1, in whatever format the backend writes (canonical, native, changelog):
+    each stream it references, cut to nothing, to a third, to half and to all but its last byte, with its size and
+    checksum recorded anew. Restoring it raises CheckpointFormatError naming the stream, or restores exactly the
+    state written (a stream the restore does not need, such as RocksDB's options file); never a smaller or other
+    state, and nothing is left in the working directory."""
+    storage = FileSystemCheckpointStorage(
+        str(tmp_path / "c"), file_state_size_threshold=0 if where == "files" else 1 << 20
+    )
+    with keyed_backend(state_backend) as backend:
+        for checkpoint_id in (1, 2):
+            states = [backend.get_or_create_state(d) for d in TRUNCATED_STATES]
+            for i in range(200):
+                backend.set_current_key(f"k{i}")
+                states[0].update(i * checkpoint_id)
+                states[1].add(i)
+                states[2].put(f"u{checkpoint_id}", i)
+            handle = backend.snapshot(checkpoint_id, 0, location_for(storage, checkpoint_id)).run()
+            backend.notify_checkpoint_complete(checkpoint_id)
+        expected = _every_entry(backend)
+    streams = stream_handles(handle)
+    assert streams, "the checkpoint references no stream"
+    (tmp_path / "cut").mkdir()
+    for stream in streams:
+        name = stream.handle_name if isinstance(stream, ByteStreamStateHandle) else stream.path.rsplit("/", 1)[-1]
+        for length in sorted({0, stream.size // 3, stream.size // 2, stream.size - 1} - {stream.size}):
+            cut = _truncated(stream, length, tmp_path / "cut")
+            call = f"restore of checkpoint 2 with {name} ({stream.size} bytes) cut to {length} bytes"
+            try:
+                with keyed_backend(state_backend, restore=[with_stream_replaced(handle, stream, cut)]) as restored:
+                    got = _every_entry(restored)
+            except CheckpointFormatError as e:
+                shown = {name if isinstance(stream, ByteStreamStateHandle) else cut.path.rsplit("/", 1)[-1]}
+                shown |= _listed_as(handle, stream)
+                assert any(n in str(e) for n in shown), f"FMT-8: {call} raised {e!r}, which names none of {shown}"
+            else:
+                assert got == expected, (
+                    f"FMT-8: {call} restored {len(got)} entries, {sum(got.get(k) != v for k, v in expected.items())} "
+                    f"of the {len(expected)} written missing or other, instead of CheckpointFormatError"
+                )
+            assert_nothing_left(local_dir, f"the failed {call}")
 
 
 def _move_first_entry_to_next_key_group(blocks: dict[int, list[Any]]) -> None:

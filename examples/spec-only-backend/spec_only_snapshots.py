@@ -37,5 +37,5 @@ class SnapshotTask(Generic[H]):
 
 
 def stream_name(delegate: StreamStateHandle) -> str:
-    """The file a stream lives in, for error messages; an inline stream has none."""
-    return delegate.path if isinstance(delegate, FileStateHandle) else "<inline state>"
+    """The stream's name for error messages: its file, or an inline stream's handle name (FMT-8)."""
+    return delegate.path if isinstance(delegate, FileStateHandle) else f"<inline state {delegate.handle_name}>"
