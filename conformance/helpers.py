@@ -104,15 +104,21 @@ CHECKPOINT_OUTCOMES = ("completed", "unconfirmed", "aborted")
 """How a checkpoint ends for its backends, as `conclude_checkpoint` tells them."""
 
 
+def notify_outcome(backend: Any, checkpoint_id: int, outcome: str) -> None:
+    """What a backend hears of how checkpoint `checkpoint_id` ended (`unconfirmed`: nothing, the notification was
+    lost)."""
+    if outcome == "completed":
+        backend.notify_checkpoint_complete(checkpoint_id)
+    elif outcome == "aborted":
+        backend.notify_checkpoint_aborted(checkpoint_id)
+
+
 def conclude_checkpoint(keyed_backends: Sequence[Any], location: Any, checkpoint_id: int, outcome: str) -> None:
     """Tell every backend how checkpoint `checkpoint_id` ended: `completed`, `aborted` (its exclusive files are then
     deleted, as the coordinator drops an aborted checkpoint's files, CS-6), or nothing (`unconfirmed`: the
     notification was lost; CL-5, KB-SNAP-8, KB-SNAP-9)."""
     for backend in keyed_backends:
-        if outcome == "completed":
-            backend.notify_checkpoint_complete(checkpoint_id)
-        elif outcome == "aborted":
-            backend.notify_checkpoint_aborted(checkpoint_id)
+        notify_outcome(backend, checkpoint_id, outcome)
     if outcome == "aborted":
         location.dispose_on_failure()
 

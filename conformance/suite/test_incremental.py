@@ -18,6 +18,7 @@ from statecert.conformance.helpers import (
     files_of,
     keyed_backend,
     location_for,
+    notify_outcome,
     snapshot_now,
 )
 from statecert.reference.serializers import LongSerializer, StringSerializer
@@ -327,14 +328,6 @@ def chain_contents(model: dict[str, dict[str, Any]]) -> dict[tuple[str, Any], An
     return out
 
 
-def _notify(backend: Any, checkpoint_id: int, outcome: str) -> None:
-    """What the backend hears of a checkpoint's end (`unconfirmed`: nothing, the notification was lost)."""
-    if outcome == "completed":
-        backend.notify_checkpoint_complete(checkpoint_id)
-    elif outcome == "aborted":
-        backend.notify_checkpoint_aborted(checkpoint_id)
-
-
 @pytest.mark.requirement("KB-SNAP-8", "KB-SNAP-9", "KB-NOTIFY-1", "CS-3")
 @given(
     rounds=st.lists(st.tuples(CHAIN_OPS, st.sampled_from(CHECKPOINT_OUTCOMES), st.booleans()), min_size=1, max_size=6),
@@ -379,14 +372,14 @@ def test_the_latest_checkpoint_restores_after_the_ones_before_it_are_subsumed(
             location = location_for(storage, checkpoint_id)
             task = backend.snapshot(checkpoint_id, 0, location)
             if late is not None:
-                _notify(backend, *late)
+                notify_outcome(backend, *late)
                 steps.append(f"checkpoint {late[0]}'s notification delivered after {checkpoint_id}'s synchronous part")
                 late = None
             handle = task.run()
             if notified_late:
                 late = (checkpoint_id, outcome)
             else:
-                _notify(backend, checkpoint_id, outcome)
+                notify_outcome(backend, checkpoint_id, outcome)
             kept = files_of(retained[2]) if retained is not None else set()
             steps.append(f"checkpoint {checkpoint_id} after {len(ops)} writes and deletions, {outcome}")
             if outcome == "aborted":

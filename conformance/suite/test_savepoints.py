@@ -212,6 +212,8 @@ def test_a_truncated_stream_of_a_checkpoint_in_any_format_fails_its_restore(
                 shown = {name if isinstance(stream, ByteStreamStateHandle) else cut.path.rsplit("/", 1)[-1]}
                 shown |= _listed_as(handle, stream)
                 assert any(n in str(e) for n in shown), f"FMT-8: {call} raised {e!r}, which names none of {shown}"
+            except Exception as e:  # any other type is what FMT-8 forbids
+                pytest.fail(f"FMT-8: {call} raised {e!r}, expected CheckpointFormatError naming the stream")
             else:
                 assert got == expected, (
                     f"FMT-8: {call} restored {len(got)} entries, {sum(got.get(k) != v for k, v in expected.items())} "
