@@ -20,7 +20,7 @@ from statecert.scenarios.results import expected_totals
 from statecert.scenarios.sim_runner import run_on_simulator
 from statecert.scenarios.spark import worker
 from statecert.scenarios.spark.runner import run_on_spark
-from statecert.scenarios.spark.state_reader import COLUMNS, keyed_state_rows, read_keyed_state
+from statecert.scenarios.spark.state_reader import COLUMNS, WrittenBy, keyed_state_rows, read_keyed_state
 from statecert.spec.keyed_backend import CheckpointOptions
 
 
@@ -167,17 +167,22 @@ def test_a_cached_backend_is_reused_only_when_no_failover_came_between(tmp_path:
 
 
 @pytest.mark.requirement("SCN-8")
-@pytest.mark.parametrize("backend,incremental", [("hashmap", False), ("rocksdb", True)])
+@pytest.mark.parametrize(
+    "backend,incremental",
+    [("hashmap", False), ("rocksdb", True), ("tests.incremental_backends:by_key_group", True)],
+)
 def test_the_state_reader_gives_one_row_per_key_namespace_and_state(
     spark: Any, tmp_path: Path, backend: str, incremental: bool
 ) -> None:
-    """Read a checkpoint (canonical, or RocksDB native incremental) as a DataFrame; compare it with the state
-    restored through the backend, an independent path."""
+    """Read a checkpoint (canonical, RocksDB native incremental, or a third-party native format restored by the
+    backend that wrote it) as a DataFrame; compare it with the state restored through the backend, an independent
+    path."""
     scenario = load_scenario(resolve("incremental-chain" if incremental else "task-failure-processing"))
     simulation_result = run_on_simulator(scenario, tmp_path / "sim", backend, end_jobs=False)
     assert simulation_result.passed
     pointer = next((tmp_path / "sim" / "run-1" / "checkpoints").glob("*/chk-*/_metadata"))
-    frame = read_keyed_state(spark, str(pointer), "counter")
+    written_by = WrittenBy({"state.backend.type": backend}, KeyedAggregate().key_type.serializer())
+    frame = read_keyed_state(spark, str(pointer), "counter", written_by)
     assert tuple(frame.columns) == COLUMNS
     rows = frame.collect()
     assert {r["operator"] for r in rows} == {"counter"} and {r["state"] for r in rows} == {"count"}
@@ -188,7 +193,7 @@ def test_the_state_reader_gives_one_row_per_key_namespace_and_state(
         str(pointer), load_state_backend(job_config={"state.backend.type": backend}), KeyedAggregate()
     )
     assert from_reader == restored
-    assert sorted(keyed_state_rows(str(pointer), "counter")) == sorted(tuple(r) for r in rows)
+    assert sorted(keyed_state_rows(str(pointer), "counter", written_by)) == sorted(tuple(r) for r in rows)
 
 
 @pytest.mark.requirement("SCN-11", "SCN-6", "SCN-3", "SCN-4")

@@ -4,12 +4,13 @@ and the committed sink output and the final state (read with `state_reader`) com
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from statecert.scenarios.model import Scenario
 from statecert.scenarios.results import aggregate_of
 from statecert.scenarios.spark import worker
-from statecert.scenarios.spark.state_reader import read_keyed_state
+from statecert.scenarios.spark.state_reader import WrittenBy, read_keyed_state
 
 INPUT_SCHEMA = "source int, offset int, key string, weight long"
 OUTPUT_SCHEMA = "key string, offset int, total long"
@@ -54,10 +55,15 @@ class OracleCheck:
         consumed = self._range({}, end)
         return consumed.groupBy("key").agg(F.sum("weight").alias("total"))
 
-    def final_state(self, pointer: str, serializer_version: int) -> dict[str, int]:
-        """The sink operator's totals in a checkpoint or savepoint, read as a DataFrame."""
-        name = aggregate_of(self.scenario, serializer_version).descriptor.name
-        state = read_keyed_state(self.spark, pointer, worker.OPERATOR).filter(f"state = '{name}'")
+    def final_state(
+        self, pointer: str, serializer_version: int, backend_config: Mapping[str, object]
+    ) -> dict[str, int]:
+        """The sink operator's totals in a checkpoint or savepoint, read as a DataFrame (a format the reference
+        cannot read restored by the backend in `backend_config`, the one that wrote it)."""
+        aggregate = aggregate_of(self.scenario, serializer_version)
+        written_by = WrittenBy(backend_config, aggregate.key_type.serializer())
+        state = read_keyed_state(self.spark, pointer, worker.OPERATOR, written_by)
+        state = state.filter(f"state = '{aggregate.descriptor.name}'")
         return {row["key"]: int(json.loads(row["value"])["total"]) for row in state.collect()}
 
     def expected_windows(self) -> Any:

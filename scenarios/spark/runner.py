@@ -463,7 +463,7 @@ def _run_result(scenario: Scenario, run: _Run, spark: Any, with_oracle: bool) ->
     final_state, mismatches = None, []
     if with_oracle and last.pointer is not None and not scenario.job.window_ms:
         oracle = OracleCheck(spark, scenario)
-        final_state = oracle.final_state(last.pointer, run.plan.serializer_version)
+        final_state = oracle.final_state(last.pointer, run.plan.serializer_version, run.config)
         mismatches = oracle.compare(run.committed_rows(), run.start, last.offsets, final_state)
     return RunResult(
         backend=run.plan.backend,

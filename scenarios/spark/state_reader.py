@@ -3,13 +3,17 @@ namespace and state), like Flink's State Processor API or Spark's state data sou
 
 Canonical snapshots are decoded directly with the serializers their header records (never unpickled); a native
 RocksDB snapshot is first restored by the RocksDB backend and rewritten as a canonical one in a scratch directory.
+A format only a third-party backend reads (its own native format, or a changelog over it) is restored the same way
+by the backend the job ran on, when the caller names it (`WrittenBy`), as Flink's State Processor API is given the
+state backend that wrote a savepoint.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,18 @@ from statecert.spec.handles import (
     KeyGroupsStateHandle,
 )
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
+from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import StateKind
+
+
+@dataclass(frozen=True)
+class WrittenBy:
+    """The backend a job ran on (its loader configuration, LD-1) and the job's key serializer: what restores a
+    format the reference cannot read."""
+
+    backend_config: Mapping[str, object]
+    key_serializer: TypeSerializer[Any]
+
 
 COLUMNS = ("operator", "key_group", "key", "namespace", "state", "value")
 SCHEMA = "operator string, key_group int, key string, namespace string, state string, value string"
@@ -78,12 +93,46 @@ def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_paralle
         )
         params = KeyedBackendParameters("reader", operator, keys, max_parallelism, handle.key_group_range, (handle,))
         with create_keyed_backend(backend, params) as keyed:
-            url = Path(scratch, "canonical").as_uri()
-            location = CheckpointStorageLocationImpl(1, url, url, 0, None)
-            options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
-            canonical = keyed.snapshot(1, 0, location, options).run()
-        if isinstance(canonical, KeyGroupsStateHandle):
-            yield from _canonical_rows(operator, canonical, max_parallelism)
+            rows = list(_rewritten_rows(operator, keyed, max_parallelism, scratch))
+    yield from rows
+
+
+def _rewritten_rows(operator: str, keyed: Any, max_parallelism: int, scratch: str) -> Iterator[Row]:
+    """Rows of a restored keyed backend, through a canonical savepoint it writes to `scratch`."""
+    url = Path(scratch, "canonical").as_uri()
+    location = CheckpointStorageLocationImpl(1, url, url, 0, None)
+    options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+    canonical = keyed.snapshot(1, 0, location, options).run()
+    if isinstance(canonical, KeyGroupsStateHandle):
+        yield from _canonical_rows(operator, canonical, max_parallelism)
+
+
+def _foreign_rows(operator: str, handle: Any, max_parallelism: int, written_by: WrittenBy) -> Iterator[Row]:
+    """Restore with the backend the job ran on, write a canonical savepoint to scratch space, read that."""
+    backend = load_state_backend(job_config=written_by.backend_config)
+    with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
+        params = KeyedBackendParameters(
+            "reader",
+            operator,
+            written_by.key_serializer,
+            max_parallelism,
+            handle.key_group_range,
+            (handle,),
+            local_dir=f"{scratch}/local",
+        )
+        with create_keyed_backend(backend, params) as keyed:
+            rows = list(_rewritten_rows(operator, keyed, max_parallelism, scratch))
+    yield from rows
+
+
+def _reference_reads(handle: Any) -> bool:
+    """Whether the reference reads `handle` itself: canonical, RocksDB's native format, or a changelog over
+    either."""
+    if isinstance(handle, IncrementalKeyedStateHandle):
+        return handle.snapshot_format == ROCKSDB_NATIVE_FORMAT
+    if isinstance(handle, ChangelogStateBackendHandle):
+        return all(_reference_reads(part) for part in handle.materialized)
+    return isinstance(handle, KeyGroupsStateHandle)
 
 
 def _changelog_rows(operator: str, handle: ChangelogStateBackendHandle, max_parallelism: int) -> Iterator[Row]:
@@ -112,15 +161,11 @@ def _changelog_rows(operator: str, handle: ChangelogStateBackendHandle, max_para
         )
         params = KeyedBackendParameters("reader", operator, keys, max_parallelism, handle.key_group_range, (handle,))
         with restore_keyed_backend(backend, params, (handle,)) as keyed:
-            url = Path(scratch, "canonical").as_uri()
-            location = CheckpointStorageLocationImpl(1, url, url, 0, None)
-            options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
-            canonical = keyed.snapshot(1, 0, location, options).run()
-        if isinstance(canonical, KeyGroupsStateHandle):
-            yield from _canonical_rows(operator, canonical, max_parallelism)
+            rows = list(_rewritten_rows(operator, keyed, max_parallelism, scratch))
+    yield from rows
 
 
-def keyed_state_rows(pointer: str, operator: str | None = None) -> Iterator[Row]:
+def keyed_state_rows(pointer: str, operator: str | None = None, written_by: WrittenBy | None = None) -> Iterator[Row]:
     """Every keyed state entry of a checkpoint or savepoint (directory or `_metadata`), in plain Python."""
     metadata = load_checkpoint_metadata(pointer)
     for op in metadata.operators:
@@ -128,11 +173,15 @@ def keyed_state_rows(pointer: str, operator: str | None = None) -> Iterator[Row]
             continue
         for index in sorted(op.subtask_states):
             for handle in op.subtask_states[index].managed_keyed_state:
-                yield from _handle_rows(op.operator_id, handle, op.max_parallelism)
+                yield from _handle_rows(op.operator_id, handle, op.max_parallelism, written_by)
 
 
-def _handle_rows(operator: str, handle: Any, max_parallelism: int) -> Iterator[Row]:
-    if isinstance(handle, KeyGroupsStateHandle):
+def _handle_rows(
+    operator: str, handle: Any, max_parallelism: int, written_by: WrittenBy | None = None
+) -> Iterator[Row]:
+    if written_by is not None and not _reference_reads(handle):
+        yield from _foreign_rows(operator, handle, max_parallelism, written_by)
+    elif isinstance(handle, KeyGroupsStateHandle):
         yield from _canonical_rows(operator, handle, max_parallelism)
     elif isinstance(handle, IncrementalKeyedStateHandle):
         yield from _native_rows(operator, handle, max_parallelism)
@@ -140,12 +189,12 @@ def _handle_rows(operator: str, handle: Any, max_parallelism: int) -> Iterator[R
         yield from _changelog_rows(operator, handle, max_parallelism)
 
 
-def read_keyed_state(spark: Any, pointer: str, operator: str | None = None) -> Any:
+def read_keyed_state(spark: Any, pointer: str, operator: str | None = None, written_by: WrittenBy | None = None) -> Any:
     """The keyed state of a checkpoint or savepoint as a DataFrame with `COLUMNS`, read in parallel: one Spark
     task per subtask snapshot (the handles travel in the closure; the workers read the state files)."""
     metadata = load_checkpoint_metadata(pointer)
     work = [
-        (op.operator_id, handle, op.max_parallelism)
+        (op.operator_id, handle, op.max_parallelism, written_by)
         for op in metadata.operators
         if operator is None or op.operator_id == operator
         for index in sorted(op.subtask_states)
