@@ -346,19 +346,20 @@ def test_the_latest_checkpoint_restores_after_the_ones_before_it_are_subsumed(
     """A chain of checkpoints over writes and deletions (a key cleared, a map entry removed, a key group emptied),
     each completed, aborted or completed without the backend being told, handled as the coordinator handles them
     when it retains one checkpoint (CKP-1): a completed one subsumes the one before, whose exclusive directory is
-    deleted with the shared files the new one does not reference (CS-3); an aborted one's directory, and its shared
-    files no retained checkpoint references, are deleted. A notification may reach the backend late, after the
-    next checkpoint's synchronous part (Flink's notifications are asynchronous); the shared files of a checkpoint
-    whose abort is heard late are deleted when the next checkpoint completes, unless it references them, since
-    snapshots taken before the backend heard of the abort may build on its log segment (CL-5).
-    After each checkpoint, the retained one restores its state."""
+    deleted with the shared files the new one does not reference (CS-3); an aborted one's directory is deleted at
+    once, and its shared files when the next checkpoint completes, unless that one or the retained one references
+    them (a changelog backend's materialization is its own, not the aborted checkpoint's, CL-2, and a snapshot taken
+    before the abort was heard may build on its log segment, CL-5; the tests above check that an aborted
+    checkpoint is never a base). A notification may reach the backend late, after the next checkpoint's
+    synchronous part (Flink's notifications are asynchronous). After each checkpoint, the retained one restores its
+    state."""
     storage = storage_with_files(tmp_path_factory.mktemp("chain"))
     model: dict[str, dict[str, Any]] = {}
     every_key = [("put", key, "a", i) for i, key in enumerate(CHAIN_KEYS)]
     program = [(every_key, "completed", False), *rounds]
     retained: tuple[int, Any, Any, dict[tuple[str, Any], Any]] | None = None  # id, location, handle, contents
     late: tuple[int, str] | None = None  # a notification not yet delivered
-    orphans: set[str] = set()  # files of a checkpoint aborted late, deleted when the next one completes
+    orphans: set[str] = set()  # shared files of aborted checkpoints, deleted when the next one completes
     steps: list[str] = []
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         for checkpoint_id, (ops, drawn, notified_late) in enumerate(program, start=1):
@@ -384,10 +385,7 @@ def test_the_latest_checkpoint_restores_after_the_ones_before_it_are_subsumed(
             steps.append(f"checkpoint {checkpoint_id} after {len(ops)} writes and deletions, {outcome}")
             if outcome == "aborted":
                 location.dispose_on_failure()
-                if notified_late:  # the next checkpoint's synchronous part may build on its log segment (CL-5)
-                    orphans |= files_of(handle) - kept
-                else:
-                    delete_files(files_of(handle) - kept - orphans)
+                orphans |= files_of(handle) - kept
                 continue
             delete_files(orphans - files_of(handle))
             orphans = set()
