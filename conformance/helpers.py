@@ -273,17 +273,23 @@ def assert_snapshot_fails(backend: Any, location: Any, when: str, requirement: s
     )
 
 
+def listed_stream_handles(handle: Any, name: str | None = None) -> list[tuple[str | None, Any]]:
+    """The stream handles (files or inline bytes) a nested keyed state handle references, each with the name a
+    mapping of the handle lists it under (a native handle's files by their own names), else None."""
+    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
+        return [(name, handle)]
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        return [s for f in dataclasses.fields(handle) for s in listed_stream_handles(getattr(handle, f.name))]
+    if isinstance(handle, dict):
+        return [s for key, value in handle.items() for s in listed_stream_handles(value, str(key))]
+    if isinstance(handle, list | tuple):
+        return [s for value in handle for s in listed_stream_handles(value)]
+    return []
+
+
 def stream_handles(handle: Any) -> list[Any]:
     """The stream handles (files or inline bytes) a nested keyed state handle references."""
-    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
-        return [handle]
-    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
-        return [s for f in dataclasses.fields(handle) for s in stream_handles(getattr(handle, f.name))]
-    if isinstance(handle, dict):
-        return [s for value in handle.values() for s in stream_handles(value)]
-    if isinstance(handle, list | tuple):
-        return [s for value in handle for s in stream_handles(value)]
-    return []
+    return [stream for _, stream in listed_stream_handles(handle)]
 
 
 def with_stream_replaced(handle: Any, old: Any, new: Any) -> Any:

@@ -3,9 +3,9 @@ themselves (the recommended route in the README). Everything here is documented,
 
 - `KeyedStateBackendBase`: a keyed backend over per-state stores. Supply `create_store(meta)` returning a
   `StateStore`, and `snapshot(...)` returning `snapshot_task(write)`; call `restore_handles(params.restore_state)`
-  at the end of `__init__`. Optionally override `restore_foreign_handles` (native formats) and
-  `release_resources` (close). It provides current key, the five state kinds, TTL, serializer compatibility and
-  migration, key iteration, canonical restore and lifecycle.
+  at the end of `__init__`. Optionally override `restore_foreign_handles` (native formats; a format made of canonical
+  blocks reads each through `restore_canonical_handle`) and `release_resources` (close). It provides current key,
+  the five state kinds, TTL, serializer compatibility and migration, key iteration, canonical restore and lifecycle.
 - `StateStore`, `EntryKey`, `Payload`, `StateMetaInfo`: the storage interface a store implements.
 - `CanonicalHeader`, `write_canonical_snapshot`: write the canonical key-group stream (chapter IF).
 - `AsyncSnapshotTask`: a cancellable asynchronous snapshot part.

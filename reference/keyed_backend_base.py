@@ -289,18 +289,22 @@ class KeyedStateBackendBase:
         canonical = [h for h in handles if is_canonical(h)]
         self.restore_foreign_handles([h for h in handles if not is_canonical(h)])
         for handle in canonical:
-            if handle.key_group_range.intersection(self.key_group_range).is_empty:
-                continue
-            with CanonicalReader(handle) as reader:
-                self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
-                stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
-                validator = EntryValidator(
-                    reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
-                )
-                for key_group, entries in reader.entries(self.key_group_range):
-                    for index, key, ns, payload in entries:
-                        validator.check(key_group, index, key, ns, payload)
-                        stores[index].put_payload(key_group, (key, ns), payload)
+            if not handle.key_group_range.intersection(self.key_group_range).is_empty:
+                self.restore_canonical_handle(handle)
+
+    def restore_canonical_handle(self, handle: KeyGroupsStateHandle) -> None:
+        """Put the entries of one canonical stream's key groups inside this backend's range into the stores, each
+        validated first (FMT-15); a native format made of canonical blocks restores through it too."""
+        with CanonicalReader(handle) as reader:
+            self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
+            stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
+            validator = EntryValidator(
+                reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
+            )
+            for key_group, entries in reader.entries(self.key_group_range):
+                for index, key, ns, payload in entries:
+                    validator.check(key_group, index, key, ns, payload)
+                    stores[index].put_payload(key_group, (key, ns), payload)
 
     def _restored_store(self, meta: StateMetaInfo, source: str) -> Any:
         store = self._stores.get(meta.name)

@@ -22,12 +22,10 @@ from typing import Any
 
 import msgpack
 
-from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, describe, write_key_groups
-from statecert.reference.format.entry_check import EntryValidator
+from statecert.reference.format.canonical import describe, write_key_groups
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
 from statecert.reference.heap.state_table import StateTable
-from statecert.reference.migration import check_key_serializer
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.spec.backend import BackendCapabilities
@@ -152,35 +150,23 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
         ours = [h for h in handles if isinstance(h, IncrementalKeyedStateHandle) and h.snapshot_format == FORMAT]
         if len(ours) != len(handles):
             super().restore_foreign_handles([h for h in handles if h not in ours])
-        for handle in ours:
-            self._restore_one(handle)
+        maps = [read_key_group_map(self.unpack_key_group_map(handle), handle) for handle in ours]
+        for handle, key_groups in zip(ours, maps, strict=True):
+            for key_group, (name, offset) in sorted(key_groups.items()):
+                if key_group in self.key_group_range:
+                    one = KeyGroupRange(key_group, key_group)
+                    self.restore_canonical_handle(KeyGroupsStateHandle(one, (offset,), handle.shared_state[name]))
         if len(ours) == 1 == len(handles) and ours[0].key_group_range == self.key_group_range:
             handle = ours[0]
             metas = {name: store.meta for name, store in self._stores.items()}
             self._base = Files(
                 handle.checkpoint_id,
-                read_key_group_map(self.unpack_key_group_map(handle), handle),
+                maps[0],
                 dict(handle.shared_state),
                 metas,
                 self._key_serializer.snapshot_configuration(),
             )
             self._changed.clear()  # what was restored is the base's files
-
-    def _restore_one(self, handle: IncrementalKeyedStateHandle) -> None:
-        for key_group, (name, offset) in sorted(read_key_group_map(self.unpack_key_group_map(handle), handle).items()):
-            if key_group not in self.key_group_range:
-                continue
-            one = KeyGroupRange(key_group, key_group)
-            with CanonicalReader(KeyGroupsStateHandle(one, (offset,), handle.shared_state[name])) as reader:
-                self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
-                stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
-                validator = EntryValidator(
-                    reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
-                )
-                for _, entries in reader.entries(one):
-                    for index, key, ns, payload in entries:
-                        validator.check(key_group, index, key, ns, payload)
-                        stores[index].put_payload(key_group, (key, ns), payload)
 
     # -- snapshots -----------------------------------------------------------------------------------------------
     def snapshot(
@@ -195,11 +181,8 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
         if options.snapshot_type is SnapshotType.SAVEPOINT_CANONICAL:
             return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
         self.check_open()
-        names = sorted(n for n, t in self._stores.items() if len(t))
-        metas = tuple(self._stores[n].meta for n in names)
-        captured = [self._stores[n].capture() for n in names]
-        key_serializer = self._key_serializer.snapshot_configuration()
-        header = CanonicalHeader(self.backend_name, key_serializer, metas)
+        header, captured = self.capture_states()
+        key_serializer = header.key_serializer
         self._sequence += 1
         self._epochs.append((self._sequence, frozenset(self._changed)))
         self._changed.clear()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import sys
@@ -23,6 +22,7 @@ from statecert.conformance.helpers import (
     first_canonical_entry,
     key_group_of,
     keyed_backend,
+    listed_stream_handles,
     location_for,
     rewritten_canonical_stream,
     savepoint,
@@ -160,19 +160,6 @@ def _truncated(stream: Any, length: int, directory: Path) -> Any:
     return FileStateHandle(f"file://{path}", len(data), crc32c.crc32c(data))
 
 
-def _listed_as(handle: Any, stream: Any) -> set[str]:
-    """The names under which a (nested) handle lists `stream` (a native handle's files by their own names)."""
-    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
-        return {n for f in dataclasses.fields(handle) for n in _listed_as(getattr(handle, f.name), stream)}
-    if isinstance(handle, dict):
-        return {str(k) for k, v in handle.items() if v == stream} | {
-            n for v in handle.values() for n in _listed_as(v, stream)
-        }
-    if isinstance(handle, list | tuple):
-        return {n for v in handle for n in _listed_as(v, stream)}
-    return set()
-
-
 @pytest.mark.requirement("FMT-8", "FMT-12", "KB-LOCAL-2")
 @pytest.mark.parametrize("where", ["files", "inline"])
 def test_a_truncated_stream_of_a_checkpoint_in_any_format_fails_its_restore(
@@ -210,7 +197,7 @@ def test_a_truncated_stream_of_a_checkpoint_in_any_format_fails_its_restore(
                     got = _every_entry(restored)
             except CheckpointFormatError as e:
                 shown = {name if isinstance(stream, ByteStreamStateHandle) else cut.path.rsplit("/", 1)[-1]}
-                shown |= _listed_as(handle, stream)
+                shown |= {n for n, s in listed_stream_handles(handle) if s == stream and n is not None}
                 assert any(n in str(e) for n in shown), f"FMT-8: {call} raised {e!r}, which names none of {shown}"
             except Exception as e:  # any other type is what FMT-8 forbids
                 pytest.fail(f"FMT-8: {call} raised {e!r}, expected CheckpointFormatError naming the stream")

@@ -47,6 +47,14 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
     def create_store(self, meta: StateMetaInfo) -> StateTable:
         return StateTable(meta, self.key_group_range)
 
+    def capture_states(self) -> tuple[CanonicalHeader, list[list[dict[Any, Any]]]]:
+        """A snapshot's synchronous part: the canonical header of the states holding entries, and each one's
+        key-group dicts captured (copy-on-write from here on), in the header's order."""
+        names = sorted(n for n, t in self._stores.items() if len(t))
+        metas = tuple(self._stores[n].meta for n in names)
+        captured = [self._stores[n].capture() for n in names]
+        return CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas), captured
+
     def snapshot(
         self,
         checkpoint_id: int,
@@ -57,10 +65,7 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         """Synchronous part: capture every table's key-group dicts (copy-on-write from here on) (KB-SNAP-2).
         The heap backend's native format is the canonical one, so every snapshot type is written alike."""
         self.check_open()
-        names = sorted(n for n, t in self._stores.items() if len(t))
-        metas = tuple(self._stores[n].meta for n in names)
-        captured = [self._stores[n].capture() for n in names]
-        header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
+        header, captured = self.capture_states()
         key_group_range = self.key_group_range
         start = key_group_range.start
 

@@ -86,15 +86,8 @@ def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_paralle
     if handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
         raise ValueError(f"no reader for native format {handle.snapshot_format!r}")
     key_serializer, _ = read_native_meta(handle)
-    keys = restore_serializer(key_serializer)
-    with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
-        backend = load_state_backend(
-            job_config={"state.backend.type": "rocksdb", "state.backend.rocksdb.localdir": f"{scratch}/local"}
-        )
-        params = KeyedBackendParameters("reader", operator, keys, max_parallelism, handle.key_group_range, (handle,))
-        with create_keyed_backend(backend, params) as keyed:
-            rows = list(_rewritten_rows(operator, keyed, max_parallelism, scratch))
-    yield from rows
+    rocksdb = WrittenBy({"state.backend.type": "rocksdb"}, restore_serializer(key_serializer))
+    yield from _foreign_rows(operator, handle, max_parallelism, rocksdb)
 
 
 def _rewritten_rows(operator: str, keyed: Any, max_parallelism: int, scratch: str) -> Iterator[Row]:
