@@ -375,42 +375,62 @@ class WrappingStreamFactory:
         return getattr(self._inner, name)
 
 
-class _WriteGate:
-    """Holds the first stream write made from a thread other than the one that made the gate, until `go` is set:
-    the moment a snapshot's asynchronous part has started writing."""
+class _StreamGate:
+    """Holds a snapshot's asynchronous part at its `nth` stream call `at` ("write", or "close": once that stream's
+    `close_and_get_handle()` has returned its handle) made from a thread other than the gate's, until `go` is set."""
 
-    def __init__(self) -> None:
+    def __init__(self, at: str, nth: int = 1) -> None:
         self.owner = threading.current_thread()
-        self.writing = threading.Event()
+        self.at = at
+        self.nth = nth
+        self.calls = 0
+        self.reached = threading.Event()
         self.go = threading.Event()
 
-    def hold(self) -> None:
-        if threading.current_thread() is not self.owner and not self.writing.is_set():
-            self.writing.set()
+    def hold(self, call: str) -> None:
+        if call != self.at or threading.current_thread() is self.owner or self.reached.is_set():
+            return
+        self.calls += 1
+        if self.calls == self.nth:
+            self.reached.set()
             self.go.wait(30)
 
 
 class _HeldStream(DelegatingStream):
-    """A stream whose writes wait at the gate."""
+    """A stream whose writes and closes pass the gate."""
 
-    def __init__(self, inner: Any, gate: _WriteGate) -> None:
+    def __init__(self, inner: Any, gate: _StreamGate) -> None:
         super().__init__(inner)
         self._gate = gate
 
     def write(self, data: bytes) -> Any:
-        self._gate.hold()
+        self._gate.hold("write")
         return self._inner.write(data)
 
+    def close_and_get_handle(self) -> Any:
+        handle = self._inner.close_and_get_handle()
+        self._gate.hold("close")
+        return handle
 
-def end_a_snapshot_while_it_writes(
-    backend: Any, location: Any, end: str, requirement: str, what: str = "the asynchronous part"
-) -> Any:
-    """Take snapshot 1 of a keyed or operator `backend` at `location`, run it in another thread, and end it once it
-    writes: by the backend's `close()` (`end="close"`) or the task's own `cancel()` (`end="cancel"`). Asserts that
-    it wrote, that `run()` raised SnapshotCancelledError and that a `cancel()` returned True (KB-SNAP-6), citing
-    `requirement`; returns the call as the assertions name it."""
-    gate = _WriteGate()
-    task = backend.snapshot(1, 0, WrappingStreamFactory(location, lambda stream: _HeldStream(stream, gate)))
+
+@dataclasses.dataclass(frozen=True)
+class EndedSnapshot:
+    """What `end_a_snapshot_at` saw: whether the asynchronous part reached the gate, what `run()` returned or
+    raised, and what the ending call returned."""
+
+    reached: bool
+    outcome: Any
+    ended: Any
+
+
+def end_a_snapshot_at(
+    backend: Any, location: Any, end: str, at: str = "write", nth: int = 1, checkpoint_id: int = 1
+) -> EndedSnapshot:
+    """Take snapshot `checkpoint_id` of a keyed or operator `backend` at `location`, run it in another thread, and
+    end it at its `nth` stream call `at` (see `_StreamGate`) by the backend's `close()` (`end="close"`) or the task's
+    own `cancel()` (`end="cancel"`). A part making fewer such calls runs to its end, not ended (`reached` False)."""
+    gate = _StreamGate(at, nth)
+    task = backend.snapshot(checkpoint_id, 0, WrappingStreamFactory(location, lambda stream: _HeldStream(stream, gate)))
     outcome: list[Any] = []
 
     def run() -> None:
@@ -421,16 +441,29 @@ def end_a_snapshot_while_it_writes(
 
     worker = threading.Thread(target=run)
     worker.start()
-    writing = gate.writing.wait(30)
-    ended = backend.close() if end == "close" else task.cancel()
+    while not gate.reached.wait(0.005) and worker.is_alive():
+        pass
+    reached = gate.reached.is_set()
+    ended = (backend.close() if end == "close" else task.cancel()) if reached else None
     gate.go.set()
     worker.join(60)
-    call = f"{end}() during {what}"
-    assert writing, f"KB-SNAP-2: {what} never wrote to its stream"
-    got = outcome[0] if outcome else "no result"
-    assert isinstance(got, SnapshotCancelledError), (
-        f"{requirement}: {call}: expected run() to raise SnapshotCancelledError, got {got!r}"
+    return EndedSnapshot(reached, outcome[0] if outcome else "no result", ended)
+
+
+def end_a_snapshot_while_it_writes(
+    backend: Any, location: Any, end: str, requirement: str, what: str = "the asynchronous part", at: str = "write"
+) -> Any:
+    """Take snapshot 1 of a keyed or operator `backend` at `location`, run it in another thread, and end it once it
+    writes (`at="write"`) or once its first stream returned its handle (`at="close"`): by the backend's `close()`
+    (`end="close"`) or the task's own `cancel()` (`end="cancel"`). Asserts that it got there, that `run()` raised
+    SnapshotCancelledError and that a `cancel()` returned True (KB-SNAP-6), citing `requirement`; returns the call
+    as the assertions name it."""
+    seen = end_a_snapshot_at(backend, location, end, at)
+    call = f"{end}() during {what}" if at == "write" else f"{end}() once {what} closed its stream"
+    assert seen.reached, f"KB-SNAP-2: {what} never {'wrote to' if at == 'write' else 'closed'} its stream"
+    assert isinstance(seen.outcome, SnapshotCancelledError), (
+        f"{requirement}: {call}: expected run() to raise SnapshotCancelledError, got {seen.outcome!r}"
     )
     if end == "cancel":
-        assert ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {ended!r}"
+        assert seen.ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {seen.ended!r}"
     return call

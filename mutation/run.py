@@ -58,6 +58,7 @@ TARGETS = {
         "reference/keyed_backend_base.py",
         "reference/migration.py",
         "reference/snapshot_task.py",
+        "reference/storage/written_streams.py",
         "reference/format/canonical.py",
     ],
     "rocksdb": [

@@ -25,6 +25,7 @@ from statecert.reference.keyed_states import (
 from statecert.reference.migration import check_key_serializer, resolve_state_serializers
 from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, VOID_NAMESPACE_SERIALIZER, restore_serializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import (
     BackendClosedError,
@@ -329,11 +330,15 @@ class KeyedStateBackendBase:
         return MappingProxyType(self._stores)
 
     def snapshot_task(
-        self, write: Callable[[Callable[[], bool]], KeyedStateHandle | None]
+        self, write: Callable[[Callable[[], bool]], KeyedStateHandle | None], written: WrittenStreams | None = None
     ) -> AsyncSnapshotTask[KeyedStateHandle]:
         """The asynchronous part of a snapshot as a task that `close()` cancels (KB-SNAP-6): `write(cancelled)`
-        writes the snapshot, checking `cancelled()` between units of work."""
-        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+        writes the snapshot, checking `cancelled()` between units of work. Streams written through `written` (a
+        `WrittenStreams` over the snapshot's factory) are deleted if the part fails or is cancelled, even once
+        written."""
+        return self.track_snapshot(
+            AsyncSnapshotTask(write, self._pending.discard, written.discard if written else None)
+        )
 
     def track_snapshot(self, task: AsyncSnapshotTask[KeyedStateHandle]) -> AsyncSnapshotTask[KeyedStateHandle]:
         self._pending.add(task)

@@ -14,6 +14,7 @@ from statecert.reference.format.entry_check import DECODE_ERRORS
 from statecert.reference.format.operator_stream import read_operator_states, write_operator_states
 from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, TupleSerializer, restore_serializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.spec.errors import (
     BackendClosedError,
     CheckpointFormatError,
@@ -241,11 +242,12 @@ class DefaultOperatorStateBackend:
         states are carried over unchanged (OS-6)."""
         self._check_open()
         captured = self.captured_states()
+        streams = WrittenStreams(stream_factory)
 
         def write(cancelled: Callable[[], bool]) -> OperatorStateHandle | None:
-            return write_operator_snapshot(stream_factory, captured, cancelled) if captured else None
+            return write_operator_snapshot(streams, captured, cancelled) if captured else None
 
-        task: AsyncSnapshotTask[OperatorStateHandle] = AsyncSnapshotTask(write, self._pending.discard)
+        task: AsyncSnapshotTask[OperatorStateHandle] = AsyncSnapshotTask(write, self._pending.discard, streams.discard)
         self._pending.add(task)
         return task
 

@@ -13,22 +13,31 @@ H = TypeVar("H")
 
 class AsyncSnapshotTask(Generic[H]):
     """Runs `write(cancelled)` once. `cancel()` before or during the run makes it raise SnapshotCancelledError;
-    `write` checks `cancelled()` between units of work and discards what it wrote when it sees it."""
+    `write` checks `cancelled()` between units of work. `discard_written()` (e.g. `WrittenStreams.discard`) deletes
+    what the part wrote when it fails or is cancelled, whenever the cancel comes: even after its last stream closed,
+    up to the moment `run()` returns, so a `cancel()` that returned True always means a raising `run()` and nothing
+    left behind (KB-SNAP-6)."""
 
     def __init__(
-        self, write: Callable[[Callable[[], bool]], H | None], on_done: Callable[[AsyncSnapshotTask[H]], None]
+        self,
+        write: Callable[[Callable[[], bool]], H | None],
+        on_done: Callable[[AsyncSnapshotTask[H]], None],
+        discard_written: Callable[[], None] | None = None,
     ):
         self._write = write
         self._on_done = on_done
+        self._discard = discard_written
         self._cancelled = threading.Event()
         self._done = threading.Event()
+        self._lock = threading.Lock()  # a cancel and the run's end are ordered: one of them comes first
         self._started = False
 
     def cancel(self) -> bool:
-        if self._done.is_set():
-            return False
-        self._cancelled.set()
-        return True
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self._cancelled.set()
+            return True
 
     @property
     def cancelled(self) -> bool:
@@ -48,12 +57,23 @@ class AsyncSnapshotTask(Generic[H]):
             try:
                 result = self._write(self._cancelled.is_set)
             except Exception as exc:
+                self._discard_written()
                 if self._cancelled.is_set():  # e.g. close() released a file the upload was reading
+                    if isinstance(exc, SnapshotCancelledError):
+                        raise
                     raise SnapshotCancelledError(f"snapshot cancelled while running ({exc})") from exc
                 raise
-            if self._cancelled.is_set():
-                raise SnapshotCancelledError("snapshot cancelled while running")
-            return result
+            with self._lock:
+                if not self._cancelled.is_set():
+                    self._done.set()
+                    return result
+            self._discard_written()
+            raise SnapshotCancelledError("snapshot cancelled after its asynchronous part wrote its state")
         finally:
-            self._done.set()
+            with self._lock:
+                self._done.set()
             self._on_done(self)
+
+    def _discard_written(self) -> None:
+        if self._discard is not None:
+            self._discard()

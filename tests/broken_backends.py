@@ -68,7 +68,7 @@ from statecert.reference.serializers import MsgpackSerializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
-from statecert.spec.errors import InvalidStateValueError, StateMigrationError
+from statecert.spec.errors import InvalidStateValueError, SnapshotCancelledError, StateMigrationError
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
     ByteStreamStateHandle,
@@ -2798,6 +2798,58 @@ class _CompletionForgetsLaterChanges(ByKeyGroupKeyedStateBackend):
             self._epochs = []
 
 
+# 188. A heap backend whose asynchronous part looks for a cancel between key groups and deletes its stream when it
+# sees one, as the reference did until the eighteenth hunt: a cancel that comes while the last stream closes (every
+# key group written) makes `run()` raise, and the closed file stays, referenced by nothing (KB-SNAP-6). The suite
+# cancelled only before `run()` or at a stream's first write.
+class _CancelLookedForBetweenKeyGroups(HeapKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(*args, **kwargs)
+        task._discard = None
+        return task
+
+
+# 189. The same, with a task that returns the handle written when the cancel came after the writing: `cancel()` said
+# True, the checkpoint is declined, and its file stays (KB-SNAP-6). The spec-only example did this until the
+# eighteenth hunt.
+class _LateCancelReturnsHandle(AsyncSnapshotTask[Any]):
+    def run(self) -> Any:
+        try:
+            if self._cancelled.is_set():
+                raise SnapshotCancelledError("snapshot cancelled before its asynchronous part ran")
+            return self._write(self._cancelled.is_set)
+        finally:
+            self._done.set()
+            self._on_done(self)
+
+
+class _ReturnsHandleAfterLateCancel(HeapKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(*args, **kwargs)
+        task.__class__ = _LateCancelReturnsHandle
+        return task
+
+
+# 190. Bug 188 in the operator state backend: an operator snapshot cancelled once its stream closed keeps the file
+# (OS-9, KB-SNAP-6).
+class _OperatorCancelLookedForWhileWriting(DefaultOperatorStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(*args, **kwargs)
+        task._discard = None
+        return task
+
+
+# 191. The changelog backend keeps a log segment uploaded for a checkpoint whose asynchronous part is then cancelled
+# (by `close()`, or its task's `cancel()` while it materializes): the next checkpoint builds on the materialization
+# and references the segment no more, and after a `close()` none follows; the file stays (KB-SNAP-6). Flink deletes a
+# declined checkpoint's uploads that no later checkpoint uses.
+class _CancelledUploadKept(ChangelogKeyedStateBackend):
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().snapshot(*args, **kwargs)
+        task._discard = None
+        return task
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3072,6 +3124,10 @@ by_key_group_keeps_emptied_key_groups = _by_key_group(_KeepsEmptiedKeyGroups)
 by_key_group_delta_in_exclusive_scope = _by_key_group(_DeltaInExclusiveScope)
 by_key_group_key_group_map_read_to_the_end = _by_key_group(_KeyGroupMapReadToTheEnd)
 by_key_group_completion_forgets_later_changes = _by_key_group(_CompletionForgetsLaterChanges)
+cancel_looked_for_between_key_groups = _factory(_CancelLookedForBetweenKeyGroups)
+returns_handle_after_late_cancel = _factory(_ReturnsHandleAfterLateCancel)
+operator_cancel_looked_for_while_writing = _factory(operator=_OperatorCancelLookedForWhileWriting)
+changelog_cancelled_upload_kept = _changelog_factory(_CancelledUploadKept)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3262,4 +3318,8 @@ CAUGHT_BY = {
     "by_key_group_delta_in_exclusive_scope": "KB-SNAP-8",
     "by_key_group_key_group_map_read_to_the_end": "FMT-8",
     "by_key_group_completion_forgets_later_changes": "KB-SNAP-9",
+    "cancel_looked_for_between_key_groups": "KB-SNAP-6",
+    "returns_handle_after_late_cancel": "KB-SNAP-6",
+    "operator_cancel_looked_for_while_writing": "OS-9",
+    "changelog_cancelled_upload_kept": "KB-SNAP-6",
 }

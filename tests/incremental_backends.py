@@ -28,6 +28,7 @@ from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_
 from statecert.reference.heap.state_table import StateTable
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.spec.backend import BackendCapabilities
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
@@ -202,6 +203,8 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
         kept = self.reused_key_groups(base, changed, occupied) if base is not None else {}
         all_metas = {name: store.meta for name, store in self._stores.items()}
 
+        streams = WrittenStreams(stream_factory)
+
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not captured and not kept:
                 return None  # an empty backend snapshots to nothing (KB-SNAP-7)
@@ -212,7 +215,7 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
                 chosen = set(fresh)
                 name = uuid.uuid4().hex
                 scope = self.delta_scope if is_checkpoint else CheckpointedStateScope.EXCLUSIVE
-                with stream_factory.create_checkpoint_state_output_stream(scope) as out:
+                with streams.create_checkpoint_state_output_stream(scope) as out:
                     offsets = write_key_groups(
                         out, header, key_group_range, lambda kg: blocks(kg) if kg in chosen else [], cancelled
                     )
@@ -222,7 +225,7 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
                 for kg in fresh:
                     key_groups[kg] = (name, offsets[kg - start])
             rows = [[kg, name, offset] for kg, (name, offset) in sorted(key_groups.items())]
-            with stream_factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+            with streams.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
                 out.write(self.pack_key_group_map(rows))
                 meta_state = out.close_and_get_handle()
             assert meta_state is not None
@@ -233,7 +236,7 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
                 self.backend_name, key_group_range, checkpoint_id, shared, {}, meta_state, FORMAT
             )
 
-        return self.snapshot_task(write)
+        return self.snapshot_task(write, streams)
 
     def reused_key_groups(self, base: Files, changed: set[int], occupied: set[int]) -> dict[int, tuple[str, int]]:
         """The base's key groups a checkpoint references instead of writing them: those unchanged since the base

@@ -68,6 +68,7 @@ from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.state_store import EntryKey
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import CheckpointStorageLocationImpl
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.reference.timers.timer_queue import TimerId, TimerQueue
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import IllegalStateError, InvalidStateValueError, StateMigrationError
@@ -248,11 +249,12 @@ class _EveryOpenChoice(AcceptsKeysOutsideRange):
         metas = tuple(self._stores[name].meta for name in sorted(self._stores))
         header = CanonicalHeader(self.backend_name, self._key_serializer.snapshot_configuration(), metas)
         key_group_range = self.key_group_range
+        streams = WrittenStreams(stream_factory)
 
         def write(cancelled: Any) -> Any:
-            return write_canonical_snapshot(stream_factory, header, key_group_range, lambda key_group: [], cancelled)
+            return write_canonical_snapshot(streams, header, key_group_range, lambda key_group: [], cancelled)
 
-        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard, streams.discard))
 
     def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
         store = self._stores.get(descriptor.name)

@@ -34,6 +34,7 @@ from statecert.reference.operator_state import (
     OperatorListStateImpl,
 )
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.spec.handles import KeyedStateHandle, OperatorStateMode
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import KeyGroupRange
@@ -178,17 +179,19 @@ class ObjectKeyedStateBackend(HeapKeyedStateBackend):
                 for (key, ns), stored in maps[key_group - start].items()
             ]
 
+        streams = WrittenStreams(stream_factory)
+
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not captured:
                 return None
-            return self.write_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
+            return self.write_snapshot(streams, header, key_group_range, blocks, cancelled)
 
         def done(task: AsyncSnapshotTask[KeyedStateHandle]) -> None:
             self._pending.discard(task)
             for table, version in zip(tables, versions, strict=True):
                 table.release(version)
 
-        return self.track_snapshot(AsyncSnapshotTask(write, done))
+        return self.track_snapshot(AsyncSnapshotTask(write, done, streams.discard))
 
     def write_snapshot(
         self,

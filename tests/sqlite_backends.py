@@ -30,6 +30,7 @@ from statecert.reference.authoring import (
     KeyedStateBackendBase,
     Payload,
     StateMetaInfo,
+    WrittenStreams,
     write_canonical_snapshot,
 )
 from statecert.spec.backend import BackendCapabilities
@@ -213,13 +214,15 @@ class SqliteKeyedStateBackend(KeyedStateBackendBase):
                 for _, key, ns, payload in payloads(_rows(reader, table, kind, key_group), kind)
             ]
 
+        streams = WrittenStreams(stream_factory)
+
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             try:
-                return write_canonical_snapshot(stream_factory, header, self.key_group_range, blocks, cancelled)
+                return write_canonical_snapshot(streams, header, self.key_group_range, blocks, cancelled)
             finally:
                 self._release(reader)
 
-        return self.snapshot_task(write)
+        return self.snapshot_task(write, streams)
 
     def _release(self, reader: sqlite3.Connection) -> None:
         with self._readers_lock:

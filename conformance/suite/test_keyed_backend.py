@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import itertools
 import shutil
 import tempfile
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from statecert.conformance.helpers import (
     REJECTED,
     assert_snapshot_fails,
+    end_a_snapshot_at,
     files_of,
     key_group_of,
     keyed_backend,
@@ -630,6 +632,57 @@ def test_a_cancelled_snapshot_task_writes_nothing_and_the_backend_goes_on(state_
         assert got == expected, (
             f"KB-SNAP-6: the snapshot after a cancelled one restored {len(got)} entries, not the {len(expected)} taken"
         )
+
+
+@pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
+@pytest.mark.capability("async_snapshots")
+@pytest.mark.parametrize("before", [0, 1], ids=["first snapshot", "after a completed checkpoint"])
+@pytest.mark.parametrize("end", ["close", "cancel"])
+def test_a_snapshot_ended_as_any_of_its_streams_closes_leaves_nothing(
+    state_backend: Any, tmp_path: Any, end: str, before: int
+) -> None:
+    """KB-SNAP-6 holds whenever the cancel comes: a snapshot ended by `close()` or its task's `cancel()` just after
+    its n-th stream returned its handle, for every n its asynchronous part reaches (the last when every byte is
+    written and only the handle is left to return), raises SnapshotCancelledError from `run()`. The files left are
+    the completed checkpoint's and, after a `cancel()`, those the next snapshot references; that snapshot is whole.
+    A backend that checks for a cancel only between writes keeps the files it closed before it looked."""
+    for nth in itertools.count(1):
+        root = tmp_path / f"at-close-{nth}"
+        storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+        backend = keyed_backend(state_backend)
+        fill(backend, range(100))
+        completed = None
+        if before:
+            completed = snapshot_now(backend, location_for(storage, 1), 1)
+            backend.notify_checkpoint_complete(1)
+            fill(backend, range(50, 150), tag="x")
+        expected = contents(backend)
+        checkpoint_id = before + 1
+        seen = end_a_snapshot_at(backend, location_for(storage, checkpoint_id), end, "close", nth, checkpoint_id)
+        if not seen.reached:
+            backend.dispose()
+            assert nth > 1, "KB-SNAP-2: the asynchronous part of a snapshot of 100 keys closed no stream"
+            return
+        call = f"{end}() just after stream {nth} of snapshot {checkpoint_id} returned its handle"
+        assert isinstance(seen.outcome, SnapshotCancelledError), (
+            f"KB-SNAP-6: {call}: expected run() to raise SnapshotCancelledError, got "
+            f"{type(seen.outcome).__name__ if seen.outcome is not None else None}"
+        )
+        following = None
+        if end == "cancel":
+            assert seen.ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {seen.ended!r}"
+            following = snapshot_now(backend, location_for(storage, checkpoint_id + 1), checkpoint_id + 1)
+            backend.dispose()
+            with keyed_backend(state_backend, restore=[following]) as got:
+                restored = contents(got)
+            assert restored == expected, (
+                f"KB-SNAP-6: after {call}, the next snapshot restored {len(restored)} entries, not the "
+                f"{len(expected)} taken"
+            )
+        else:
+            backend.dispose()
+        leftovers = unreferenced_files(root, (completed, following))
+        assert leftovers == [], f"KB-SNAP-6: {call} left files referenced by no snapshot: {leftovers}"
 
 
 @pytest.mark.requirement("KB-LOCAL-1")

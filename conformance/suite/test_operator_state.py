@@ -481,19 +481,21 @@ def test_a_cancelled_operator_snapshot_task_writes_nothing_and_the_backend_goes_
 
 @pytest.mark.requirement("OS-9", "KB-SNAP-6")
 @pytest.mark.capability("operator_state", "async_snapshots")
+@pytest.mark.parametrize("at", ["write", "close"], ids=["while it writes", "once its stream closed"])
 @pytest.mark.parametrize("end", ["close", "cancel"])
 def test_an_operator_snapshot_ended_while_it_writes_leaves_nothing(
-    state_backend: Any, tmp_path: Path, end: str
+    state_backend: Any, tmp_path: Path, end: str, at: str
 ) -> None:
     """`close()` of the operator backend, or the task's own `cancel()`, while the asynchronous part writes its
-    stream: `run()` raises SnapshotCancelledError and leaves no file behind. After a `cancel()` the backend goes on:
-    the files left are those its next snapshot references, and that snapshot holds its state."""
+    stream, or once the stream returned its handle and only `run()`'s return is left: `run()` raises
+    SnapshotCancelledError and leaves no file behind. After a `cancel()` the backend goes on: the files left are
+    those its next snapshot references, and that snapshot holds its state."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
     backend = operator_backend(state_backend)
     backend.get_list_state(SPLIT).add_all(range(1_000))
     backend.get_union_list_state(UNION).add_all(f"n{i}" for i in range(1_000))
     end_a_snapshot_while_it_writes(
-        backend, location_for(storage), end, "OS-9", "an operator snapshot's asynchronous part"
+        backend, location_for(storage), end, "OS-9", "an operator snapshot's asynchronous part", at
     )
     following = None
     if end == "cancel":

@@ -18,6 +18,7 @@ from statecert.reference.authoring import (
     DefaultOperatorStateBackend,
     KeyedStateBackendBase,
     StateMetaInfo,
+    WrittenStreams,
     write_canonical_snapshot,
 )
 from statecert.spec.backend import BackendCapabilities
@@ -126,6 +127,7 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
         frozen = [copy.deepcopy(s.groups) for s in stores]
         header = CanonicalHeader(self.backend_name, self.key_serializer.snapshot_configuration(), metas)
         key_group_range = self.key_group_range
+        streams = WrittenStreams(stream_factory)  # deleted if the part is cancelled or fails (KB-SNAP-6)
 
         def blocks(key_group: int) -> list[Any]:
             return [
@@ -137,9 +139,9 @@ class DictKeyedStateBackend(KeyedStateBackendBase):
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not frozen:
                 return None
-            return write_canonical_snapshot(stream_factory, header, key_group_range, blocks, cancelled)
+            return write_canonical_snapshot(streams, header, key_group_range, blocks, cancelled)
 
-        return self.snapshot_task(write)
+        return self.snapshot_task(write, streams)
 
 
 class DictStateBackend:

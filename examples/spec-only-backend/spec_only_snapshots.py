@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+import fsspec
+
 from statecert.spec.errors import SnapshotCancelledError
 from statecert.spec.handles import FileStateHandle, StreamStateHandle
 
@@ -14,22 +16,38 @@ H = TypeVar("H")
 
 
 class SnapshotTask(Generic[H]):
-    """The asynchronous part: `write(cancelled)` writes the stream; `cancel()` makes it stop and discard."""
+    """The asynchronous part: `write(cancelled)` writes the stream; `cancel()` makes it stop and discard. A cancel
+    that returned True means `run()` raises and leaves no file, even when it came after the stream had closed: the
+    written handle's file is deleted then (KB-SNAP-6). The lock orders a cancel against the end of the run."""
 
     def __init__(self, write: Callable[[Callable[[], bool]], H | None]) -> None:
         self._write, self._cancelled, self._done = write, threading.Event(), threading.Event()
+        self._lock = threading.Lock()
 
     def run(self) -> H | None:
         try:
             if self._cancelled.is_set():
                 raise SnapshotCancelledError("cancelled before it ran")
-            return self._write(self._cancelled.is_set)
+            result = self._write(self._cancelled.is_set)
+            with self._lock:
+                if not self._cancelled.is_set():
+                    self._done.set()
+                    return result
+            delegate = getattr(result, "delegate", None)  # keyed and operator handles hold their stream there
+            if isinstance(delegate, FileStateHandle):
+                fs, path = fsspec.core.url_to_fs(delegate.path)
+                fs.rm_file(path)
+            raise SnapshotCancelledError("cancelled after its stream was written")
         finally:
-            self._done.set()
+            with self._lock:
+                self._done.set()
 
     def cancel(self) -> bool:
-        self._cancelled.set()
-        return not self._done.is_set()
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self._cancelled.set()
+            return True
 
     @property
     def done(self) -> bool:

@@ -23,6 +23,7 @@ from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.keyed_backend_base import descriptor_serializers
 from statecert.reference.serializers import VOID_NAMESPACE_SERIALIZER
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import discard_stream_handles
 from statecert.reference.timers.timer_service import KeyedTimerService
 from statecert.spec.errors import BackendClosedError, StateMigrationError
 from statecert.spec.handles import ChangelogStateBackendHandle, KeyedStateHandle
@@ -253,9 +254,23 @@ class ChangelogKeyedStateBackend:
                 key_group_range, used.materialization_id, used.sequence, used.handles, segments
             )
 
-        task: AsyncSnapshotTask[KeyedStateHandle] = AsyncSnapshotTask(write, self._pending.discard)
+        def discard_written() -> None:
+            self._drop_upload(checkpoint_id)
+
+        task: AsyncSnapshotTask[KeyedStateHandle] = AsyncSnapshotTask(write, self._pending.discard, discard_written)
         self._pending.add(task)
         return task
+
+    def _drop_upload(self, checkpoint_id: int) -> None:
+        """A checkpoint's asynchronous part failed or was cancelled, perhaps after its log segment was written: the
+        segment's file goes, unless a later snapshot already references it, and its changes not in the current
+        materialization go into the next segment (KB-SNAP-6). A materialization it took stays as the base (CL-2)."""
+        with self._lock:
+            self._checkpoint_bases.pop(checkpoint_id, None)
+            covered = self._base.sequence if self._base is not None else 0
+        dropped = self._writer.reset(checkpoint_id, covered)
+        if dropped is not None:
+            discard_stream_handles([dropped.delegate])
 
     def _materialize(self, materialization: tuple[int, int, Any], required: bool) -> Materialization | None:
         """Run a materialization's asynchronous part. A failure is tolerated `max_failures_allowed` times in a

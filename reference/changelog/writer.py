@@ -97,22 +97,25 @@ class StateChangelogWriter:
             if self._latest is not None and self._latest[0] <= checkpoint_id:
                 self._latest = None
 
-    def reset(self, checkpoint_id: int) -> None:
-        """The latest checkpoint was aborted: its segment is dropped from later checkpoints and its changes are
-        uploaded again by the next one, so no checkpoint references a file of an aborted one (KB-SNAP-9; Flink's
-        `StateChangelogWriter.reset`). An upload superseded since, already confirmed, or captured upon by a later
-        snapshot (whose changes start after it) is left alone."""
+    def reset(self, checkpoint_id: int, covered_to: int = 0) -> ChangelogSegmentHandle | None:
+        """The latest checkpoint was aborted or its asynchronous part cancelled: its segment is dropped from later
+        checkpoints and returned, and its changes after `covered_to` (those a materialization kept as the base does
+        not hold) are uploaded again by the next one, so no checkpoint references a file of an aborted one
+        (KB-SNAP-9; Flink's `StateChangelogWriter.reset`). An upload superseded since, already confirmed, or captured
+        upon by a later snapshot (whose changes start after it) is left alone."""
         with self._lock:
             if self._latest is None or self._latest[0] != checkpoint_id:
-                return
+                return None
             _, segment, changes = self._latest
             self._latest = None
             if self._latest_captured or not self._segments or self._segments[-1] is not segment:
-                return  # a later checkpoint references it already, or it left the log
+                return None  # a later checkpoint references it already, or it left the log
             self._segments.pop()
-            kept = [c for c in changes if c.sequence > self._skipped_to]
+            covered = max(self._skipped_to, covered_to)
+            kept = [c for c in changes if c.sequence > covered]
             self._appended = [*kept, *self._appended]
-            self._uploaded_to = max(segment.from_sequence, self._skipped_to)
+            self._uploaded_to = max(segment.from_sequence, covered)
+            return segment
 
     def skip_to(self, sequence: int) -> None:
         """Changes up to `sequence` are in a materialization that needs no log before it: never upload them."""

@@ -10,6 +10,7 @@ from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.heap.state_table import Cell, StateTable
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.spec.handles import KeyedStateHandle
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, KeyedBackendParameters
 from statecert.spec.storage import CheckpointStreamFactory
@@ -68,12 +69,11 @@ class HeapKeyedStateBackend(KeyedStateBackendBase):
         header, captured = self.capture_states()
         key_group_range = self.key_group_range
         start = key_group_range.start
+        streams = WrittenStreams(stream_factory)
 
         def write(cancelled: Callable[[], bool]) -> KeyedStateHandle | None:
             if not captured:
                 return None  # an empty backend snapshots to nothing (KB-SNAP-7)
-            return write_canonical_snapshot(
-                stream_factory, header, key_group_range, entry_blocks(captured, start), cancelled
-            )
+            return write_canonical_snapshot(streams, header, key_group_range, entry_blocks(captured, start), cancelled)
 
-        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard, streams.discard))

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import msgpack
 import rocksdict
 
@@ -33,10 +32,10 @@ from statecert.reference.rocksdb.native_restore import (
 from statecert.reference.rocksdb.settings import RocksDBSettings
 from statecert.reference.rocksdb.shared_memory import SlotMemory
 from statecert.reference.snapshot_task import AsyncSnapshotTask
+from statecert.reference.storage.written_streams import WrittenStreams
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
     ROCKSDB_NATIVE_FORMAT,
-    FileStateHandle,
     IncrementalKeyedStateHandle,
     KeyedStateHandle,
     StreamStateHandle,
@@ -52,15 +51,6 @@ from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
 
 SST_SUFFIX = ".sst"
-
-
-def discard_handles(handles: list[StreamStateHandle]) -> None:
-    """Delete the files of state handles this snapshot wrote (inline handles hold nothing to delete)."""
-    for handle in handles:
-        if isinstance(handle, FileStateHandle):
-            fs, path = fsspec.core.url_to_fs(handle.path)
-            if fs.exists(path):
-                fs.rm_file(path)
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackendBase):
@@ -193,14 +183,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         canonical = options.snapshot_type is SnapshotType.SAVEPOINT_CANONICAL or (
             options.snapshot_type is SnapshotType.CHECKPOINT and not self._settings.incremental
         )
+        streams = WrittenStreams(stream_factory)
         if canonical:
-            write = self._canonical_writer(local, metas, key_serializer, stream_factory)
+            write = self._canonical_writer(local, metas, key_serializer, streams)
         else:
             incremental = options.snapshot_type is SnapshotType.CHECKPOINT
             # A full checkpoint (KB-SNAP-10) uploads every file; later ones may build on it once it completes.
             base = dict(self._base_uploads) if incremental and not options.full else {}
-            write = self._native_writer(checkpoint_id, local, metas, key_serializer, stream_factory, base, incremental)
-        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard))
+            write = self._native_writer(checkpoint_id, local, metas, key_serializer, streams, base, incremental)
+        return self.track_snapshot(AsyncSnapshotTask(write, self._pending.discard, streams.discard))
 
     def _canonical_writer(
         self,
@@ -271,12 +262,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                 return IncrementalKeyedStateHandle(
                     self._backend_id, self.key_group_range, checkpoint_id, shared, private, meta_handle
                 )
-            except BaseException:
-                # A failed or cancelled upload leaves nothing behind (KB-SNAP-6); files of the base stay.
-                written = [h for name, h in shared.items() if base.get(name) is not h] + list(private.values())
-                discard_handles(written)
-                raise
-            finally:
+            finally:  # a failed or cancelled part's uploads are deleted by its task (WrittenStreams, KB-SNAP-6)
                 shutil.rmtree(local, ignore_errors=True)
 
         return write
