@@ -235,15 +235,20 @@ class RecordingStreamFactory:
 class FailingStreamFactory:
     """A checkpoint's stream factory whose streams fail as a storage does (a full disk, a lost connection): an
     OSError at their first `write` (`when="write"`) or at `close_and_get_handle` (`when="close"`), after discarding
-    what they wrote. `failures` counts the errors raised."""
+    what they wrote; only the `nth` stream created, if given. `failures` counts the errors raised."""
 
-    def __init__(self, inner: Any, when: str) -> None:
+    def __init__(self, inner: Any, when: str, nth: int | None = None) -> None:
         self._inner = inner
         self._when = when
+        self._nth = nth
+        self.created = 0
         self.failures = 0
 
     def create_checkpoint_state_output_stream(self, scope: Any) -> Any:
         stream = self._inner.create_checkpoint_state_output_stream(scope)
+        self.created += 1
+        if self._nth is not None and self.created != self._nth:
+            return stream
 
         def fail(*_: Any) -> Any:
             stream.discard()
@@ -424,13 +429,22 @@ class EndedSnapshot:
 
 
 def end_a_snapshot_at(
-    backend: Any, location: Any, end: str, at: str = "write", nth: int = 1, checkpoint_id: int = 1
+    backend: Any,
+    location: Any,
+    end: str,
+    at: str = "write",
+    nth: int = 1,
+    checkpoint_id: int = 1,
+    options: Any = None,
 ) -> EndedSnapshot:
-    """Take snapshot `checkpoint_id` of a keyed or operator `backend` at `location`, run it in another thread, and
-    end it at its `nth` stream call `at` (see `_StreamGate`) by the backend's `close()` (`end="close"`) or the task's
-    own `cancel()` (`end="cancel"`). A part making fewer such calls runs to its end, not ended (`reached` False)."""
+    """Take snapshot `checkpoint_id` of a keyed or operator `backend` at `location` (with `options`, if any), run
+    it in another thread, and end it at its `nth` stream call `at` (see `_StreamGate`) by the backend's `close()`
+    (`end="close"`) or the task's own `cancel()` (`end="cancel"`). A part making fewer such calls runs to its end,
+    not ended (`reached` False)."""
     gate = _StreamGate(at, nth)
-    task = backend.snapshot(checkpoint_id, 0, WrappingStreamFactory(location, lambda stream: _HeldStream(stream, gate)))
+    factory = WrappingStreamFactory(location, lambda stream: _HeldStream(stream, gate))
+    extra = () if options is None else (options,)
+    task = backend.snapshot(checkpoint_id, 0, factory, *extra)
     outcome: list[Any] = []
 
     def run() -> None:

@@ -65,8 +65,9 @@ class SnapshotTask(Protocol[H]):
         ...
 
     def cancel(self) -> bool:
-        """Ask the task to stop; `run` then raises SnapshotCancelledError and leaves no files, and the answer is True.
-        After `run` has returned, False and nothing changes (KB-SNAP-6)."""
+        """Ask the task to stop; `run` then raises SnapshotCancelledError and leaves no files, and the answer is True,
+        even when the cancel comes after the last stream was written and before `run` returns. After `run` has
+        returned, False and nothing changes (KB-SNAP-6)."""
         ...
 
     @property

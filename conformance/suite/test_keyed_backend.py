@@ -15,6 +15,7 @@ import pytest
 
 from statecert.conformance.helpers import (
     REJECTED,
+    FailingStreamFactory,
     assert_snapshot_fails,
     end_a_snapshot_at,
     files_of,
@@ -517,6 +518,58 @@ def test_a_snapshot_the_storage_fails_to_write_fails_and_the_next_is_whole(
         assert got == expected, f"KB-SNAP-1: the snapshot after a failed one, restored: {diff(expected, got)}"
 
 
+@pytest.mark.requirement("KB-SNAP-1")
+@pytest.mark.parametrize("before", [0, 1], ids=["first checkpoint", "after a completed checkpoint"])
+def test_a_snapshot_whose_storage_fails_at_its_nth_stream_leaves_nothing_it_wrote(
+    state_backend: Any, tmp_path: Any, before: int
+) -> None:
+    """The storage fails the n-th stream of a snapshot when it is closed, after the streams before it were written,
+    for every n the snapshot reaches. `run()` raises, and once the checkpoint is aborted (its exclusive directory
+    deleted, as the coordinator does) no file the snapshot wrote remains: a file in the shared scope that no
+    checkpoint references would stay forever (Flink's RocksDB backend discards an incomplete snapshot's uploads). A
+    backend that may go on without the failed stream (a changelog backend's materialization, CL-8) returns a handle
+    instead, which restores the state whole. What the backend keeps as its own state is referenced by the next
+    checkpoint (KB-SNAP-6), which is whole."""
+    for nth in itertools.count(1):
+        root = tmp_path / f"failing-{nth}"
+        storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+        with keyed_backend(state_backend) as backend:
+            fill(backend, range(100))
+            completed = None
+            if before:
+                completed = snapshot_now(backend, location_for(storage, 1), 1)
+                backend.notify_checkpoint_complete(1)
+                fill(backend, range(50, 150), tag="x")
+            expected = contents(backend)
+            checkpoint_id = before + 1
+            location = location_for(storage, checkpoint_id)
+            failing = FailingStreamFactory(location, "close", nth)
+            try:
+                outcome: Any = backend.snapshot(checkpoint_id, 0, failing).run()
+            except Exception as exc:  # the storage's OSError, or the backend's own error for it
+                outcome = exc
+            if not failing.failures:
+                assert nth > 1, "KB-SNAP-1: the asynchronous part of a snapshot of 100 keys closed no stream"
+                return
+            call = f"snapshot {checkpoint_id} whose stream {nth} failed when closed"
+            if isinstance(outcome, Exception):
+                backend.notify_checkpoint_aborted(checkpoint_id)
+                location.dispose_on_failure()
+                handle = completed
+            else:
+                handle = outcome
+                with restore(state_backend, outcome) as restored:
+                    got = contents(restored)
+                assert got == expected, f"KB-SNAP-1: {call} returned a handle; restored: {diff(expected, got)}"
+            present = set(unreferenced_files(root, handle))
+            following = snapshot_now(backend, location_for(storage, checkpoint_id + 1), checkpoint_id + 1)
+        leftovers = [f for f in unreferenced_files(root, (handle, following)) if f in present]
+        assert leftovers == [], f"KB-SNAP-1: {call} left files no checkpoint references: {leftovers}"
+        with restore(state_backend, following) as restored:
+            got = contents(restored)
+        assert got == expected, f"KB-SNAP-1: the checkpoint after the {call}, restored: {diff(expected, got)}"
+
+
 def _assert_each_restores(state_backend: Any, expected: dict[str, tuple[Any, Any]], what: str) -> None:
     """Each named snapshot's handle restores the contents expected of it; a failure's message is `what`, with the
     snapshot's name for `{name}`, and the entries that differ."""
@@ -636,16 +689,28 @@ def test_a_cancelled_snapshot_task_writes_nothing_and_the_backend_goes_on(state_
 
 @pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
 @pytest.mark.capability("async_snapshots")
-@pytest.mark.parametrize("before", [0, 1], ids=["first snapshot", "after a completed checkpoint"])
+@pytest.mark.parametrize(
+    ("before", "snapshot_type"),
+    [
+        (0, SnapshotType.CHECKPOINT),
+        (1, SnapshotType.CHECKPOINT),
+        pytest.param(1, SnapshotType.SAVEPOINT_CANONICAL, marks=pytest.mark.capability("canonical_savepoints")),
+        pytest.param(1, SnapshotType.SAVEPOINT_NATIVE, marks=pytest.mark.capability("native_savepoint_format")),
+    ],
+    ids=["first checkpoint", "checkpoint after a completed one", "canonical savepoint", "native savepoint"],
+)
 @pytest.mark.parametrize("end", ["close", "cancel"])
 def test_a_snapshot_ended_as_any_of_its_streams_closes_leaves_nothing(
-    state_backend: Any, tmp_path: Any, end: str, before: int
+    state_backend: Any, tmp_path: Any, end: str, before: int, snapshot_type: SnapshotType
 ) -> None:
     """KB-SNAP-6 holds whenever the cancel comes: a snapshot ended by `close()` or its task's `cancel()` just after
     its n-th stream returned its handle, for every n its asynchronous part reaches (the last when every byte is
-    written and only the handle is left to return), raises SnapshotCancelledError from `run()`. The files left are
-    the completed checkpoint's and, after a `cancel()`, those the next snapshot references; that snapshot is whole.
-    A backend that checks for a cancel only between writes keeps the files it closed before it looked."""
+    written and only the handle is left to return), raises SnapshotCancelledError from `run()`. Of the files there
+    once it raised, only the completed checkpoint's and, after a `cancel()`, those the next checkpoint references
+    remain at the end (what that checkpoint writes itself is not the cancel's: a changelog backend's materialization
+    serves only later ones, CL-8); the next checkpoint is whole. A backend that checks for a cancel only between
+    writes keeps the files it closed before it looked. Savepoints (taken after a completed checkpoint, as an
+    incremental backend's would be) take their own paths."""
     for nth in itertools.count(1):
         root = tmp_path / f"at-close-{nth}"
         storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
@@ -658,17 +723,21 @@ def test_a_snapshot_ended_as_any_of_its_streams_closes_leaves_nothing(
             fill(backend, range(50, 150), tag="x")
         expected = contents(backend)
         checkpoint_id = before + 1
-        seen = end_a_snapshot_at(backend, location_for(storage, checkpoint_id), end, "close", nth, checkpoint_id)
+        options = CheckpointOptions(snapshot_type)
+        seen = end_a_snapshot_at(
+            backend, location_for(storage, checkpoint_id), end, "close", nth, checkpoint_id, options
+        )
         if not seen.reached:
             backend.dispose()
             assert nth > 1, "KB-SNAP-2: the asynchronous part of a snapshot of 100 keys closed no stream"
             return
-        call = f"{end}() just after stream {nth} of snapshot {checkpoint_id} returned its handle"
+        call = f"{end}() just after stream {nth} of {snapshot_type.value} {checkpoint_id} returned its handle"
         assert isinstance(seen.outcome, SnapshotCancelledError), (
             f"KB-SNAP-6: {call}: expected run() to raise SnapshotCancelledError, got "
             f"{type(seen.outcome).__name__ if seen.outcome is not None else None}"
         )
         following = None
+        present = set(unreferenced_files(root, completed))  # what the next checkpoint writes is not the cancel's
         if end == "cancel":
             assert seen.ended is True, f"KB-SNAP-6: {call}: expected cancel() to return True, got {seen.ended!r}"
             following = snapshot_now(backend, location_for(storage, checkpoint_id + 1), checkpoint_id + 1)
@@ -681,7 +750,7 @@ def test_a_snapshot_ended_as_any_of_its_streams_closes_leaves_nothing(
             )
         else:
             backend.dispose()
-        leftovers = unreferenced_files(root, (completed, following))
+        leftovers = [f for f in unreferenced_files(root, (completed, following)) if f in present]
         assert leftovers == [], f"KB-SNAP-6: {call} left files referenced by no snapshot: {leftovers}"
 
 
