@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import fsspec
 import pytest
 
@@ -23,8 +25,8 @@ from statecert.reference.rocksdb.predefined_options import PredefinedOptions
 from statecert.reference.serializers import BytesSerializer, LongSerializer, StringSerializer
 from statecert.reference.shared_state_registry import shared_files
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.errors import StateSizeLimitError, UnsupportedSnapshotError
-from statecert.spec.handles import IncrementalKeyedStateHandle, KeyGroupsStateHandle
+from statecert.spec.errors import CheckpointCorruptedError, StateSizeLimitError, UnsupportedSnapshotError
+from statecert.spec.handles import FileStateHandle, IncrementalKeyedStateHandle, KeyGroupsStateHandle
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ValueStateDescriptor
 
@@ -392,3 +394,34 @@ def test_native_restore_with_a_registered_but_empty_state(tmp_path: Path, parall
     )
     assert read_counts(restored) == {"a": 1}
     dispose(restored)
+
+
+def test_a_cut_sst_file_fails_its_restore_naming_the_checkpoint_file(tmp_path: Path) -> None:
+    """RocksDB's complaint about a cut SST file names the working copy the restore downloaded (and deletes); the
+    error names the checkpoint's file first, on one line (FMT-8)."""
+    backend_factory = load_state_backend(
+        None, {"state.backend.type": "rocksdb", "execution.checkpointing.incremental": "true"}
+    )
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    with keyed_backend(backend_factory) as backend:
+        state = backend.get_or_create_state(ValueStateDescriptor("v", serializer=LongSerializer()))
+        for i in range(2_000):
+            backend.set_current_key(f"k{i}")
+            state.update(i)
+        location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+        handle = backend.snapshot(1, 0, location).run()
+    assert isinstance(handle, IncrementalKeyedStateHandle)
+    name, sst = next((n, h) for n, h in sorted(handle.shared_state.items()) if n.endswith(".sst"))
+    path = Path(fsspec.core.strip_protocol(sst.path))
+    data = path.read_bytes()[: path.stat().st_size // 2]
+    cut = tmp_path / "cut.sst"
+    cut.write_bytes(data)
+    damaged = dataclasses.replace(
+        handle,
+        shared_state={**handle.shared_state, name: FileStateHandle(cut.as_uri(), len(data), crc32c.crc32c(data))},
+    )
+    with pytest.raises(CheckpointCorruptedError) as raised:
+        keyed_backend(backend_factory, restore=[damaged])
+    message = str(raised.value)
+    assert message.startswith(cut.as_uri()), f"expected the error to name {cut.as_uri()} first, got: {message}"
+    assert "\n" not in message, f"expected one line, got: {message!r}"

@@ -18,7 +18,7 @@ from statecert.reference.rocksdb.column_family_store import iterate_entries
 from statecert.reference.rocksdb.files import download_files
 from statecert.reference.rocksdb.log_files import check_log_files
 from statecert.spec.errors import CheckpointCorruptedError, CheckpointFormatError
-from statecert.spec.handles import IncrementalKeyedStateHandle
+from statecert.spec.handles import IncrementalKeyedStateHandle, StreamStateHandle
 from statecert.spec.serializers import SerializerSnapshot
 
 MAX_META_BYTES = 1 << 26
@@ -82,7 +82,17 @@ def open_native_files(handle: IncrementalKeyedStateHandle, target: Path, options
     except CheckpointCorruptedError:
         raise
     except Exception as exc:  # rocksdict raises bare Exception("Corruption: ...") and the like
-        raise CheckpointCorruptedError(name, f"the RocksDB files of this handle do not open: {exc}") from None
+        said = " ".join(str(exc).split())  # RocksDB's messages may run over several lines
+        named = _checkpoint_file_named(said, files)
+        problem = f"the RocksDB files of this handle do not open: {said}"
+        raise CheckpointCorruptedError(named or name, problem + (f" (handle {name})" if named else "")) from None
+
+
+def _checkpoint_file_named(message: str, files: dict[str, StreamStateHandle]) -> str | None:
+    """The checkpoint's own name for the file a RocksDB message names first by its downloaded copy, if it names one:
+    the error then names the file in the checkpoint, not a working copy the restore has deleted (FMT-8)."""
+    named = [(message.find(f"/{listed}"), listed) for listed in files if f"/{listed}" in message]
+    return describe(files[min(named)[1]]) if named else None
 
 
 def live_sst_files(path: Path, options: rocksdict.Options) -> set[str]:
