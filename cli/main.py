@@ -210,7 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return config(args, console)
         return _inspect(args, console, err)
     except (StateCertError, OSError, ValueError) as exc:
-        err.print(f"statecert: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        said = " ".join(str(exc).split())  # one line, whatever a library's message holds (RocksDB's run over lines)
+        err.print(f"statecert: error: {said}", markup=False, highlight=False, soft_wrap=True)
         return 2
 
 

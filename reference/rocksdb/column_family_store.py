@@ -24,7 +24,9 @@ def check_iterator(it: Any, where: str) -> None:
     try:
         it.status()
     except Exception as exc:  # rocksdict raises a bare Exception("Corruption: ...")
-        raise CheckpointCorruptedError(where, f"RocksDB iteration stopped early: {exc}") from None
+        raise CheckpointCorruptedError(
+            where, f"RocksDB iteration stopped early: {' '.join(str(exc).split())}"
+        ) from None
 
 
 class ColumnFamilyStore:
