@@ -2802,11 +2802,19 @@ class _CompletionForgetsLaterChanges(ByKeyGroupKeyedStateBackend):
 # sees one, as the reference did until the eighteenth hunt: a cancel that comes while the last stream closes (every
 # key group written) makes `run()` raise, and the closed file stays, referenced by nothing (KB-SNAP-6). The suite
 # cancelled only before `run()` or at a stream's first write.
-class _CancelLookedForBetweenKeyGroups(HeapKeyedStateBackend):
-    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
-        task = super().snapshot(*args, **kwargs)
-        task._discard = None
-        return task
+def _keeping_what_it_wrote(base: type[Any]) -> type[Any]:
+    """`base`, whose snapshot tasks delete nothing they wrote when cancelled or failed."""
+
+    class Keeping(base):  # type: ignore[valid-type,misc]
+        def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+            task = super().snapshot(*args, **kwargs)
+            task._discard = None
+            return task
+
+    return Keeping
+
+
+_CancelLookedForBetweenKeyGroups = _keeping_what_it_wrote(HeapKeyedStateBackend)
 
 
 # 189. The same, with a task that returns the handle written when the cancel came after the writing: `cancel()` said
@@ -2832,22 +2840,14 @@ class _ReturnsHandleAfterLateCancel(HeapKeyedStateBackend):
 
 # 190. Bug 188 in the operator state backend: an operator snapshot cancelled once its stream closed keeps the file
 # (OS-9, KB-SNAP-6).
-class _OperatorCancelLookedForWhileWriting(DefaultOperatorStateBackend):
-    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
-        task = super().snapshot(*args, **kwargs)
-        task._discard = None
-        return task
+_OperatorCancelLookedForWhileWriting = _keeping_what_it_wrote(DefaultOperatorStateBackend)
 
 
 # 191. The changelog backend keeps a log segment uploaded for a checkpoint whose asynchronous part is then cancelled
 # (by `close()`, or its task's `cancel()` while it materializes): the next checkpoint builds on the materialization
 # and references the segment no more, and after a `close()` none follows; the file stays (KB-SNAP-6). Flink deletes a
 # declined checkpoint's uploads that no later checkpoint uses.
-class _CancelledUploadKept(ChangelogKeyedStateBackend):
-    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
-        task = super().snapshot(*args, **kwargs)
-        task._discard = None
-        return task
+_CancelledUploadKept = _keeping_what_it_wrote(ChangelogKeyedStateBackend)
 
 
 # 192. The by-key-group backend deletes what a snapshot wrote when the snapshot is cancelled, but not when the storage

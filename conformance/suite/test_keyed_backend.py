@@ -518,6 +518,19 @@ def test_a_snapshot_the_storage_fails_to_write_fails_and_the_next_is_whole(
         assert got == expected, f"KB-SNAP-1: the snapshot after a failed one, restored: {diff(expected, got)}"
 
 
+def _filled(state_backend: Any, storage: Any, before: int) -> tuple[Any, Any, dict[tuple[str, str], Any]]:
+    """A backend holding 100 keys, after checkpoint 1 of them completed and half of them written over (`before`=1)
+    or not (0): the backend, checkpoint 1's handle (or None) and the contents now."""
+    backend = keyed_backend(state_backend)
+    fill(backend, range(100))
+    completed = None
+    if before:
+        completed = snapshot_now(backend, location_for(storage, 1), 1)
+        backend.notify_checkpoint_complete(1)
+        fill(backend, range(50, 150), tag="x")
+    return backend, completed, contents(backend)
+
+
 @pytest.mark.requirement("KB-SNAP-1")
 @pytest.mark.parametrize("before", [0, 1], ids=["first checkpoint", "after a completed checkpoint"])
 def test_a_snapshot_whose_storage_fails_at_its_nth_stream_leaves_nothing_it_wrote(
@@ -533,14 +546,8 @@ def test_a_snapshot_whose_storage_fails_at_its_nth_stream_leaves_nothing_it_wrot
     for nth in itertools.count(1):
         root = tmp_path / f"failing-{nth}"
         storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
-        with keyed_backend(state_backend) as backend:
-            fill(backend, range(100))
-            completed = None
-            if before:
-                completed = snapshot_now(backend, location_for(storage, 1), 1)
-                backend.notify_checkpoint_complete(1)
-                fill(backend, range(50, 150), tag="x")
-            expected = contents(backend)
+        backend, completed, expected = _filled(state_backend, storage, before)
+        with backend:
             checkpoint_id = before + 1
             location = location_for(storage, checkpoint_id)
             failing = FailingStreamFactory(location, "close", nth)
@@ -714,14 +721,7 @@ def test_a_snapshot_ended_as_any_of_its_streams_closes_leaves_nothing(
     for nth in itertools.count(1):
         root = tmp_path / f"at-close-{nth}"
         storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
-        backend = keyed_backend(state_backend)
-        fill(backend, range(100))
-        completed = None
-        if before:
-            completed = snapshot_now(backend, location_for(storage, 1), 1)
-            backend.notify_checkpoint_complete(1)
-            fill(backend, range(50, 150), tag="x")
-        expected = contents(backend)
+        backend, completed, expected = _filled(state_backend, storage, before)
         checkpoint_id = before + 1
         options = CheckpointOptions(snapshot_type)
         seen = end_a_snapshot_at(
