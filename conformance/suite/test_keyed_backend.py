@@ -531,10 +531,24 @@ def _filled(state_backend: Any, storage: Any, before: int) -> tuple[Any, Any, di
     return backend, completed, contents(backend)
 
 
+SNAPSHOTS_AFTER_A_CHECKPOINT_OR_NOT = pytest.mark.parametrize(
+    ("before", "snapshot_type"),
+    [
+        (0, SnapshotType.CHECKPOINT),
+        (1, SnapshotType.CHECKPOINT),
+        pytest.param(1, SnapshotType.SAVEPOINT_CANONICAL, marks=pytest.mark.capability("canonical_savepoints")),
+        pytest.param(1, SnapshotType.SAVEPOINT_NATIVE, marks=pytest.mark.capability("native_savepoint_format")),
+    ],
+    ids=["first checkpoint", "checkpoint after a completed one", "canonical savepoint", "native savepoint"],
+)
+"""A backend's first checkpoint, and after a completed checkpoint one more, a canonical or a native savepoint: the
+paths a snapshot may take (savepoints come after a checkpoint, as an incremental backend's would)."""
+
+
 @pytest.mark.requirement("KB-SNAP-1")
-@pytest.mark.parametrize("before", [0, 1], ids=["first checkpoint", "after a completed checkpoint"])
+@SNAPSHOTS_AFTER_A_CHECKPOINT_OR_NOT
 def test_a_snapshot_whose_storage_fails_at_its_nth_stream_leaves_nothing_it_wrote(
-    state_backend: Any, tmp_path: Any, before: int
+    state_backend: Any, tmp_path: Any, before: int, snapshot_type: SnapshotType
 ) -> None:
     """The storage fails the n-th stream of a snapshot when it is closed, after the streams before it were written,
     for every n the snapshot reaches. `run()` raises, and once the checkpoint is aborted (its exclusive directory
@@ -552,13 +566,13 @@ def test_a_snapshot_whose_storage_fails_at_its_nth_stream_leaves_nothing_it_wrot
             location = location_for(storage, checkpoint_id)
             failing = FailingStreamFactory(location, "close", nth)
             try:
-                outcome: Any = backend.snapshot(checkpoint_id, 0, failing).run()
+                outcome: Any = backend.snapshot(checkpoint_id, 0, failing, CheckpointOptions(snapshot_type)).run()
             except Exception as exc:  # the storage's OSError, or the backend's own error for it
                 outcome = exc
             if not failing.failures:
                 assert nth > 1, "KB-SNAP-1: the asynchronous part of a snapshot of 100 keys closed no stream"
                 return
-            call = f"snapshot {checkpoint_id} whose stream {nth} failed when closed"
+            call = f"{snapshot_type.value} {checkpoint_id} whose stream {nth} failed when closed"
             if isinstance(outcome, Exception):
                 backend.notify_checkpoint_aborted(checkpoint_id)
                 location.dispose_on_failure()
@@ -696,16 +710,7 @@ def test_a_cancelled_snapshot_task_writes_nothing_and_the_backend_goes_on(state_
 
 @pytest.mark.requirement("KB-SNAP-6", "KB-SNAP-2")
 @pytest.mark.capability("async_snapshots")
-@pytest.mark.parametrize(
-    ("before", "snapshot_type"),
-    [
-        (0, SnapshotType.CHECKPOINT),
-        (1, SnapshotType.CHECKPOINT),
-        pytest.param(1, SnapshotType.SAVEPOINT_CANONICAL, marks=pytest.mark.capability("canonical_savepoints")),
-        pytest.param(1, SnapshotType.SAVEPOINT_NATIVE, marks=pytest.mark.capability("native_savepoint_format")),
-    ],
-    ids=["first checkpoint", "checkpoint after a completed one", "canonical savepoint", "native savepoint"],
-)
+@SNAPSHOTS_AFTER_A_CHECKPOINT_OR_NOT
 @pytest.mark.parametrize("end", ["close", "cancel"])
 def test_a_snapshot_ended_as_any_of_its_streams_closes_leaves_nothing(
     state_backend: Any, tmp_path: Any, end: str, before: int, snapshot_type: SnapshotType
