@@ -8,6 +8,7 @@ import functools
 import io
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -391,14 +392,19 @@ class _StreamGate:
         self.calls = 0
         self.reached = threading.Event()
         self.go = threading.Event()
+        self._lock = threading.Lock()  # a backend may write its streams from several threads
 
     def hold(self, call: str) -> None:
-        if call != self.at or threading.current_thread() is self.owner or self.reached.is_set():
+        if call != self.at or threading.current_thread() is self.owner:
             return
-        self.calls += 1
-        if self.calls == self.nth:
+        with self._lock:
+            if self.reached.is_set():
+                return
+            self.calls += 1
+            if self.calls != self.nth:
+                return
             self.reached.set()
-            self.go.wait(30)
+        self.go.wait(30)
 
 
 class _HeldStream(DelegatingStream):
@@ -455,7 +461,8 @@ def end_a_snapshot_at(
 
     worker = threading.Thread(target=run)
     worker.start()
-    while not gate.reached.wait(0.005) and worker.is_alive():
+    deadline = time.monotonic() + 30
+    while not gate.reached.wait(0.005) and worker.is_alive() and time.monotonic() < deadline:
         pass
     reached = gate.reached.is_set()
     ended = (backend.close() if end == "close" else task.cancel()) if reached else None
