@@ -17,19 +17,18 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
 
 from statecert.reference.format.canonical import describe, write_key_groups
 from statecert.reference.format.state_meta import StateMetaInfo
+from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
 from statecert.reference.heap.state_table import StateTable
-from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.storage.written_streams import WrittenStreams
-from statecert.spec.backend import BackendCapabilities
 from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
     IncrementalKeyedStateHandle,
@@ -44,7 +43,6 @@ from statecert.spec.keyed_backend import (
     SnapshotType,
 )
 from statecert.spec.keygroups import KeyGroupRange
-from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStreamFactory
 
 FORMAT = "native:by-key-group"
@@ -263,27 +261,20 @@ class ByKeyGroupKeyedStateBackend(HeapKeyedStateBackend):
             self._taken.pop(checkpoint_id, None)
 
 
-class ByKeyGroupStateBackend:
-    """Keyed state on the heap with checkpoints incremental by key group; native savepoints in its own format."""
+class ByKeyGroupStateBackend(HashMapStateBackend):
+    """The heap backend's capabilities and operator state, with checkpoints incremental by key group and native
+    savepoints in its own format."""
 
     name = "by-key-group"
-    capabilities = BackendCapabilities(
-        async_snapshots=True,
-        incremental_checkpoints=True,
-        canonical_savepoints=True,
-        native_savepoint_format=FORMAT,
-        rescaling=True,
-        operator_state=True,
-        ttl=True,
-        schema_evolution=True,
-        timers=True,
+    capabilities = replace(
+        HashMapStateBackend.capabilities, incremental_checkpoints=True, native_savepoint_format=FORMAT
     )
 
     def create_keyed_state_backend(self, params: KeyedBackendParameters[Any]) -> ByKeyGroupKeyedStateBackend:
         return ByKeyGroupKeyedStateBackend(params)
 
-    def create_operator_state_backend(self, params: OperatorBackendParameters) -> DefaultOperatorStateBackend:
-        return DefaultOperatorStateBackend(params)
+    def __repr__(self) -> str:
+        return "ByKeyGroupStateBackend()"
 
 
 def by_key_group(config: Mapping[str, object]) -> ByKeyGroupStateBackend:
