@@ -111,6 +111,17 @@ TARGETS = {
         ),
         "reference/changelog/records.py",  # the changelog segment codec: a checkpoint file's reader too
     ],
+    # the checkpoint coordinator, the completed checkpoint store and the shared state registry (COORD, CKP): no
+    # backend runs them, so they are measured by the repository's tests of them
+    "coordinator": [
+        *sorted(
+            str(p.relative_to(ROOT))
+            for p in (ROOT / "reference" / "coordinator").glob("*.py")
+            if p.name != "__init__.py"
+        ),
+        "reference/completed_checkpoint_store.py",
+        "reference/shared_state_registry.py",
+    ],
 }
 # Targets measured by repository tests (run from this checkout) instead of the conformance suite.
 REPOSITORY_TESTS = {
@@ -126,6 +137,14 @@ REPOSITORY_TESTS = {
         "tests/test_retention_and_recovery.py",
         "tests/test_verify_changelog.py",
     ],
+    "coordinator": [
+        "tests/test_coordinator.py",
+        "tests/test_retention_and_recovery.py",
+        "tests/test_crash_consistency.py",
+        "tests/test_config.py",
+        "tests/test_simulator.py",
+        "tests/test_scenarios.py",
+    ],
 }
 # How the suite names each backend, and where its modules are imported from when they are not in the package.
 BACKEND_ARGUMENT: dict[str, str | None] = {
@@ -140,6 +159,7 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "changelog": "hashmap",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
+    "coordinator": None,  # REPOSITORY_TESTS
 }
 IMPORT_PATH = {
     "spec-only": [ROOT / "examples" / "spec-only-backend"],
@@ -168,6 +188,7 @@ CONFIGS = {
     # the repository's tests of checkpoint files, then the storage contract certifying the reference file-system
     # storage, which exercises the same readers' path confinement (FMT-10) on its own files
     "format": [["repository tests"], ["--statecert-storage-under-test", "filesystem"]],
+    "coordinator": [["repository tests"]],
 }
 
 SITECUSTOMIZE = """
