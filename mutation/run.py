@@ -139,6 +139,7 @@ REPOSITORY_TESTS = {
     ],
     "coordinator": [
         "tests/test_coordinator.py",
+        "tests/test_coordinator_model.py",
         "tests/test_retention_and_recovery.py",
         "tests/test_crash_consistency.py",
         "tests/test_config.py",

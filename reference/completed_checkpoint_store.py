@@ -1,6 +1,6 @@
 """The retained completed checkpoints (CKP-1): the newest N are kept; an older one is subsumed, which deletes its
-exclusive directory and releases its shared state, `_metadata` first (FMT-13). Savepoints never enter the store
-(CKP-3)."""
+exclusive directory, `_metadata` first (FMT-13), and each addition deletes the shared files no checkpoint since the
+oldest retained one used (CKP-2). Savepoints never enter the store (CKP-3)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,8 @@ class CompletedCheckpointStore:
         self._retained.append(CompletedCheckpoint(pointer, metadata))
         subsumed = []
         while len(self._retained) > self.max_retained:
-            oldest = self._retained.pop(0)
-            self._discard(oldest)
-            subsumed.append(oldest)
+            subsumed.append(self._retained.pop(0))
+        self._discard(subsumed)
         return subsumed
 
     def add_claimed(self, pointer: str, metadata: CheckpointMetadata) -> None:
@@ -49,16 +48,18 @@ class CompletedCheckpointStore:
     def discard_all(self) -> list[CompletedCheckpoint]:
         """Discard every retained checkpoint: a run ended whose retention keeps none (COORD-11)."""
         discarded, self._retained = self._retained, []
-        for checkpoint in discarded:
-            self._discard(checkpoint)
+        self._discard(discarded)
         return discarded
 
-    def _discard(self, checkpoint: CompletedCheckpoint) -> None:
-        # `_metadata` first: a crash at any later point leaves an incomplete checkpoint, never a complete-looking
-        # one whose shared files are gone (FMT-13).
-        retract_metadata(checkpoint.pointer)
-        self.registry.release(checkpoint.metadata)
-        remove_directory(checkpoint.pointer)
+    def _discard(self, checkpoints: list[CompletedCheckpoint]) -> None:
+        """Delete `checkpoints`, no longer retained, and the shared files nothing since the oldest retained
+        checkpoint used: `_metadata` first, so that a crash at any later point leaves incomplete checkpoints, never a
+        complete-looking one whose shared files are gone (FMT-13)."""
+        for checkpoint in checkpoints:
+            retract_metadata(checkpoint.pointer)
+        self.registry.unregister_unused(self._retained[0].metadata.checkpoint_id if self._retained else None)
+        for checkpoint in checkpoints:
+            remove_directory(checkpoint.pointer)
 
     @property
     def retained(self) -> list[CompletedCheckpoint]:

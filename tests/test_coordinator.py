@@ -108,6 +108,23 @@ def test_min_pause_delays_the_next_trigger(tmp_path: Path) -> None:
     assert scheduler.now_ms() == 350
 
 
+@pytest.mark.requirement("COORD-3")
+def test_min_pause_runs_from_a_savepoints_completion_too(tmp_path: Path) -> None:
+    """Flink sets the completion time the min pause counts from for a savepoint as for a checkpoint
+    (`CheckpointCoordinator.cleanupAfterCompletedCheckpoint`)."""
+    coordinator, scheduler, recorder, _ = make(tmp_path, interval_ms=100, min_pause_ms=250)
+    coordinator.start_periodic()
+    scheduler.advance(50)
+    savepoint = coordinator.trigger_savepoint()
+    ack_all(coordinator, savepoint)  # completes at t=50: no checkpoint before t=300
+    scheduler.advance(200)  # periodic attempts at t=100 and t=200 are declined
+    assert recorder.triggered == [savepoint], (
+        f"triggered within the min pause after the savepoint: {recorder.triggered}"
+    )
+    scheduler.advance(50)
+    assert recorder.triggered == [savepoint, savepoint + 1] and scheduler.now_ms() == 300, recorder.triggered
+
+
 @pytest.mark.requirement("COORD-4", "CKP-1")
 def test_completion_needs_every_acknowledgement(tmp_path: Path) -> None:
     coordinator, _, recorder, storage = make(tmp_path, retained=2)

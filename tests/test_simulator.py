@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -495,3 +496,38 @@ def test_native_savepoint_into_the_other_backend_fails_with_the_documented_error
     assert first.run()["stopped_with_savepoint"]
     with pytest.raises(UnsupportedSnapshotError):
         Simulation(spec_with(faults=(), backend="hashmap"), 1, tmp_path / "second", first.stopped_with_savepoint).run()
+
+
+@pytest.mark.requirement("CKP-2", "COORD-5", "COORD-11")
+@pytest.mark.parametrize(
+    ("changelog", "slower"),
+    [(False, 500.0), (True, 5000.0)],
+    ids=["rocksdb-incremental", "rocksdb-incremental-changelog"],
+)
+def test_checkpoints_that_expire_after_uploading_leak_no_shared_file(
+    tmp_path: Path, changelog: bool, slower: float
+) -> None:
+    """Storage slower for 200 ms makes checkpoints expire after some tasks uploaded new shared files: the
+    completions after them delete those files (CKP-2), none is left that nobody will delete, and once the run
+    discards its checkpoints (COORD-11) the shared directory is empty."""
+    spec = spec_with(
+        faults=(Fault("storage-slowdown", at_ms=50, duration_ms=200, factor=slower),),
+        backend="rocksdb",
+        incremental=True,
+        changelog=changelog,
+        file_state_size_threshold=0,
+        checkpointing={"timeout_ms": 20, "tolerable_failures": 100},
+    )
+    simulation = Simulation(spec, 1, tmp_path)
+    report = simulation.run()
+    expired = [e["checkpoint"] for e in report["timeline"] if e.get("reason") == "expired"]
+    assert expired and report["completed_checkpoints"], (
+        f"expired {expired}, completed {report['completed_checkpoints']}"
+    )
+    assert report["checks"]["exactly_once"] and report["checks"]["violations"] == [], report["checks"]
+    leaked = report["checks"]["leaked_shared_files"]
+    assert leaked == 0, f"CKP-2: {leaked} shared files nobody will delete: {report['checks']['violations']}"
+    simulation.end_job()
+    fs, shared = fsspec.core.url_to_fs(simulation.access.shared_dir)
+    left = fs.find(shared) if fs.exists(shared) else []
+    assert left == [], f"the run discarded its checkpoints, yet {len(left)} shared files remain: {left[:3]}"

@@ -166,6 +166,11 @@ class CheckpointCoordinator:
     def acknowledge(self, checkpoint_id: int, task: TaskId, state: OperatorSubtaskState) -> bool:
         """Record a task's state; completes the checkpoint when it was the last (COORD-4). False if not pending."""
         pending = self.pending.get(checkpoint_id)
+        if pending is None or not pending.is_savepoint:
+            # Every acknowledgement of a checkpoint registers its shared files, a late one's too, so that the next
+            # addition to the store deletes what an aborted checkpoint uploaded (CKP-2, Flink's
+            # receiveAcknowledgeMessage); a savepoint's files are the user's.
+            self.store.registry.register_acknowledged(checkpoint_id, state)
         if pending is None or task not in pending.awaiting:
             return False
         pending.awaiting.discard(task)
@@ -199,12 +204,14 @@ class CheckpointCoordinator:
         del self.pending[pending.checkpoint_id]
         if pending.timer is not None:
             pending.timer.cancel()
+        # the min pause runs from any completion, a savepoint's too (COORD-3, Flink's
+        # lastCheckpointCompletionRelativeTime)
+        self.last_completion_ms = self.scheduler.now_ms()
         if pending.is_savepoint:
             self.last_savepoint = pointer
         else:
             self.full_checkpoints = False
-            self.store.add(pointer, metadata)  # subsumes and releases shared state of older ones (CKP-1, CKP-2)
-            self.last_completion_ms = self.scheduler.now_ms()
+            self.store.add(pointer, metadata)  # subsumes older ones, deletes unused shared files (CKP-1, CKP-2)
             for older in [
                 p for p in self.pending.values() if not p.is_savepoint and p.checkpoint_id < pending.checkpoint_id
             ]:

@@ -46,6 +46,12 @@ class ColumnFamilyStore:
         self.meta = meta
         self._max = max_value_bytes
 
+    def release(self) -> None:
+        """Drop this store's references to the database: a column family `Rdict` or handle someone still holds (a
+        state object the user kept) would keep RocksDB open, and its background work writing, after the backend
+        closed it and deleted its directory (RDB-4)."""
+        del self._cf, self._handle, self._db
+
     def _check(self, value: bytes) -> bytes:
         if len(value) > self._max:
             raise StateSizeLimitError(

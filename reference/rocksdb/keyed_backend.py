@@ -81,6 +81,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         self._base_uploads: dict[str, StreamStateHandle] = {}
         self._fast_path = self._fast_path_handle(params.restore_state)
         self._db: rocksdict.Rdict | None = None
+        self._column_families: list[ColumnFamilyStore] = []  # every store opened on `_db`, released with it
         try:
             if self._fast_path is not None:
                 self._open_from_files(self._fast_path)
@@ -101,6 +102,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             cf = self._db.create_column_family(name, self._options)
         handle = self._db.get_column_family_handle(name)
         store = ColumnFamilyStore(self._db, cf, handle, meta, self._max_value_bytes)
+        self._column_families.append(store)
         if self._settings.timer_service_factory == "HEAP" and meta.name.startswith(TIMER_STATE_PREFIX):
             return HeapTimerStore(store, self.key_group_range)
         return store
@@ -154,7 +156,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                         raise CheckpointFormatError(name, f"state {meta.name!r} has no column family: {exc}") from None
                     copy_key_groups(column_family, target, common, validator, metas.index(meta))
             finally:
-                source.close()
+                source.cancel_all_background(True)  # nothing writes into `temp` as it is deleted
                 del source
                 shutil.rmtree(temp, ignore_errors=True)
 
@@ -306,10 +308,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def release_resources(self) -> None:
-        """Close the database and delete every local directory of this instance (RDB-4)."""
+        """Close the database and delete every local directory of this instance (RDB-4): background compactions and
+        flushes are stopped first, and every column family reference dropped, so that nothing writes into the
+        directory as it is deleted (rocksdict's `close()` alone leaves RocksDB open while any is held)."""
         if self._db is not None:
-            self._db.close()
-            self._db = None
+            for store in self._column_families:
+                store.release()
+            self._column_families.clear()
+            db, self._db = self._db, None
+            db.cancel_all_background(True)  # no flush either: the files are deleted next
+            del db  # the last reference: RocksDB closes
         shutil.rmtree(self.instance_dir, ignore_errors=True)
 
 

@@ -28,7 +28,7 @@ from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.settings import CheckpointingMode, JobStatus
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
-from statecert.reference.shared_state_registry import shared_files
+from statecert.reference.shared_state_registry import shared_files, subtask_shared_files
 from statecert.reference.simulator.checkers import CheckResult, check_output_columns
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
 from statecert.reference.simulator.flink_config import restart_strategy
@@ -149,6 +149,11 @@ class Simulation:
         self.uploaded_bytes: dict[int, int] = {}
         self.materialized_bytes = 0  # changelog materializations, uploaded outside checkpoints
         self._uploaded_files: set[str] = set()
+        # shared files an upload wrote first, until its acknowledgement reaches the coordinator
+        self._unacknowledged: dict[tuple[int, int, TaskId], set[str]] = {}
+        # shared files only a dead process knew of: a task crashed before acknowledging them, or the coordinator
+        # before completing their checkpoint; Flink leaves them too, nobody can tell they are unused
+        self.orphaned_files: set[str] = set()
         self.finished: dict[int, set[int]] = {}
         self.failovers: list[dict[str, Any]] = []
         self.done = self.env.event()
@@ -424,6 +429,7 @@ class Simulation:
         if finished:
             self.finished.setdefault(checkpoint_id, set()).add(task[1])
         self.state_bytes[checkpoint_id] = self.state_bytes.get(checkpoint_id, 0) + state.state_size
+        self._unacknowledged[(attempt, checkpoint_id, task)] = subtask_shared_files(state) - self._uploaded_files
         uploaded = self._new_bytes(state)
         self.uploaded_bytes[checkpoint_id] = self.uploaded_bytes.get(checkpoint_id, 0) + uploaded
         # the upload takes the bytes this checkpoint writes: files of earlier checkpoints are only referenced
@@ -485,7 +491,11 @@ class Simulation:
         self, attempt: int, checkpoint_id: int, task: TaskId, state: OperatorSubtaskState, delay: float
     ) -> Generator[Any, Any, None]:
         yield self.env.timeout(delay)
-        if attempt != self.attempt or self.crash_in_phase(f"{task[0]}-{task[1]}", "upload"):
+        if attempt != self.attempt:
+            return  # its attempt ended: its task was cancelled, and what it wrote discarded
+        written = self._unacknowledged.pop((attempt, checkpoint_id, task), set())
+        if self.crash_in_phase(f"{task[0]}-{task[1]}", "upload"):
+            self.orphaned_files |= written
             return
         try:
             self.coordinator.acknowledge(checkpoint_id, task, state)
@@ -496,7 +506,9 @@ class Simulation:
     def _coordinator_crash(self, reason: str) -> None:
         self.timeline.append({"t": self.env.now, "event": "coordinator-crash"})
         self.coordinator.halt()
+        known = self.coordinator.store.registry.registered()
         recovered = recover_from_storage(self.access.job_dir, self.spec.checkpointing.retained)
+        self.orphaned_files |= known - set().union(*(shared_files(c.metadata) for c in recovered.store.retained))
         self.coordinator = self._coordinator(recovered.store, recovered.next_checkpoint_id)
         self._failover(reason)
 
@@ -520,6 +532,7 @@ class Simulation:
         self.coordinator.abort_all(FailureReason.TASK_FAILED)
         for task in self._tasks():
             task.dispose()
+        self._discard_unacknowledged()
         self.messages += self._delivered()
         self.sources, self.routers, self.counters = [], [], []
         delay = self.restart.on_failure(self.env.now, self.restart_rng)
@@ -596,8 +609,21 @@ class Simulation:
         progress(self.env.now)
         for task in self._tasks():
             task.dispose()
+        self._discard_unacknowledged()
         self.coordinator.halt()
         return self.report()
+
+    def _discard_unacknowledged(self) -> None:
+        """The attempt ended with uploads whose acknowledgement had not reached the coordinator: their tasks are
+        cancelled, and a cancelled asynchronous part deletes the shared files it wrote first (KB-SNAP-6, Flink's
+        AsyncCheckpointRunnable), unless an acknowledgement the coordinator received references them."""
+        keep = self.coordinator.store.registry.registered()
+        keep |= set().union(*(shared_files(c.metadata) for c in self.coordinator.store.retained))
+        for key in list(self._unacknowledged):
+            for path in sorted(self._unacknowledged.pop(key) - keep):
+                fs, local = fsspec.core.url_to_fs(path)
+                if fs.exists(local):
+                    fs.rm_file(local)
 
     @property
     def status(self) -> JobStatus:
@@ -673,11 +699,15 @@ class Simulation:
         return times
 
     def _leaked_shared_files(self) -> int:
-        """Shared files no retained checkpoint references (CKP-2: none may leak)."""
+        """Shared files no retained checkpoint references, that the coordinator will not delete (it never heard of
+        them) and that no dead process left (CKP-2: none may leak); each is a violation."""
         referenced = set().union(*(shared_files(c.metadata) for c in self.coordinator.store.retained))
         fs, shared = fsspec.core.url_to_fs(self.access.shared_dir)
         present = {fs.unstrip_protocol(p) for p in fs.find(shared)} if fs.exists(shared) else set()
-        return len(present - referenced)
+        leaked = sorted(present - referenced - self.coordinator.store.registry.registered() - self.orphaned_files)
+        if leaked:
+            self.violations.append(f"{len(leaked)} shared files leaked, no checkpoint references them: {leaked[:3]}")
+        return len(leaked)
 
     def _ticker(self, progress: Callable[[float], None]) -> Generator[Any, Any, None]:
         while True:
@@ -718,6 +748,7 @@ class Simulation:
                 "concurrency_bound_held": self.max_pending <= self.spec.checkpointing.max_concurrent,
                 "checkpoints_past_timeout": late,
                 "leaked_shared_files": leaked,
+                "orphaned_shared_files": len(self.orphaned_files),
                 "violations": self.violations,
             },
             "metrics": {
