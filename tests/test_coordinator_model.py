@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 import fsspec
 import pytest
@@ -31,8 +30,9 @@ from statecert.reference.coordinator.scheduler import ManualScheduler
 from statecert.reference.coordinator.settings import CheckpointingSettings, JobStatus
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle, IncrementalKeyedStateHandle
+from statecert.spec.keyed_backend import CheckpointOptions
 from statecert.spec.keygroups import key_group_range_for_operator
-from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
+from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 
 PARALLELISM = 2
 MAX_PARALLELISM = 128
@@ -58,9 +58,10 @@ class Listener:
         self.completed: list[int] = []
         self.aborted: dict[int, FailureReason] = {}
         self.failovers = 0
+        self.options: dict[int, CheckpointOptions] = {}
 
-    def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
-        pass
+    def trigger(self, checkpoint_id: int, timestamp_ms: int, options: CheckpointOptions) -> None:
+        self.options[checkpoint_id] = options
 
     def notify_complete(self, checkpoint_id: int, kind: CheckpointKind) -> None:
         self.completed.append(checkpoint_id)
@@ -95,8 +96,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         retained=st.integers(1, 3),
         tolerable=st.integers(0, 2),
         min_pause=st.sampled_from([0, 5, 30]),
+        origin=st.sampled_from(["none", "none", "CLAIM", "NO_CLAIM"]),
     )
-    def start(self, max_concurrent: int, retained: int, tolerable: int, min_pause: int) -> None:
+    def start(self, max_concurrent: int, retained: int, tolerable: int, min_pause: int, origin: str) -> None:
         self.settings = CheckpointingSettings(
             interval_ms=10,
             timeout_ms=TIMEOUT_MS,
@@ -127,6 +129,50 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.issued: list[int] = []  # ids this coordinator gave
         self.orphans: set[str] = set()  # files only a coordinator that died knew of: they may stay (Flink's too)
         self.ended = False
+        self.full = False  # whether the next checkpoint must be full (COORD-13)
+        self.claimed: int | None = None
+        self.not_owned: set[str] = set()  # the files of a snapshot the job started from without claiming it
+        self.origin: tuple[str, CheckpointMetadata, bool] | None = None
+        if origin != "none":
+            self._start_from_a_snapshot(storage, claim=origin == "CLAIM")
+
+    def _start_from_a_snapshot(self, storage: FileSystemCheckpointStorage, claim: bool) -> None:
+        """The job starts from another job's incremental checkpoint 7 (COORD-13): CLAIM makes it the job's own, to be
+        subsumed and discarded like its checkpoints; NO_CLAIM never deletes any of its files."""
+        assert self.coordinator is not None
+        self.earlier = storage.create_checkpoint_storage("earlier-job")
+        snapshot_id = 7
+        location = self.earlier.initialize_location_for_checkpoint(snapshot_id)
+        states, files = {}, set()
+        for task in TASKS:
+            shared = {}
+            for _ in range(2):
+                path = f"{self.earlier.shared_dir}/{snapshot_id}-{task[1]}-{uuid.uuid4().hex}"
+                with fsspec.open(path, "wb") as out:
+                    out.write(b"x")
+                shared[path.rsplit("/", 1)[-1]] = FileStateHandle(path, 1)
+                files.add(path)
+            rng = key_group_range_for_operator(MAX_PARALLELISM, PARALLELISM, task[1])
+            meta = ByteStreamStateHandle(f"meta-{snapshot_id}-{task[1]}", b"m")
+            states[task[1]] = OperatorSubtaskState(
+                (IncrementalKeyedStateHandle("model", rng, snapshot_id, shared, {}, meta),)
+            )
+        metadata = CheckpointMetadata(
+            snapshot_id, (OperatorState("op", PARALLELISM, MAX_PARALLELISM, states),), CheckpointKind.CHECKPOINT, 0
+        )
+        self.origin = (location.write_metadata(metadata), metadata, claim)
+        self.origin_files = files
+        self.coordinator.restore_from(*self.origin)
+        self._restored(snapshot_id, files, claim)
+
+    def _restored(self, snapshot_id: int, files: set[str], claim: bool) -> None:
+        self.full = True
+        if claim:
+            self.claimed = snapshot_id
+            self.completed = [snapshot_id]
+            self.checkpoints[snapshot_id] = ModelCheckpoint(snapshot_id, False, 0, used=set(files))
+        else:
+            self.not_owned = set(files)
 
     def teardown(self) -> None:
         if self.fs.exists(self.root):
@@ -153,6 +199,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if checkpoint.savepoint:
             return
         self.completed.append(checkpoint_id)
+        self.full = False
         self.used_since_completion = set()
         for task in TASKS:
             self.base[task] = {p for p in checkpoint.used if f"-{task[1]}-" in p}
@@ -213,6 +260,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         known = max([*self.completed, *self.issued], default=0)
         assert checkpoint_id > known, f"a new checkpoint got id {checkpoint_id}, after {known}"
         self.issued.append(checkpoint_id)
+        full = self.listener.options[checkpoint_id].full
+        assert full == (self.full and not savepoint), (
+            f"COORD-13: checkpoint {checkpoint_id} (savepoint: {savepoint}) was triggered with full={full}"
+        )
         self.aborted.discard(checkpoint_id)
         self.checkpoints[checkpoint_id] = ModelCheckpoint(checkpoint_id, savepoint, self.scheduler.now_ms())
         self.pending.add(checkpoint_id)
@@ -310,9 +361,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
             "job", [JobVertex("op", PARALLELISM, MAX_PARALLELISM)], self.access, self.settings, self.scheduler,
             self.listener, recovered.store, recovered.next_checkpoint_id,
         )  # fmt: skip
-        retained = self._retained()
+        # recovery reads the job's own directory: a claimed snapshot elsewhere is forgotten
+        retained = [c for c in self._retained() if c != self.claimed]
+        self.full = False
+        if not retained and self.origin is not None:
+            # no checkpoint of the job completed: it starts from its snapshot again (Flink's restarted job master)
+            self.coordinator.restore_initial(*self.origin)
+            self._restored(self.origin[1].checkpoint_id, self.origin_files, self.origin[2])
+            retained = list(self.completed) if self.origin[2] else []
+        # what only the dead coordinator knew of is orphaned: nobody will delete it (nor does Flink)
         needed = set().union(*(self.checkpoints[c].used for c in retained)) if retained else set()
-        self.orphans |= self._files(self.access.shared_dir) - needed
+        self.orphans |= self._shared_files_present() - needed - self.not_owned
         # the old coordinator's checkpoints are gone: a task's late acknowledgement of one never reaches the new
         # coordinator (Flink fences messages of an earlier leader), and the new one may give their ids again
         self.pending.clear()
@@ -327,6 +386,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def _files(self, directory: str) -> set[str]:
         _, path = fsspec.core.url_to_fs(directory)
         return {f"memory://{p}" for p in self.fs.find(path)} if self.fs.exists(path) else set()
+
+    def _shared_files_present(self) -> set[str]:
+        """The shared files of the job and of the snapshot it started from."""
+        earlier = self._files(self.earlier.shared_dir) if self.origin is not None else set()
+        return self._files(self.access.shared_dir) | earlier
 
     def _retained(self) -> list[int]:
         return self.completed[-self.settings.retained :] if self.completed else []
@@ -369,13 +433,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         run discards its checkpoints)."""
         if self.coordinator is None:
             return
-        present = self._files(self.access.shared_dir)
+        present = self._shared_files_present()
+        gone = self.not_owned - present
+        assert not gone, f"COORD-13: files of the snapshot the job did not claim were deleted: {sorted(gone)[:3]}"
         retained = self._retained()
         needed = set().union(*(self.checkpoints[c].used for c in retained)) if retained else set()
         missing = needed - present
         assert not missing, f"CKP-2: files of retained checkpoints {retained} are gone: {sorted(missing)[:3]}"
         if self.ended:
-            left = present - self.orphans
+            left = present - self.orphans - self.not_owned
             assert not left, f"CKP-2, COORD-11: the run discarded its checkpoints but left {sorted(left)[:3]}"
             return
         if not self.completed:
@@ -385,7 +451,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             path for c in self.checkpoints.values() if c.checkpoint_id >= oldest and not c.savepoint for path in c.used
         }
         may_stay |= self.used_since_completion  # registered after the last addition to the store: the next one
-        may_stay |= self.orphans
+        may_stay |= self.orphans | self.not_owned
         leaked = present - may_stay
         assert not leaked, (
             f"CKP-2: shared files no checkpoint since the oldest retained one ({oldest}) used remain: "
@@ -394,7 +460,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.requirement(
-    "COORD-2", "COORD-3", "COORD-4", "COORD-5", "COORD-6", "COORD-8", "COORD-9", "COORD-11", "CKP-1", "CKP-2"
+    "COORD-2",
+    "COORD-3",
+    "COORD-4",
+    "COORD-5",
+    "COORD-6",
+    "COORD-8",
+    "COORD-9",
+    "COORD-11",
+    "COORD-13",
+    "CKP-1",
+    "CKP-2",
 )
 def test_the_coordinator_keeps_the_files_its_model_keeps() -> None:
     run_state_machine_as_test(

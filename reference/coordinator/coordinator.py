@@ -275,6 +275,14 @@ class CheckpointCoordinator:
         # snapshot need not lie (KB-SNAP-10).
         self.full_checkpoints = True
 
+    def restore_initial(self, pointer: str | None, metadata: CheckpointMetadata | None, claim: bool) -> None:
+        """A coordinator recovered from storage (COORD-8) that found no completed checkpoint, of a job started from
+        `pointer`, starts from that snapshot again with the same claim mode (COORD-13), so that its checkpoints are
+        full until one completes: Flink's restarted job master restores the latest checkpoint if there is one, else
+        the job's savepoint (`restoreInitialCheckpointIfPresent`, then `tryRestoreExecutionGraphFromSavepoint`)."""
+        if self.store.latest is None and pointer is not None and metadata is not None:
+            self.restore_from(pointer, metadata, claim)
+
     def shutdown(self) -> None:
         self._shutdown = True
         self.stop_periodic()

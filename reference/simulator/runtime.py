@@ -510,6 +510,7 @@ class Simulation:
         recovered = recover_from_storage(self.access.job_dir, self.spec.checkpointing.retained)
         self.orphaned_files |= known - set().union(*(shared_files(c.metadata) for c in recovered.store.retained))
         self.coordinator = self._coordinator(recovered.store, recovered.next_checkpoint_id)
+        self.coordinator.restore_initial(self.restored_from, self.initial, self.claim)
         self._failover(reason)
 
     def _failover(self, reason: str) -> None:

@@ -123,9 +123,10 @@ class _Run:
         self.initial = _Position(initial.checkpoint_id if initial else None, self.restore_from, dict(self.start))
         self.position = self.initial  # the state the next epoch starts from
         self.coordinator = self._new_coordinator(None, first_id)
+        self.initial_metadata = initial
+        self.claim = cfg.read(dict(scenario.config), catalog.STATE_RECOVERY_CLAIM_MODE) == "CLAIM"
         if initial is not None and self.restore_from is not None:
-            claim = cfg.read(dict(scenario.config), catalog.STATE_RECOVERY_CLAIM_MODE) == "CLAIM"
-            self.coordinator.restore_from(self.restore_from, initial, claim=claim)
+            self.coordinator.restore_from(self.restore_from, initial, claim=self.claim)
 
     # -- the coordinator's listener -------------------------------------------------------------------------------
     def trigger(self, checkpoint_id: int, timestamp_ms: int, options: Any) -> None:
@@ -331,6 +332,7 @@ class _Run:
         self.coordinator.halt()
         recovered = recover_from_storage(self.access.job_dir, self.scenario.checkpointing.retained)
         self.coordinator = self._new_coordinator(recovered.store, recovered.next_checkpoint_id)
+        self.coordinator.restore_initial(self.restore_from, self.initial_metadata, self.claim)
         self.pending_stop = False
         self._fail_over()
 
