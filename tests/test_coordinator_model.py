@@ -23,6 +23,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from statecert.reference.completed_checkpoint_store import CompletedCheckpointStore
 from statecert.reference.coordinator.coordinator import CheckpointCoordinator, JobVertex
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
@@ -111,10 +112,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.access = storage.create_checkpoint_storage("job")
         self.scheduler = ManualScheduler()
         self.listener = Listener()
-        self.coordinator = CheckpointCoordinator(
-            "job", [JobVertex("op", PARALLELISM, MAX_PARALLELISM)], self.access, self.settings, self.scheduler,
-            self.listener,
-        )  # fmt: skip
+        self.coordinator = self._new_coordinator(None, 1)
         # the model
         self.checkpoints: dict[int, ModelCheckpoint] = {}
         self.pending: set[int] = set()
@@ -173,6 +171,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.checkpoints[snapshot_id] = ModelCheckpoint(snapshot_id, False, 0, used=set(files))
         else:
             self.not_owned = set(files)
+
+    def _new_coordinator(self, store: CompletedCheckpointStore | None, next_id: int) -> CheckpointCoordinator:
+        vertices = [JobVertex("op", PARALLELISM, MAX_PARALLELISM)]
+        return CheckpointCoordinator(
+            "job", vertices, self.access, self.settings, self.scheduler, self.listener, store, next_id
+        )
 
     def teardown(self) -> None:
         if self.fs.exists(self.root):
@@ -357,10 +361,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert self.coordinator is not None
         self.coordinator.halt()
         recovered = recover_from_storage(self.access.job_dir, self.settings.retained)
-        self.coordinator = CheckpointCoordinator(
-            "job", [JobVertex("op", PARALLELISM, MAX_PARALLELISM)], self.access, self.settings, self.scheduler,
-            self.listener, recovered.store, recovered.next_checkpoint_id,
-        )  # fmt: skip
+        self.coordinator = self._new_coordinator(recovered.store, recovered.next_checkpoint_id)
         # recovery reads the job's own directory: a claimed snapshot elsewhere is forgotten
         retained = [c for c in self._retained() if c != self.claimed]
         self.full = False
