@@ -201,11 +201,15 @@ def test_stop_with_savepoint_shuts_down(tmp_path: Path) -> None:
 
 @pytest.mark.requirement("COORD-9")
 def test_completion_subsumes_older_pending_checkpoints(tmp_path: Path) -> None:
-    coordinator, _, recorder, _ = make(tmp_path, max_concurrent=2)
+    coordinator, _, recorder, _ = make(tmp_path, max_concurrent=3)
+    coordinator.trigger_checkpoint()
     coordinator.trigger_checkpoint()
     coordinator.trigger_checkpoint()
     ack_all(coordinator, 2)
     assert recorder.completed == [2] and recorder.aborted == [(1, FailureReason.SUBSUMED)]
+    assert sorted(coordinator.pending) == [3], (
+        f"COORD-9: only older checkpoints are subsumed, pending: {coordinator.pending}"
+    )
 
 
 @pytest.mark.requirement("COORD-8", "FMT-5")

@@ -82,7 +82,8 @@ class ModelCheckpoint:
     savepoint: bool
     triggered_ms: int
     acknowledged: set[tuple[str, int]] = field(default_factory=set)
-    used: set[str] = field(default_factory=set)  # shared files its acknowledgements referenced
+    used: set[str] = field(default_factory=set)  # shared files its acknowledgements referenced (registered)
+    referenced: set[str] = field(default_factory=set)  # those of the acknowledgements it accepted (its metadata)
 
 
 class CoordinatorMachine(RuleBasedStateMachine):
@@ -168,7 +169,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if claim:
             self.claimed = snapshot_id
             self.completed = [snapshot_id]
-            self.checkpoints[snapshot_id] = ModelCheckpoint(snapshot_id, False, 0, used=set(files))
+            self.checkpoints[snapshot_id] = ModelCheckpoint(
+                snapshot_id, False, 0, used=set(files), referenced=set(files)
+            )
         else:
             self.not_owned = set(files)
 
@@ -206,7 +209,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.full = False
         self.used_since_completion = set()
         for task in TASKS:
-            self.base[task] = {p for p in checkpoint.used if f"-{task[1]}-" in p}
+            self.base[task] = {p for p in checkpoint.referenced if f"-{task[1]}-" in p}
         for older in [c for c in self._pending_checkpoints() if c < checkpoint_id]:
             self._abort(older, counts=False)  # subsumed: never counted
 
@@ -223,9 +226,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.written.add(path)
             shared[path.rsplit("/", 1)[-1]] = FileStateHandle(path, 1)
         rng = key_group_range_for_operator(MAX_PARALLELISM, PARALLELISM, task[1])
-        handle = IncrementalKeyedStateHandle(
-            "model", rng, checkpoint_id, shared, {}, ByteStreamStateHandle(f"meta-{checkpoint_id}-{task[1]}", b"m")
-        )
+        private = {}
+        if not self.checkpoints[checkpoint_id].savepoint:  # a private file in the checkpoint's exclusive directory
+            path = f"{self.access.job_dir}/chk-{checkpoint_id}/{task[1]}-{uuid.uuid4().hex}"
+            with fsspec.open(path, "wb") as out:
+                out.write(b"p")
+            private[path.rsplit("/", 1)[-1]] = FileStateHandle(path, 1)
+        meta = ByteStreamStateHandle(f"meta-{checkpoint_id}-{task[1]}", b"m")
+        handle = IncrementalKeyedStateHandle("model", rng, checkpoint_id, shared, private, meta)
         return OperatorSubtaskState((handle,))
 
     # -- rules -------------------------------------------------------------------------------------------------------
@@ -297,6 +305,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         )
         if not checkpoint.savepoint:
             checkpoint.used |= _shared_paths(state)
+            if accepted:
+                checkpoint.referenced |= _shared_paths(state)
             self.used_since_completion |= _shared_paths(state)
         checkpoint.acknowledged.add(task)
         if len(checkpoint.acknowledged) == len(TASKS):
@@ -371,7 +381,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self._restored(self.origin[1].checkpoint_id, self.origin_files, self.origin[2])
             retained = list(self.completed) if self.origin[2] else []
         # what only the dead coordinator knew of is orphaned: nobody will delete it (nor does Flink)
-        needed = set().union(*(self.checkpoints[c].used for c in retained)) if retained else set()
+        needed = set().union(*(self.checkpoints[c].referenced for c in retained)) if retained else set()
         self.orphans |= self._shared_files_present() - needed - self.not_owned
         # the old coordinator's checkpoints are gone: a task's late acknowledgement of one never reaches the new
         # coordinator (Flink fences messages of an earlier leader), and the new one may give their ids again
@@ -438,7 +448,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         gone = self.not_owned - present
         assert not gone, f"COORD-13: files of the snapshot the job did not claim were deleted: {sorted(gone)[:3]}"
         retained = self._retained()
-        needed = set().union(*(self.checkpoints[c].used for c in retained)) if retained else set()
+        needed = set().union(*(self.checkpoints[c].referenced for c in retained)) if retained else set()
         missing = needed - present
         assert not missing, f"CKP-2: files of retained checkpoints {retained} are gone: {sorted(missing)[:3]}"
         if self.ended:

@@ -102,6 +102,7 @@ class CheckpointCoordinator:
         self.stopped_with_savepoint: str | None = None
         self.last_savepoint: str | None = None
         self.full_checkpoints = False  # until a checkpoint after a restore from a snapshot completes (COORD-13)
+        self._aborted: dict[int, Any] = {}  # the locations of aborted checkpoints, for late acknowledgements
 
     # -- triggering --------------------------------------------------------------------------------------------------
     def start_periodic(self) -> None:
@@ -165,12 +166,18 @@ class CheckpointCoordinator:
     # -- acknowledgements --------------------------------------------------------------------------------------------
     def acknowledge(self, checkpoint_id: int, task: TaskId, state: OperatorSubtaskState) -> bool:
         """Record a task's state; completes the checkpoint when it was the last (COORD-4). False if not pending."""
+        if self._shutdown:
+            return False  # the job is gone (Flink drops it before registering anything)
         pending = self.pending.get(checkpoint_id)
         if pending is None or not pending.is_savepoint:
             # Every acknowledgement of a checkpoint registers its shared files, a late one's too, so that the next
             # addition to the store deletes what an aborted checkpoint uploaded (CKP-2, Flink's
             # receiveAcknowledgeMessage); a savepoint's files are the user's.
             self.store.registry.register_acknowledged(checkpoint_id, state)
+        if pending is None and checkpoint_id in self._aborted:
+            # a late acknowledgement of an aborted checkpoint: what it wrote into the checkpoint's exclusive directory
+            # goes (Flink's discardSubtaskState), its shared files with the next completion (CKP-2)
+            self._aborted[checkpoint_id].dispose_on_failure()
         if pending is None or task not in pending.awaiting:
             return False
         pending.awaiting.discard(task)
@@ -231,6 +238,7 @@ class CheckpointCoordinator:
         if pending.timer is not None:
             pending.timer.cancel()
         pending.location.dispose_on_failure()
+        self._aborted[checkpoint_id] = pending.location
         self.listener.notify_aborted(checkpoint_id, reason)
         if self.failures.on_failure(reason, pending.is_savepoint):
             self.failures.on_success()
