@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from statecert.reference.shared_state_registry import SharedStateRegistry
+from statecert.reference.shared_state_registry import SharedStateRegistry, shared_files
 from statecert.reference.storage.discard import remove_directory, retract_metadata
 from statecert.spec.metadata import CheckpointMetadata
 
@@ -64,6 +64,10 @@ class CompletedCheckpointStore:
     @property
     def retained(self) -> list[CompletedCheckpoint]:
         return list(self._retained)
+
+    def shared_files(self) -> set[str]:
+        """URLs of the shared-scope files the retained checkpoints reference."""
+        return set().union(*(shared_files(c.metadata) for c in self._retained))
 
     @property
     def latest(self) -> CompletedCheckpoint | None:

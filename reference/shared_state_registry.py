@@ -6,8 +6,7 @@ alone would leak."""
 
 from __future__ import annotations
 
-import fsspec
-
+from statecert.reference.storage.discard import remove_file
 from statecert.spec.handles import (
     ChangelogStateBackendHandle,
     FileStateHandle,
@@ -89,9 +88,7 @@ class SharedStateRegistry:
             del self._last_used[path]
             if path in self._not_owned:
                 continue
-            fs, local = fsspec.core.url_to_fs(path)
-            if fs.exists(local):
-                fs.rm_file(local)
+            remove_file(path)
             deleted.append(path)
         return deleted
 

@@ -26,6 +26,7 @@ from statecert.reference.coordinator.coordinator import CheckpointCoordinator, C
 from statecert.reference.coordinator.failures import FailureReason
 from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.settings import CheckpointingMode, JobStatus
+from statecert.reference.format.paths import is_within
 from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import keyed_handles_for_subtask
 from statecert.reference.shared_state_registry import shared_files, subtask_shared_files
@@ -42,6 +43,7 @@ from statecert.reference.simulator.record_batch import RecordBatch
 from statecert.reference.simulator.scheduler import SimpyScheduler
 from statecert.reference.simulator.sink_output import SinkPart, output_columns, output_rows
 from statecert.reference.simulator.tasks import SourceTask
+from statecert.reference.storage.discard import remove_file
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
@@ -508,7 +510,7 @@ class Simulation:
         self.coordinator.halt()
         known = self.coordinator.store.registry.registered()
         recovered = recover_from_storage(self.access.job_dir, self.spec.checkpointing.retained)
-        self.orphaned_files |= known - set().union(*(shared_files(c.metadata) for c in recovered.store.retained))
+        self.orphaned_files |= known - recovered.store.shared_files()
         self.coordinator = self._coordinator(recovered.store, recovered.next_checkpoint_id)
         self.coordinator.restore_initial(self.restored_from, self.initial, self.claim)
         self._failover(reason)
@@ -617,14 +619,14 @@ class Simulation:
     def _discard_unacknowledged(self) -> None:
         """The attempt ended with uploads whose acknowledgement had not reached the coordinator: their tasks are
         cancelled, and a cancelled asynchronous part deletes the shared files it wrote first (KB-SNAP-6, Flink's
-        AsyncCheckpointRunnable), unless an acknowledgement the coordinator received references them."""
+        AsyncCheckpointRunnable), unless an acknowledgement the coordinator received references them (the registry
+        holds every file of a retained checkpoint too). Only files in the job's shared directory are its uploads: a
+        snapshot the job started from is never touched."""
         keep = self.coordinator.store.registry.registered()
-        keep |= set().union(*(shared_files(c.metadata) for c in self.coordinator.store.retained))
         for key in list(self._unacknowledged):
             for path in sorted(self._unacknowledged.pop(key) - keep):
-                fs, local = fsspec.core.url_to_fs(path)
-                if fs.exists(local):
-                    fs.rm_file(local)
+                if is_within(path, self.access.shared_dir):
+                    remove_file(path)
 
     @property
     def status(self) -> JobStatus:
@@ -702,7 +704,7 @@ class Simulation:
     def _leaked_shared_files(self) -> int:
         """Shared files no retained checkpoint references, that the coordinator will not delete (it never heard of
         them) and that no dead process left (CKP-2: none may leak); each is a violation."""
-        referenced = set().union(*(shared_files(c.metadata) for c in self.coordinator.store.retained))
+        referenced = self.coordinator.store.shared_files()
         fs, shared = fsspec.core.url_to_fs(self.access.shared_dir)
         present = {fs.unstrip_protocol(p) for p in fs.find(shared)} if fs.exists(shared) else set()
         leaked = sorted(present - referenced - self.coordinator.store.registry.registered() - self.orphaned_files)

@@ -11,6 +11,13 @@ from statecert.reference.storage.literal_paths import remove_tree
 from statecert.spec.storage import METADATA_FILE_NAME
 
 
+def remove_file(url: str) -> None:
+    """Delete the file at `url`, if there is one."""
+    fs, path = fsspec.core.url_to_fs(url)
+    if fs.exists(path):
+        fs.rm_file(path)
+
+
 def retract_metadata(directory_url: str) -> None:
     """Delete the `_metadata` of a checkpoint directory, if any: from now on it is incomplete."""
     fs, directory = fsspec.core.url_to_fs(directory_url)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import fsspec
-
+from statecert.reference.storage.discard import remove_file
 from statecert.spec.handles import FileStateHandle, StreamStateHandle
 from statecert.spec.storage import CheckpointedStateScope, CheckpointStateOutputStream, CheckpointStreamFactory
 
@@ -16,9 +15,7 @@ def discard_stream_handles(handles: list[StreamStateHandle]) -> None:
     """Delete the files of `handles` (inline handles hold nothing to delete)."""
     for handle in handles:
         if isinstance(handle, FileStateHandle):
-            fs, path = fsspec.core.url_to_fs(handle.path)
-            if fs.exists(path):
-                fs.rm_file(path)
+            remove_file(handle.path)
 
 
 class _RecordedStream:
