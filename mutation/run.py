@@ -122,6 +122,14 @@ TARGETS = {
         "reference/completed_checkpoint_store.py",
         "reference/shared_state_registry.py",
     ],
+    # the simulator's and the scenarios' verdicts (SIM-2, SIM-3, SIM-12, SCN): a checker that passes a wrong output
+    # certifies a backend that loses or doubles records, so they are measured by the repository's tests of them
+    "checkers": [
+        "reference/simulator/checkers.py",
+        "reference/simulator/cuts.py",
+        "reference/tumbling_windows.py",
+        "scenarios/results.py",
+    ],
 }
 # Targets measured by repository tests (run from this checkout) instead of the conformance suite.
 REPOSITORY_TESTS = {
@@ -146,6 +154,12 @@ REPOSITORY_TESTS = {
         "tests/test_simulator.py",
         "tests/test_scenarios.py",
     ],
+    "checkers": [
+        "tests/test_simulator_columns.py",
+        "tests/test_tumbling_windows.py",
+        "tests/test_scenarios.py",
+        "tests/test_simulator.py",
+    ],
 }
 # How the suite names each backend, and where its modules are imported from when they are not in the package.
 BACKEND_ARGUMENT: dict[str, str | None] = {
@@ -161,6 +175,7 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
     "coordinator": None,  # REPOSITORY_TESTS
+    "checkers": None,  # REPOSITORY_TESTS
 }
 IMPORT_PATH = {
     "spec-only": [ROOT / "examples" / "spec-only-backend"],
