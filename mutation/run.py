@@ -205,6 +205,7 @@ CONFIGS = {
     # storage, which exercises the same readers' path confinement (FMT-10) on its own files
     "format": [["repository tests"], ["--statecert-storage-under-test", "filesystem"]],
     "coordinator": [["repository tests"]],
+    "checkers": [["repository tests"]],
 }
 
 SITECUSTOMIZE = """
