@@ -54,6 +54,10 @@ def _job(file: str) -> tuple[Any, str | None]:
 
 
 def simulate(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from statecert.reference.coordinator.settings import CheckpointingMode
+    from statecert.reference.simulator.checkers import output_problems, report_violations
     from statecert.reference.simulator.plot import plot_timeline
     from statecert.reference.simulator.runtime import Simulation
 
@@ -91,6 +95,13 @@ def simulate(args: argparse.Namespace, console: Console) -> int:
             f"not in the input {checks['unexpected']}"
         )
     else:
-        outcome = f"lost {checks['lost']}, duplicated {checks['duplicated']}, out of order {checks['out_of_order']}"
+        outcome = (
+            f"lost {checks['lost']}, duplicated {checks['duplicated']}, not of the run's range {checks['unexpected']}, "
+            f"out of order {checks['out_of_order']}, wrong running totals {checks['wrong_counts']}"
+        )
     console.print(f"[{colour}]{outcome}[/{colour}]")
-    return 0 if report["terminated"] else 1
+    problems = output_problems(checks, report["mode"] == CheckpointingMode.AT_LEAST_ONCE.value)
+    problems += report_violations(checks)
+    for problem in problems:
+        console.print(f"[red]{escape(problem)}[/red]")
+    return 0 if report["terminated"] and not problems else 1

@@ -22,7 +22,8 @@ Output = tuple[str, int, int]  # key, source offset, the key's running total
 @dataclass
 class RunResult:
     """One job run. `end_offsets`: per source split, where its input ended (all of it, or a stop-with-savepoint).
-    `final_state`: per key the total in the run's last completed checkpoint or savepoint."""
+    `final_state`: per key the total in the run's last completed checkpoint or savepoint. `checker_violations`:
+    what the runner's own checkers found wrong in the run (the simulator's, SIM-9), each a sentence."""
 
     backend: str
     parallelism: int
@@ -35,6 +36,7 @@ class RunResult:
     job_failed: bool = False
     final_state: dict[Any, int] | None = None
     oracle_mismatches: list[str] = field(default_factory=list)  # from a runner's own oracle (Spark DataFrames)
+    checker_violations: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -106,6 +108,8 @@ def evaluate(scenario: Scenario, result: ScenarioResult) -> list[str]:
     if result.error is not None:
         return failures
     runs = result.runs
+    for i, run in enumerate(runs):  # the runner's checkers hold in every run, whatever the scenario expects
+        failures += [f"run {i + 1}: {violation}" for violation in run.checker_violations]
     if expect.job_failed != any(r.job_failed for r in runs):
         failures.append(f"expected job_failed={expect.job_failed}, got {not expect.job_failed}")
     completed = sum(r.completed_checkpoints for r in runs)
@@ -177,8 +181,8 @@ def _exactly_once(inputs: list[list[Record]], aggregate: KeyedAggregate, runs: l
         if not checks.exactly_once:
             failures.append(
                 f"run {i + 1}: expected every record committed once in order, got {checks.lost} lost, "
-                f"{checks.duplicated} duplicated, {checks.out_of_order} out of order, "
-                f"{checks.wrong_counts} wrong running totals"
+                f"{checks.duplicated} duplicated, {checks.unexpected} not of its input range, "
+                f"{checks.out_of_order} out of order, {checks.wrong_counts} wrong running totals"
             )
         if i + 1 < len(runs):
             after = runs[i + 1].start_offsets

@@ -8,8 +8,10 @@ import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from statecert.reference.config import catalog
+from statecert.reference.simulator.checkers import report_violations
 from statecert.reference.simulator.cuts import source_offsets
 from statecert.reference.simulator.flink_config import with_flink_config
 from statecert.reference.simulator.job_spec import Fault, JobSpec
@@ -112,8 +114,8 @@ def run_on_simulator(
                 spec = dataclasses.replace(spec, mini_batch_size=MINI_BATCH_PER_CHECKPOINT)
             simulation = Simulation(spec, scenario.input.seed, workdir / f"run-{i + 1}", restore_from)
             simulations.append(simulation)
-            simulation.run()
-            result.runs.append(_run_result(scenario, plan, simulation))
+            report = simulation.run()
+            result.runs.append(_run_result(scenario, plan, simulation, report["checks"]))
             if end_jobs:
                 simulation.end_job()  # retention: the run's checkpoints go unless the setting keeps them (COORD-11)
             if simulation.failed:
@@ -125,7 +127,7 @@ def run_on_simulator(
     return result
 
 
-def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation) -> RunResult:
+def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation, checks: dict[str, Any]) -> RunResult:
     final = sim.last_committed_pointer
     aggregate = aggregate_of(scenario, plan.serializer_version)
     ends = {s: sim.end_offsets.get(s, len(ids)) for s, ids in enumerate(sim.input_ids)}
@@ -142,4 +144,5 @@ def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation) -> RunRe
         failovers=len(sim.failovers),
         job_failed=sim.failed,
         final_state=final_totals(final, sim.backend, aggregate, scenario.job.stages) if final else None,
+        checker_violations=report_violations(checks),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -79,6 +80,37 @@ def test_at_least_once_with_a_failure_reports_duplicates(tmp_path: Path) -> None
     assert any(d > 0 for d in duplicated), f"no duplicates in at-least-once mode with a failure: {duplicated}"
     clean = run(dataclasses.replace(spec, faults=()), 1, tmp_path)
     assert clean["checks"]["exactly_once"], "without a failure nothing is replayed"
+
+
+@pytest.mark.requirement("SIM-2", "SIM-3", "SIM-9")
+@pytest.mark.parametrize(
+    "backend,mode,status,printed",
+    [
+        ("hashmap", "exactly-once", 0, None),
+        ("hashmap", "at-least-once", 0, None),  # duplicates are at-least-once's (SIM-3): not a failure
+        ("tests.broken_backends:operator_update_appends", "exactly-once", 1, "duplicated"),
+        ("tests.broken_backends:changelog_ignores_log", "exactly-once", 1, "wrong counts"),
+    ],
+)
+def test_simulate_exits_1_when_a_check_fails(
+    tmp_path: Path, backend: str, mode: str, status: int, printed: str | None
+) -> None:
+    """`statecert simulate` exits 0 only when the run terminated and every check held: its output exactly-once (with
+    at-least-once checkpoints, nothing lost) and no checker violation; it exited 0 on a run with 120 wrong running
+    totals, and did not print them."""
+    job = (JOBS / "crash-aligned.toml").read_text(encoding="utf-8").replace('"hashmap"', f'"{backend}"')
+    job = job.replace('mode = "exactly-once"', f'mode = "{mode}"')
+    (tmp_path / "job.toml").write_text(job, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "statecert.cli.main", "simulate", str(tmp_path / "job.toml"), "--seed", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == status, f"expected exit status {status}, got {done.returncode}: {done.stdout}"
+    if printed is not None:
+        assert printed in done.stdout, done.stdout
 
 
 @pytest.mark.requirement("SIM-4", "COORD-8")

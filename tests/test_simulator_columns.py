@@ -49,7 +49,7 @@ def sink_runs(draw: Any) -> tuple[dict[int, list[int]], list[tuple[int, int, int
         elif edit == "total":
             committed[i] = (k, o, t + 1)
         elif edit == "stray":
-            committed.insert(i, (keys, o, 1))  # a key with no expected records: only its totals are judged
+            committed.insert(i, (keys, o, 1))  # a key with no expected records: unexpected
     return expected, committed, initial, operator
 
 

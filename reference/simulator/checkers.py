@@ -1,5 +1,5 @@
-"""What must hold at the end of a simulation: per key no record lost, none duplicated, order kept (the
-exactly-once invariants), and termination."""
+"""What must hold at the end of a simulation: per key no record lost, none duplicated, none committed that was not
+the run's to commit, order kept (the exactly-once invariants), and termination."""
 
 from __future__ import annotations
 
@@ -17,14 +17,20 @@ Output = tuple[str, int, int]  # key, source offset, the key's running total aft
 
 @dataclass(frozen=True)
 class CheckResult:
+    """The committed output against the run's expected records (SIM-2): `lost` expected records never committed,
+    `duplicated` extra copies of a committed record, `unexpected` records committed that the run was not to commit
+    (outside its input range, or under another key), `out_of_order` records committed after a later offset of
+    their key, `wrong_counts` running totals that are not the key's total up to the record."""
+
     lost: int
     duplicated: int
     out_of_order: int
     wrong_counts: int
+    unexpected: int = 0
 
     @property
     def exactly_once(self) -> bool:
-        return self.lost == 0 and self.duplicated == 0 and self.out_of_order == 0 and self.wrong_counts == 0
+        return not (self.lost or self.duplicated or self.out_of_order or self.wrong_counts or self.unexpected)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "exactly_once": self.exactly_once}
@@ -47,14 +53,15 @@ def check_outputs(
         totals[key] = totals.get(key, 0) + weight(offset)
         if total != totals[key]:
             wrong_counts += 1
-    lost = duplicated = out_of_order = 0
-    for key, offsets in expected.items():
-        got = seen.get(key, [])
+    lost = duplicated = out_of_order = unexpected = 0
+    for key in expected.keys() | seen.keys():
+        got, wanted = seen.get(key, []), set(expected.get(key, []))
         counts = Counter(got)
-        lost += sum(1 for o in offsets if o not in counts)
-        duplicated += sum(c - 1 for c in counts.values() if c > 1)
+        lost += len(wanted - counts.keys())
+        unexpected += len(counts.keys() - wanted)
+        duplicated += sum(c - 1 for c in counts.values())
         out_of_order += sum(1 for a, b in itertools.pairwise(got) if b < a)
-    return CheckResult(lost, duplicated, out_of_order, wrong_counts)
+    return CheckResult(lost, duplicated, out_of_order, wrong_counts, unexpected)
 
 
 def check_output_columns(
@@ -80,12 +87,6 @@ def check_output_columns(
     want = np.cumsum(w)
     want += np.repeat(initial_totals[k[starts]] - want[starts] + w[starts], counts)
     wrong_counts = int(np.count_nonzero(want != totals[order]))
-    checked = np.zeros(key_count, dtype=bool)  # keys with expected records: the others are not judged
-    checked[expected_keys] = True
-    mask = checked[k]
-    if not mask.all():
-        k, o = k[mask], o[mask]
-        boundary = k[1:] != k[:-1]
     out_of_order = int(np.count_nonzero(~boundary & (o[1:] < o[:-1])))
     stride = int(max(o.max(initial=0), expected_offsets.max(initial=0))) + 1
     # (key, offset) pairs as one number, sorted. Grouped by key with each key's offsets in commit (or source)
@@ -101,7 +102,8 @@ def check_output_columns(
     wanted = np.sort(expected_keys[expected_order] * stride + expected_offsets[expected_order], kind="stable")
     at = np.minimum(np.searchsorted(pairs, wanted), max(len(pairs) - 1, 0))
     lost = len(wanted) if not len(pairs) else int(np.count_nonzero(pairs[at] != wanted))
-    return CheckResult(lost, duplicated, out_of_order, wrong_counts)
+    unexpected = len(pairs) - (len(wanted) - lost)  # both are distinct: what of `pairs` is not wanted
+    return CheckResult(lost, duplicated, out_of_order, wrong_counts, unexpected)
 
 
 def _narrowest(keys: npt.NDArray[np.int64], key_count: int) -> npt.NDArray[np.signedinteger[Any]]:
@@ -110,3 +112,28 @@ def _narrowest(keys: npt.NDArray[np.int64], key_count: int) -> npt.NDArray[np.si
     if key_count <= np.iinfo(np.int16).max + 1:
         return keys.astype(np.int16)
     return keys.astype(np.int32) if key_count <= np.iinfo(np.int32).max + 1 else keys
+
+
+# what the record check and the window check count
+OUTPUT_FAULTS = ("lost", "duplicated", "unexpected", "out_of_order", "wrong_counts", "wrong_sums")
+
+
+def report_violations(checks: Mapping[str, Any]) -> list[str]:
+    """What a simulation report's checkers found besides the sink's output (SIM-9), each a sentence: checkpoints
+    that are not consistent cuts, shared files deleted while referenced or leaked, more pending checkpoints than
+    allowed, and checkpoints that outlived their timeout."""
+    found = list(checks["violations"])
+    if not checks["concurrency_bound_held"]:
+        found.append(f"expected at most the allowed concurrent checkpoints, got {checks['max_pending_checkpoints']}")
+    if checks["checkpoints_past_timeout"]:
+        found.append(f"expected every checkpoint to end within its timeout, got {checks['checkpoints_past_timeout']}")
+    return found
+
+
+def output_problems(checks: Mapping[str, Any], at_least_once: bool) -> list[str]:
+    """What is wrong with a simulation's committed output (SIM-2, SIM-3): with at-least-once checkpoints records
+    may be committed twice (and then out of order, with running totals that count them twice), but none lost and
+    none outside the run's range; otherwise it must be exactly-once."""
+    judged = ("lost", "unexpected") if at_least_once else OUTPUT_FAULTS
+    wrong = [f"{checks[k]} {k.replace('_', ' ')}" for k in judged if checks.get(k)]
+    return [f"expected the committed output exactly-once, got {', '.join(wrong)}"] if wrong else []
