@@ -155,6 +155,7 @@ REPOSITORY_TESTS = {
         "tests/test_scenarios.py",
     ],
     "checkers": [
+        "tests/test_checkers.py",
         "tests/test_simulator_columns.py",
         "tests/test_tumbling_windows.py",
         "tests/test_scenarios.py",

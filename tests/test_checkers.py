@@ -19,6 +19,7 @@ from statecert.reference.simulator.checkers import (
     check_outputs,
     report_violations,
 )
+from statecert.reference.tumbling_windows import WindowCheck, check_windows
 from statecert.scenarios.catalog import resolve
 from statecert.scenarios.loader import load_scenario
 from statecert.scenarios.results import (
@@ -120,6 +121,34 @@ def test_the_sink_checks_count_every_injected_fault_by_kind(data: Any, operator:
     )
     assert columns == run.verdict, f"check_output_columns gave {columns}, expected {run.verdict}"
     assert rows.exactly_once == (not any(asdict(run.verdict).values()))
+
+
+@pytest.mark.requirement("SCN-10")
+@settings(max_examples=200, deadline=None)
+@given(
+    expected=st.dictionaries(st.tuples(st.sampled_from("abc"), st.sampled_from(range(0, 100, 10))), st.integers(1, 50)),
+    rnd=st.randoms(use_true_random=False),
+)
+def test_the_window_check_counts_every_injected_fault_by_kind(expected: dict[tuple[str, int], int], rnd: Any) -> None:
+    """Each expected window committed once with its sum, but some dropped, some committed twice (the copy with the
+    same sum), some with a wrong sum, and windows nobody expected (another key's, or another start) committed:
+    the window check counts each as injected."""
+    windows = sorted(expected)
+    dropped = {w for w in windows if rnd.random() < 0.2}
+    kept = [w for w in windows if w not in dropped]
+    wrong = {w for w in kept if rnd.random() < 0.2}
+    committed = [
+        (key, start, expected[(key, start)] + (rnd.choice([-1, 1, 7]) if (key, start) in wrong else 0))
+        for key, start in kept
+    ]
+    copies = [row for row in committed if (row[0], row[1]) not in wrong and rnd.random() < 0.2]
+    foreign = {(rnd.choice("abcd"), rnd.randrange(0, 100, 5)) for _ in range(rnd.randrange(3))} - set(expected)
+    committed += copies + [(key, start, 1) for key, start in sorted(foreign)]
+    rnd.shuffle(committed)
+    got = check_windows(expected, committed)
+    want = WindowCheck(lost=len(dropped), duplicated=len(copies), wrong_sums=len(wrong), unexpected=len(foreign))
+    assert got == want, f"check_windows gave {got}, expected {want} for committed={committed}"
+    assert got.exactly_once == (not (dropped or copies or wrong or foreign))
 
 
 # -- the scenario verdict over several runs (SCN-3, SCN-4) ------------------------------------------------------------
