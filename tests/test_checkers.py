@@ -4,7 +4,7 @@ A checker that misses a kind certifies a run that lost or doubled records."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from statecert.reference.simulator.checkers import (
 from statecert.reference.tumbling_windows import WindowCheck, check_windows
 from statecert.scenarios.catalog import resolve
 from statecert.scenarios.loader import load_scenario
+from statecert.scenarios.model import Bound, Scenario
 from statecert.scenarios.results import (
     RunResult,
     ScenarioResult,
@@ -161,7 +162,20 @@ CHECKER_FAULTS = {
     "too-many-pending": {**CLEAN, "concurrency_bound_held": False, "max_pending_checkpoints": 3},
     "past-timeout": {**CLEAN, "checkpoints_past_timeout": [4]},
 }
-FAULTS = ["drop", "duplicate", "swap", "wrong-total", "before-start", "past-end", "gap", *CHECKER_FAULTS]
+# what the scenario expects besides the output (SCN-4, SCN-5): the documented error, the job's fate, the counts
+OUTCOME_FAULTS = [
+    "unexpected-error",
+    "missing-error",
+    "other-error",
+    "job-failed",
+    "few-checkpoints",
+    "too-many-failovers",
+    "final-state-differs",
+    "no-final-state",
+]
+OUTPUT_FAULTS = ["drop", "duplicate", "swap", "wrong-total", "before-start", "past-end", "gap"]
+FAULTS = [*OUTPUT_FAULTS, *CHECKER_FAULTS, *OUTCOME_FAULTS]
+PASSING = [None, "expected-error-raised", "failovers-within-bound"]
 
 
 def _committed(aggregate: KeyedAggregate, start: dict[int, int], end: dict[int, int]) -> list[tuple[Any, int, int]]:
@@ -178,14 +192,14 @@ def _committed(aggregate: KeyedAggregate, start: dict[int, int], end: dict[int, 
 
 
 @pytest.mark.requirement("SCN-3", "SCN-4", "SIM-9")
-@settings(max_examples=80, deadline=None)
-@given(data=st.data(), fault=st.sampled_from([None, *FAULTS]))
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), fault=st.sampled_from([*PASSING, *FAULTS]))
 def test_the_scenario_verdict_fails_a_history_exactly_when_a_run_went_wrong(data: Any, fault: str | None) -> None:
     """Runs of stop-and-rescale's input, each resumed at or before the previous one's end (a replay is allowed),
     the last reading the input to its end; a fault in one run (a record lost, committed twice, out of order, with a
     wrong total, one from before its start or past its end committed once, a run starting after the previous
-    one's end, or a violation the simulator's own checkers reported) must fail the verdict, and a history without
-    one must pass it."""
+    one's end, or a violation the simulator's own checkers reported), or an outcome the scenario does not expect
+    (`_outcome`) must fail the verdict, and a history without one must pass it."""
     aggregate = aggregate_of(SCENARIO)
     lengths = [len(records) for records in inputs_of(SCENARIO)]
     count = data.draw(st.integers(2 if fault == "gap" else 1, 4), label="runs")
@@ -199,15 +213,52 @@ def test_the_scenario_verdict_fails_a_history_exactly_when_a_run_went_wrong(data
         runs.append(RunResult("hashmap", 2, 1, dict(start), end, _committed(aggregate, start, end), 4))
         start = {s: data.draw(st.integers(0, end[s]), label="resume at") for s in end}  # at or before the end
     runs[-1].final_state = expected_totals(SCENARIO, runs[-1].end_offsets)
-    if fault is not None:
-        _inject(data, fault, runs, lengths, aggregate)
     result = ScenarioResult(SCENARIO.name, "model", "hashmap", runs)
-    failures = evaluate(SCENARIO, result)
-    if fault is None:
+    scenario = SCENARIO
+    if fault in OUTCOME_FAULTS or fault in PASSING:
+        scenario = _outcome(data, fault, result)
+    elif fault is not None:
+        _inject(data, fault, runs, lengths, aggregate)
+    failures = evaluate(scenario, result)
+    if fault in PASSING:
         assert failures == [], f"a correct history failed: {failures}"
         assert report_violations(CLEAN) == []
     else:
         assert failures, f"a history with a {fault} fault passed: {[(r.start_offsets, r.end_offsets) for r in runs]}"
+
+
+def _outcome(data: Any, fault: str | None, result: ScenarioResult) -> Scenario:
+    """The scenario (its expectations changed where the fault is in them) and the result with the outcome `fault`
+    names: an error where none or another was expected, none where one was, a failed job, too few checkpoints, too
+    many failovers, a final state off by one for a key or missing; or one that meets them."""
+    scenario, runs = SCENARIO, result.runs
+    last = runs[-1]
+    assert last.final_state is not None
+    if fault == "unexpected-error":
+        result.error, result.error_message = "CheckpointFormatError", "chk-2/_metadata: truncated"
+    elif fault == "missing-error":
+        result.expected_error = "UnsupportedSnapshotError"
+    elif fault == "other-error":
+        result.expected_error, result.error = "UnsupportedSnapshotError", "CheckpointFormatError"
+    elif fault == "expected-error-raised":
+        result.expected_error = result.error = "UnsupportedSnapshotError"
+    elif fault == "job-failed":
+        data.draw(st.sampled_from(runs), label="failed run").job_failed = True
+    elif fault == "few-checkpoints":
+        for run in runs:
+            run.completed_checkpoints = 0
+    elif fault in ("too-many-failovers", "failovers-within-bound"):
+        bound = Bound(max=data.draw(st.integers(0, 2), label="max failovers"))
+        scenario = replace(SCENARIO, expect=replace(SCENARIO.expect, failovers=bound))
+        assert bound.max is not None
+        extra = 1 if fault == "too-many-failovers" else data.draw(st.integers(-bound.max, 0), label="fewer")
+        data.draw(st.sampled_from(runs), label="failing over run").failovers = bound.max + extra
+    elif fault == "final-state-differs":
+        key = data.draw(st.sampled_from(sorted(last.final_state)), label="key")
+        last.final_state[key] += data.draw(st.sampled_from([-1, 1]), label="off by")
+    elif fault == "no-final-state":
+        last.final_state = None
+    return scenario
 
 
 def _inject(data: Any, fault: str, runs: list[RunResult], lengths: list[int], aggregate: KeyedAggregate) -> None:

@@ -90,6 +90,36 @@ def test_windows_fire_once_with_their_sums_across_a_rescaled_restore(
     assert check.exactly_once, f"windows of size {size} over {records} (checkpoint after {cut}): {check}"
 
 
+@pytest.mark.requirement("SCN-10", "TM-2")
+@settings(max_examples=60, deadline=None)
+@given(
+    records=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40)), max_size=30),
+    size=st.integers(1, 10),
+    marks=st.lists(st.integers(-1, 50), max_size=5),
+)
+def test_a_window_fires_once_its_last_millisecond_is_reached_and_then_holds_no_state(
+    records: list[tuple[int, int]], size: int, marks: list[int]
+) -> None:
+    """After its records, watermarks advance: each fires exactly the windows whose last millisecond (start + size -
+    1) it reached and that had not fired, with their sums, and a fired window's state is cleared."""
+    expected = expected_windows([(KEYS[k], ts) for k, ts in records], size, weight)
+    fired: dict[tuple[str, int], int] = {}
+    with keyed_backend(HashMapStateBackend(), key_group_range=KeyGroupRange(0, 127)) as keyed:
+        windows = TumblingWindowOperator(keyed, size)
+        for k, ts in records:
+            windows.process(KEYS[k], ts, weight(ts))
+        for watermark in [*sorted(marks), MAX_TIMESTAMP]:
+            got = {(key, start): total for key, start, total in windows.advance_watermark(watermark)}
+            due = {w: t for w, t in expected.items() if w[1] + size - 1 <= watermark and w not in fired}
+            assert got == due, f"advance_watermark({watermark}) with windows of {size} ms fired {got}, expected {due}"
+            fired |= got
+            for key, start in fired:
+                keyed.set_current_key(key)
+                windows.state.set_current_namespace(start)
+                left = windows.state.get()
+                assert left is None, f"window {start} of {key} fired, its state holds {left}"
+
+
 @pytest.mark.requirement("SCN-10")
 @given(length=st.integers(1, 200), size=st.integers(1, 50))
 def test_a_splits_watermarks_end_each_window_and_then_event_time(length: int, size: int) -> None:

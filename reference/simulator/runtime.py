@@ -52,7 +52,7 @@ from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.handles import ChangelogStateBackendHandle, IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
 from statecert.spec.keygroups import assign_key_to_parallel_operator, key_group_range_for_operator
-from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
+from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorSubtaskState
 
 
 class Simulation:
@@ -173,6 +173,7 @@ class Simulation:
         self.max_pending = 0
         self.ended_at: dict[int, float] = {}
         self.violations: list[str] = []
+        self._checked_cuts: set[str] = set()  # the snapshots whose consistent cut was checked
 
     def _draw_inputs(self) -> list[npt.NDArray[np.int64]]:
         """Per source split, its records' key ids (a record's offset is its position)."""
@@ -522,6 +523,10 @@ class Simulation:
             self.violations.append(
                 f"recovered from checkpoint {restored_from}, the latest completed is {self.latest_completed_seen}"
             )
+        if latest is not None and self._checkpoints_are_cuts():
+            # the checkpoint the job restores from, taken mid-run (in flight data, channel state): the run's end
+            # sees only the retained ones, of a job that has drained by then
+            self._check_cut(latest.pointer, latest.metadata)
         self.failovers.append(
             {
                 "at_ms": round(self.env.now, 3),
@@ -670,22 +675,24 @@ class Simulation:
     def _check_cuts(self) -> None:
         """Every retained checkpoint and every savepoint is a consistent cut (savepoints are always aligned;
         at-least-once checkpoints are not cuts). Window state is checked through the window results instead."""
-        if self.spec.window_ms:
+        if self._checkpoints_are_cuts():
+            for completed in self.coordinator.store.retained:
+                self._check_cut(completed.pointer, completed.metadata)
+        if not self.spec.window_ms:
+            for pointer in self.savepoint_pointers:
+                self._check_cut(pointer, load_checkpoint_metadata(pointer))
+
+    def _checkpoints_are_cuts(self) -> bool:
+        return not self.spec.window_ms and self.spec.checkpointing.mode is not CheckpointingMode.AT_LEAST_ONCE
+
+    def _check_cut(self, pointer: str, metadata: CheckpointMetadata) -> None:
+        """One snapshot's consistent-cut check (SIM-9), once per snapshot."""
+        if pointer in self._checked_cuts:
             return
-        snapshots = []
-        if self.spec.checkpointing.mode is not CheckpointingMode.AT_LEAST_ONCE:
-            snapshots = [c.metadata for c in self.coordinator.store.retained]
-        snapshots += [load_checkpoint_metadata(p) for p in self.savepoint_pointers]
-        for metadata in snapshots:
-            self.violations += cut_violations(
-                metadata,
-                self.backend,
-                self.keys,
-                self.input_weights,
-                self.keyed_stages,
-                self._original_key,
-                self.aggregate,
-            )
+        self._checked_cuts.add(pointer)
+        self.violations += cut_violations(
+            metadata, self.backend, self.keys, self.input_weights, self.keyed_stages, self._original_key, self.aggregate
+        )
 
     def _original_key(self, stage: str, key: Any) -> Any:
         if stage == "counter" and self.spec.stages == 3:
