@@ -26,7 +26,7 @@ class CheckResult:
     duplicated: int
     out_of_order: int
     wrong_counts: int
-    unexpected: int = 0
+    unexpected: int
 
     @property
     def exactly_once(self) -> bool:
@@ -136,4 +136,5 @@ def output_problems(checks: Mapping[str, Any], at_least_once: bool) -> list[str]
     none outside the run's range; otherwise it must be exactly-once."""
     judged = ("lost", "unexpected") if at_least_once else OUTPUT_FAULTS
     wrong = [f"{checks[k]} {k.replace('_', ' ')}" for k in judged if checks.get(k)]
-    return [f"expected the committed output exactly-once, got {', '.join(wrong)}"] if wrong else []
+    wanted = "every record of the run committed, none outside it" if at_least_once else "the output exactly-once"
+    return [f"expected {wanted}, got {', '.join(wrong)}"] if wrong else []

@@ -673,8 +673,9 @@ class Simulation:
         )
 
     def _check_cuts(self) -> None:
-        """Every retained checkpoint and every savepoint is a consistent cut (savepoints are always aligned;
-        at-least-once checkpoints are not cuts). Window state is checked through the window results instead."""
+        """Every retained checkpoint and every savepoint is a consistent cut, as is every checkpoint a failover
+        restored from (`_failover`); savepoints are always aligned, at-least-once checkpoints are not cuts. Window
+        state is checked through the window results instead."""
         if self._checkpoints_are_cuts():
             for completed in self.coordinator.store.retained:
                 self._check_cut(completed.pointer, completed.metadata)
