@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,20 @@ from tests.test_traceability import citing_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTCOMES = {"passed", "failed", "expected-failure", "not-run", "unsupported", "skipped", "not-applicable"}
+CATALOG = pytest.mark.catalog
+"""The rest of the catalogue of broken backends and storages and of the certification matrix: each case is a whole
+`statecert certify` run, and together they took nine tenths of the self-tests' time (3,267 of 3,754 s on two
+workers of the 2-core machine). `tox` runs one case of each kind, `tox -e catalog` all of them."""
+
+
+def first_of_each_chapter(caught_by: Mapping[str, str]) -> list[Any]:
+    """The names of `caught_by` in sorted order, all but the first (in catalogue order) caught by each spec chapter
+    marked `catalog`: `tox` checks that every chapter's rejection is named, `tox -e catalog` every bug."""
+    first: dict[str, str] = {}
+    for name, requirement in caught_by.items():
+        first.setdefault(requirement.split("-")[0], name)
+    sample = set(first.values())
+    return [name if name in sample else pytest.param(name, marks=CATALOG) for name in sorted(caught_by)]
 
 
 def certify(
@@ -60,11 +75,13 @@ def failed_requirements(report: dict[str, Any]) -> set[str]:
         ("hashmap", []),
         # RocksDB with full checkpoints and with heap timers: `tox -e conformance-rocksdb` (99 and 73 s here).
         ("rocksdb", ["--config", "execution.checkpointing.incremental=true"]),
-        ("hashmap", ["--storage", "memory://certify", "--tier", "contract"]),
-        ("hashmap", ["--storage", "jobmanager", "--tier", "contract"]),
+        pytest.param("hashmap", ["--storage", "memory://certify", "--tier", "contract"], marks=CATALOG),
+        pytest.param("hashmap", ["--storage", "jobmanager", "--tier", "contract"], marks=CATALOG),
         ("hashmap", ["--changelog"]),
         # Flink's default materialization interval: checkpoints live on log segments across aborts (KB-SNAP-9)
-        ("hashmap", ["--changelog", "--config", "state.changelog.periodic-materialize.interval=10min"]),
+        pytest.param(
+            "hashmap", ["--changelog", "--config", "state.changelog.periodic-materialize.interval=10min"], marks=CATALOG
+        ),
     ],
 )
 def test_reference_backends_certify(tmp_path: Path, backend: str, extra: list[str]) -> None:
@@ -129,7 +146,7 @@ def citing_tests_expression(requirement: str) -> str:
     return " or ".join(sorted(names))
 
 
-@pytest.mark.parametrize("name", sorted(CAUGHT_BY))
+@pytest.mark.parametrize("name", first_of_each_chapter(CAUGHT_BY))
 def test_broken_backend_is_rejected_naming_the_requirement(tmp_path: Path, name: str) -> None:
     system_temp, working_directory = tmp_path / "tmp", tmp_path / "cwd"
     system_temp.mkdir()
@@ -196,6 +213,9 @@ def test_backend_outside_the_project_by_module_attr(tmp_path: Path) -> None:
         "0",
         "--report",
         "out/report.json",
+        "--",
+        "-k",
+        citing_tests_expression("KB-RESTORE-1"),  # what it violates; the whole suite took a minute of CI
         cwd=tmp_path,
     )
     assert code == 1, output
@@ -439,6 +459,7 @@ def test_backend_declaring_every_optional_capability_false_is_certified(tmp_path
     assert report["requirements"]["SB-3"]["outcome"] == "passed"
 
 
+@CATALOG
 @pytest.mark.parametrize("changelog", [[], ["--changelog"]], ids=["plain", "changelog"])
 @pytest.mark.parametrize("capability", sorted(KEYED_WITHOUT))
 def test_backend_declaring_one_capability_false_is_certified(
@@ -453,7 +474,7 @@ def test_backend_declaring_one_capability_false_is_certified(
         assert report["requirements"]["SB-3"]["outcome"] == "passed", report["requirements"]["SB-3"]
 
 
-@pytest.mark.parametrize("changelog", [[], ["--changelog"]], ids=["plain", "changelog"])
+@pytest.mark.parametrize("changelog", [[], pytest.param(["--changelog"], marks=CATALOG)], ids=["plain", "changelog"])
 def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path: Path, changelog: list[str]) -> None:
     """The other side of each open choice (tests/lenient_backends.py), as it is and wrapped in the changelog
     backend. Five of them were rejected: `add(None)` ignored by reducing state, by the test that wanted an error
@@ -468,12 +489,16 @@ def test_backend_taking_every_choice_the_spec_leaves_open_is_certified(tmp_path:
         assert report["requirements"][rid]["outcome"] == "passed", (rid, report["requirements"][rid])
 
 
-@pytest.mark.parametrize("changelog", [[], ["--changelog"]], ids=["plain", "changelog"])
+@pytest.mark.parametrize("changelog", [[], pytest.param(["--changelog"], marks=CATALOG)], ids=["plain", "changelog"])
 @pytest.mark.parametrize(
     ("backend", "requirements"),
     [
         ("tests.object_backends:keeping_objects", ("KB-SNAP-3", "KB-SNAP-5", "OS-10", "SER-10")),
-        ("tests.sqlite_backends:in_sqlite", ("KB-SNAP-2", "KB-SNAP-3", "KB-SNAP-5", "KB-LOCAL-1", "KB-LOCAL-2")),
+        pytest.param(
+            "tests.sqlite_backends:in_sqlite",
+            ("KB-SNAP-2", "KB-SNAP-3", "KB-SNAP-5", "KB-LOCAL-1", "KB-LOCAL-2"),
+            marks=CATALOG,
+        ),
         ("tests.incremental_backends:by_key_group", ("KB-SNAP-8", "KB-SNAP-9", "KB-SNAP-10", "SP-4", "CS-3")),
     ],
     ids=["objects", "sqlite", "by-key-group"],
@@ -515,7 +540,7 @@ def test_reference_storages_certify_without_a_backend(tmp_path: Path, storage: s
     assert "certified contracts: checkpoint storage" in output
 
 
-@pytest.mark.parametrize("name", sorted(STORAGE_CAUGHT_BY))
+@pytest.mark.parametrize("name", first_of_each_chapter(STORAGE_CAUGHT_BY))
 def test_broken_storage_is_rejected_naming_the_requirement(tmp_path: Path, name: str) -> None:
     code, report, output = certify(
         "--storage-under-test",
