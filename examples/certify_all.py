@@ -8,6 +8,7 @@ of the first example that failed, or 0.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -17,8 +18,11 @@ EXAMPLES = Path(__file__).resolve().parent
 
 
 def tox(example: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tox", "-c", str(example), "-e", "certify", *args]
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
+    """The example's own tox, in its own work directory: run from an outer tox, the `TOX_*` variables it sets (its
+    `TOX_WORK_DIR` among them) would put every example in one shared environment."""
+    argv = [sys.executable, "-m", "tox", "-c", str(example), "--workdir", str(example / ".tox"), "-e", "certify", *args]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TOX_")}
+    return subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
 
 
 def report(example: Path, step: str, done: subprocess.CompletedProcess[str]) -> None:

@@ -42,7 +42,7 @@ def _registered(group: str) -> tuple[EntryPoint, ...]:
 
 @functools.lru_cache(maxsize=32)
 def _entry_points(group: str, path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
-    """Scanning every installed distribution's metadata took a tenth of a certification run, which loads a backend
+    """Scanning every installed distribution's metadata took a sixth of a certification run, which loads a backend
     for each test; the scan is kept per `sys.path`, as Flink scans its plug-ins once at start-up."""
     return tuple(entry_points(group=group))
 
