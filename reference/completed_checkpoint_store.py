@@ -33,6 +33,10 @@ class CompletedCheckpointStore:
             raise ValueError("savepoints are never retained or subsumed with checkpoints (CKP-3)")
         self.registry.register(metadata)
         self._retained.append(CompletedCheckpoint(pointer, metadata))
+        return self._subsume()
+
+    def _subsume(self) -> list[CompletedCheckpoint]:
+        """Discard the oldest checkpoints beyond the retained count; returns them."""
         subsumed = []
         while len(self._retained) > self.max_retained:
             subsumed.append(self._retained.pop(0))
@@ -44,6 +48,14 @@ class CompletedCheckpointStore:
         discarded like the job's own checkpoints (a claimed savepoint too)."""
         self.registry.register(metadata)
         self._retained.append(CompletedCheckpoint(pointer, metadata))
+
+    def add_recovered_claimed(self, pointer: str, metadata: CheckpointMetadata) -> list[CompletedCheckpoint]:
+        """The claimed snapshot of a job whose coordinator was recovered with checkpoints of its own (COORD-8): it
+        is older than all of them (their ids go on from its id), so it is retained as the oldest, or discarded now
+        if the retained count leaves no room for it. Returns it when discarded."""
+        self.registry.register(metadata)
+        self._retained.insert(0, CompletedCheckpoint(pointer, metadata))
+        return self._subsume()
 
     def discard_all(self) -> list[CompletedCheckpoint]:
         """Discard every retained checkpoint: a run ended whose retention keeps none (COORD-11)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 from statecert.reference.coordinator.coordinator import CheckpointCoordinator, CoordinatorCrash, JobVertex
@@ -282,3 +283,86 @@ def test_checkpoints_are_full_until_the_first_after_a_restore_completes(tmp_path
     full = {checkpoint_id: options.full for checkpoint_id, options in given.items()}
     expected = {aborted: True, savepoint: False, completed: True, later: False}
     assert full == expected, f"full per checkpoint: expected {expected}, got {full}"
+
+
+def _snapshot_of_another_job(tmp_path: Path, checkpoints: int) -> tuple[str, Any]:
+    """A retained checkpoint of an earlier job, taken after `checkpoints` completed ones: (pointer, metadata)."""
+    coordinator, _, _, storage = make(tmp_path / "earlier", retained=1)
+    for _ in range(checkpoints):
+        checkpoint_id = coordinator.trigger_checkpoint().checkpoint_id
+        assert checkpoint_id is not None
+        ack_all(coordinator, checkpoint_id)
+    latest = coordinator.store.latest
+    assert latest is not None
+    return latest.pointer, storage.load_checkpoint(latest.pointer)
+
+
+@pytest.mark.requirement("COORD-13")
+@pytest.mark.parametrize("claim", [False, True])
+def test_a_job_restored_from_a_snapshot_numbers_its_checkpoints_on_from_the_snapshots_id(
+    tmp_path: Path, claim: bool
+) -> None:
+    """In either claim mode the first checkpoint and the first savepoint after a restore from snapshot N are N + 1
+    and N + 2, as Flink's `restoreSavepoint` resets the checkpoint id counter, so that ids keep growing across the
+    restore for backends and sinks that compare them."""
+    pointer, metadata = _snapshot_of_another_job(tmp_path, checkpoints=3)
+    restored, _, _, _ = make(tmp_path / "second")
+    restored.restore_from(pointer, metadata, claim=claim)
+    first = restored.trigger_checkpoint().checkpoint_id
+    savepoint = restored.trigger_savepoint()
+    assert (first, savepoint) == (4, 5), (
+        f"restore_from(snapshot 3, claim={claim}) then a checkpoint and a savepoint: expected ids (4, 5), "
+        f"got {(first, savepoint)}"
+    )
+
+
+@pytest.mark.requirement("COORD-13")
+@pytest.mark.parametrize("to_metadata_file", [False, True], ids=["directory", "metadata-file"])
+def test_a_claimed_snapshot_is_discarded_whole_when_subsumed(tmp_path: Path, to_metadata_file: bool) -> None:
+    """CLAIM: once a checkpoint of the new job subsumes the snapshot it started from, nothing of the snapshot's
+    directory is left, whether the job was pointed at the directory or at its `_metadata` file."""
+    pointer, metadata = _snapshot_of_another_job(tmp_path, checkpoints=2)
+    directory = Path(fsspec.core.url_to_fs(pointer)[1])
+    (directory / "exclusive-state").write_bytes(b"a task's state file, written into the checkpoint's directory")
+    restored, _, _, _ = make(tmp_path / "second", retained=1)
+    restored.restore_from(str(directory / "_metadata") if to_metadata_file else pointer, metadata, claim=True)
+    checkpoint_id = restored.trigger_checkpoint().checkpoint_id
+    assert checkpoint_id is not None
+    ack_all(restored, checkpoint_id)
+    left = sorted(str(p.relative_to(directory)) for p in directory.rglob("*")) if directory.exists() else []
+    assert not directory.exists(), f"the subsumed claimed snapshot {directory} should be gone, left: {left}"
+
+
+@pytest.mark.requirement("COORD-8", "COORD-13")
+def test_a_recovered_coordinator_still_owns_the_snapshot_it_claimed(tmp_path: Path) -> None:
+    """A coordinator restarted after a CLAIM restore and a completed checkpoint recovers the claimed snapshot too
+    (Flink keeps it in the completed checkpoint store): it stays retained while the retention keeps it, and the
+    checkpoint that subsumes it discards it, instead of leaving it behind for good."""
+    pointer, metadata = _snapshot_of_another_job(tmp_path, checkpoints=2)
+    coordinator, _, _, storage = make(tmp_path / "second", retained=2)
+    coordinator.restore_from(pointer, metadata, claim=True)
+    first = coordinator.trigger_checkpoint().checkpoint_id
+    assert first is not None
+    ack_all(coordinator, first)
+    coordinator.halt()
+    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=2)
+    scheduler, recorder = ManualScheduler(), Recorder()
+    restarted = CheckpointCoordinator(
+        "job",
+        VERTICES,
+        storage.create_checkpoint_storage("job"),
+        CheckpointingSettings(retained=2),
+        scheduler,
+        recorder,
+        recovered.store,
+        recovered.next_checkpoint_id,
+    )
+    restarted.restore_initial(pointer, metadata, claim=True)
+    retained = [c.metadata.checkpoint_id for c in restarted.store.retained]
+    expected = [2, first]  # the claimed snapshot first
+    assert retained == expected, f"retained after the recovery: expected ids {expected}, got {retained}"
+    second = restarted.trigger_checkpoint().checkpoint_id
+    assert second is not None
+    ack_all(restarted, second)
+    directory = Path(fsspec.core.url_to_fs(pointer)[1])
+    assert not directory.exists(), f"the claimed snapshot {directory}, subsumed after the recovery, should be gone"

@@ -15,6 +15,8 @@ from statecert.reference.completed_checkpoint_store import CompletedCheckpoint, 
 from statecert.reference.coordinator.failures import CheckpointFailureManager, FailureReason
 from statecert.reference.coordinator.scheduler import Cancellable, Scheduler
 from statecert.reference.coordinator.settings import CheckpointingSettings, JobStatus
+from statecert.reference.storage.location import resolve_checkpoint_pointer
+from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 
@@ -272,24 +274,38 @@ class CheckpointCoordinator:
 
     def restore_from(self, pointer: str, metadata: CheckpointMetadata, claim: bool) -> None:
         """The job starts from `pointer` (COORD-13): CLAIM makes it the job's own, subsumed and discarded like its
-        checkpoints; NO_CLAIM leaves it to the user: nothing of it is ever deleted by this job."""
+        checkpoints (its directory, whether `pointer` names it or its `_metadata`); NO_CLAIM leaves it to the user:
+        nothing of it is ever deleted by this job. Either way the job's checkpoint ids go on from the snapshot's, as
+        Flink's `restoreSavepoint` resets the checkpoint id counter."""
         if claim:
-            self.store.add_claimed(pointer, metadata)
-            self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
+            self.store.add_claimed(resolve_checkpoint_pointer(pointer).directory, metadata)
         else:
             self.store.registry.register_not_owned(metadata)
+        self.next_checkpoint_id = max(self.next_checkpoint_id, metadata.checkpoint_id + 1)
         # Full until one completes: with NO_CLAIM so that the job never depends on the snapshot; with CLAIM too,
         # since a checkpoint references only files under its job's checkpoint directory (FMT-9), where the claimed
         # snapshot need not lie (KB-SNAP-10).
         self.full_checkpoints = True
 
     def restore_initial(self, pointer: str | None, metadata: CheckpointMetadata | None, claim: bool) -> None:
-        """A coordinator recovered from storage (COORD-8) that found no completed checkpoint, of a job started from
-        `pointer`, starts from that snapshot again with the same claim mode (COORD-13), so that its checkpoints are
-        full until one completes: Flink's restarted job master restores the latest checkpoint if there is one, else
-        the job's savepoint (`restoreInitialCheckpointIfPresent`, then `tryRestoreExecutionGraphFromSavepoint`)."""
-        if self.store.latest is None and pointer is not None and metadata is not None:
+        """A coordinator recovered from storage (COORD-8), of a job started from `pointer` with the same claim mode
+        (COORD-13). When it found no completed checkpoint, it starts from that snapshot again, so that its
+        checkpoints are full until one completes: Flink's restarted job master restores the latest checkpoint if
+        there is one, else the job's savepoint (`restoreInitialCheckpointIfPresent`, then
+        `tryRestoreExecutionGraphFromSavepoint`). Otherwise it still owns a claimed snapshot that has not been
+        discarded (Flink's completed checkpoint store holds it), and still leaves an unclaimed one's files alone."""
+        if pointer is None or metadata is None:
+            return
+        if self.store.latest is None:
             self.restore_from(pointer, metadata, claim)
+        elif not claim:
+            self.store.registry.register_not_owned(metadata)
+        else:
+            try:
+                directory = resolve_checkpoint_pointer(pointer).directory
+            except (CheckpointNotFoundError, IncompleteCheckpointError):
+                return  # subsumed and discarded (`_metadata` goes first, FMT-13) before the coordinator died
+            self.store.add_recovered_claimed(directory, metadata)
 
     def shutdown(self) -> None:
         self._shutdown = True

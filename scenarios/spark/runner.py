@@ -119,10 +119,9 @@ class _Run:
         initial = load_checkpoint_metadata(self.restore_from) if self.restore_from else None
         start = source_offsets(initial, self.backend) if initial else {}
         self.start = {s: start.get(s, 0) for s in range(scenario.job.sources)}
-        first_id = initial.checkpoint_id + 1 if initial else 1
         self.initial = _Position(initial.checkpoint_id if initial else None, self.restore_from, dict(self.start))
         self.position = self.initial  # the state the next epoch starts from
-        self.coordinator = self._new_coordinator(None, first_id)
+        self.coordinator = self._new_coordinator(None, 1)  # a restore below goes on from the snapshot's id
         self.initial_metadata = initial
         self.claim = cfg.read(dict(scenario.config), catalog.STATE_RECOVERY_CLAIM_MODE) == "CLAIM"
         if initial is not None and self.restore_from is not None:
