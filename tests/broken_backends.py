@@ -15,6 +15,7 @@ import hashlib
 import heapq
 import importlib
 import io
+import itertools
 import os
 import re
 import shutil
@@ -2862,6 +2863,20 @@ class _FailedSnapshotKeepsUploads(ByKeyGroupKeyedStateBackend):
         return task
 
 
+# 193. RocksDB: an instance's directory is numbered by a counter of the process instead of named with a fresh UUID.
+# Unique within a process, so two live instances never share one; but a worker restarted after a crash numbers its
+# instances from 1 again, and its first backend opens the database the crashed worker's first one left in the local
+# directory: the dead instance's entries come back in a backend that restored nothing (KB-LOCAL-3). Every test
+# before ran its backends in one process.
+_INSTANCE_NUMBERS = itertools.count(1)
+
+
+class _InstanceDirNumberedPerProcess(RocksDBKeyedStateBackend):
+    def _instance_dir_name(self, params: Any) -> str:
+        rng = params.key_group_range
+        return f"rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{next(_INSTANCE_NUMBERS)}"
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3141,6 +3156,7 @@ returns_handle_after_late_cancel = _factory(_ReturnsHandleAfterLateCancel)
 operator_cancel_looked_for_while_writing = _factory(operator=_OperatorCancelLookedForWhileWriting)
 changelog_cancelled_upload_kept = _changelog_factory(_CancelledUploadKept)
 by_key_group_failed_snapshot_keeps_uploads = _by_key_group(_FailedSnapshotKeepsUploads)
+rocksdb_instance_dir_numbered_per_process = _rocksdb_factory(_InstanceDirNumberedPerProcess)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3336,4 +3352,5 @@ CAUGHT_BY = {
     "operator_cancel_looked_for_while_writing": "OS-9",
     "changelog_cancelled_upload_kept": "KB-SNAP-6",
     "by_key_group_failed_snapshot_keeps_uploads": "KB-SNAP-1",
+    "rocksdb_instance_dir_numbered_per_process": "KB-LOCAL-3",
 }

@@ -268,8 +268,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     def _new(self, checkpoint_id: int, savepoint: bool) -> None:
         # ids grow; after a coordinator's crash, numbering continues after the highest checkpoint directory found
-        # (COORD-8), which may reuse the id of a savepoint or of an aborted checkpoint whose directory was deleted
-        known = max([*self.completed, *self.issued], default=0)
+        # (COORD-8), which may reuse the id of a savepoint or of an aborted checkpoint whose directory was deleted;
+        # after a restore, in either claim mode, they go on from the snapshot's id (COORD-13)
+        origin = [self.origin[1].checkpoint_id] if self.origin is not None else []
+        known = max([*self.completed, *self.issued, *origin], default=0)
         assert checkpoint_id > known, f"a new checkpoint got id {checkpoint_id}, after {known}"
         self.issued.append(checkpoint_id)
         full = self.listener.options[checkpoint_id].full
@@ -372,12 +374,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.coordinator.halt()
         recovered = recover_from_storage(self.access.job_dir, self.settings.retained)
         self.coordinator = self._new_coordinator(recovered.store, recovered.next_checkpoint_id)
-        # recovery reads the job's own directory: a claimed snapshot elsewhere is forgotten
-        retained = [c for c in self._retained() if c != self.claimed]
+        # recovery reads the job's own directory; a claimed snapshot, elsewhere, stays the job's while retained
+        retained = self._retained()
         self.full = False
-        if not retained and self.origin is not None:
-            # no checkpoint of the job completed: it starts from its snapshot again (Flink's restarted job master)
+        if self.origin is not None:
             self.coordinator.restore_initial(*self.origin)
+        if not [c for c in retained if c != self.claimed] and self.origin is not None:
+            # no checkpoint of the job completed: it starts from its snapshot again (Flink's restarted job master)
             self._restored(self.origin[1].checkpoint_id, self.origin_files, self.origin[2])
             retained = list(self.completed) if self.origin[2] else []
         # what only the dead coordinator knew of is orphaned: nobody will delete it (nor does Flink)

@@ -6,7 +6,11 @@ import copy
 import dataclasses
 import functools
 import itertools
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from typing import Any
 
@@ -810,6 +814,41 @@ def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir_or_the_
     for name, place in places.items():
         left = sorted(str(p.relative_to(place)) for p in place.rglob("*"))
         assert left == [], f"KB-LOCAL-1: disposed backends left {len(left)} files in the {name}: {left[:5]}"
+
+
+@pytest.mark.requirement("KB-LOCAL-3")
+def test_a_new_backend_never_opens_what_a_crashed_process_left_in_its_local_dir(
+    certification: Any, tmp_path: Any, local_dir: Any
+) -> None:
+    """A worker process creates the backend under test, fills value state `count` for keys k0..k49, snapshots it
+    and dies without disposing it; a fresh process then creates a backend with the same job, operator and key-group
+    range in the same local directory, as a restarted worker does. It must hold none of the dead one's entries. Each
+    side runs in an interpreter of its own (`statecert.conformance.crash_restart`), with the system's temporary
+    directory and the working directory under this test's directory, so a backend naming its working files by
+    something only unique within a process (a counter, an object's address, a seeded generator) meets the names it
+    chose before the crash, as it would after a real one."""
+    config = json.dumps({**certification.job_config, "state.backend.rocksdb.localdir": str(local_dir)})
+    places = {"TMPDIR": tmp_path / "process-temp", "cwd": tmp_path / "process-cwd"}
+    for place in places.values():
+        place.mkdir()
+    env = {**os.environ, "TMPDIR": str(places["TMPDIR"]), "PYTHONPATH": os.pathsep.join(map(os.path.abspath, sys.path))}
+
+    def side(mode: str) -> str:
+        call = [sys.executable, "-m", "statecert.conformance.crash_restart", mode, config, str(local_dir)]
+        done = subprocess.run(
+            [*call, str(tmp_path / "checkpoints")], cwd=places["cwd"], env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines() or ["(no output)"]
+            pytest.fail(f"KB-LOCAL-3: the {mode} process exited with {done.returncode}: {lines[-1]}")
+        return done.stdout
+
+    side("crash")
+    resurrected = json.loads(side("restart").strip().splitlines()[-1])
+    assert resurrected == {}, (
+        f"KB-LOCAL-3: a new backend created where a crashed process left its working files: expected no state, got "
+        f"{len(resurrected)} of the crashed backend's entries, e.g. {dict(list(resurrected.items())[:3])}"
+    )
 
 
 @pytest.mark.requirement("KB-SNAP-7")

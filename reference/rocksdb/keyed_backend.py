@@ -68,12 +68,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         self._max_value_bytes = max_value_bytes
         self._backend_id = uuid.uuid4().hex
         base = Path(params.local_dir or settings.local_dir or tempfile.gettempdir())
-        rng = params.key_group_range
-        # Like Flink's `job_<id>_op_<id>_uuid_<random>`: every instance starts in a directory of its own, so what
-        # an earlier instance left behind (a crash, a failed restore) is never opened again (RDB-4).
-        self.instance_dir = (
-            base / f"statecert-rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{self._backend_id}"
-        )
+        self.instance_dir = base / self._instance_dir_name(params)
         self._db_dir = self.instance_dir / "db"
         self._snapshot_dir = self.instance_dir / "snapshots"
         self._options = settings.options(slot)
@@ -91,6 +86,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         except BaseException:
             self.dispose()
             raise
+
+    def _instance_dir_name(self, params: KeyedBackendParameters[Any]) -> str:
+        """Like Flink's `job_<id>_op_<id>_uuid_<random>`: every instance starts in a directory of its own, named
+        with a fresh UUID, so what an earlier instance left behind (a crash, a failed restore) is never opened again,
+        not even by a restarted process (RDB-4, KB-LOCAL-3)."""
+        rng = params.key_group_range
+        return f"statecert-rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{self._backend_id}"
 
     # -- stores ----------------------------------------------------------------------------------------------------
     def create_store(self, meta: StateMetaInfo) -> ColumnFamilyStore | HeapTimerStore:
