@@ -49,6 +49,7 @@ from statecert.reference.keyed_backend_base import descriptor_serializers
 from statecert.reference.keyed_states import (
     AggregatingStateImpl,
     ListStateImpl,
+    MapIterator,
     MapStateImpl,
     ReducingStateImpl,
     ValueStateImpl,
@@ -69,7 +70,12 @@ from statecert.reference.serializers import MsgpackSerializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
-from statecert.spec.errors import InvalidStateValueError, SnapshotCancelledError, StateMigrationError
+from statecert.spec.errors import (
+    IllegalStateError,
+    InvalidStateValueError,
+    SnapshotCancelledError,
+    StateMigrationError,
+)
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
     ByteStreamStateHandle,
@@ -2877,6 +2883,109 @@ class _InstanceDirNumberedPerProcess(RocksDBKeyedStateBackend):
         return f"rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{next(_INSTANCE_NUMBERS)}"
 
 
+# 194-203: one bug each against a requirement no broken backend stood for yet (2026-11-29). The suite rejected each at
+# once, naming that requirement; they pin those requirements' tests.
+# 194. `update(None)` on value state does nothing, keeping the old value, where it clears (KS-VALUE-3).
+class _ValueUpdateNoneIgnored(ValueStateImpl):
+    def update(self, value: Any) -> None:
+        if value is not None:
+            super().update(value)
+
+
+# 195. List state's `get()` of nothing returns an empty list, where it returns None (KS-LIST-1).
+class _ListGetOfNothingEmpty(ListStateImpl):
+    def get(self) -> Any:
+        got = super().get()
+        return [] if got is None else got
+
+
+# 196. `put_all({})` stores a map without user keys: an entry for the key that holds nothing (KS-MAP-3).
+class _MapPutAllOfNothingStores(MapStateImpl):
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        if entries:
+            super().put_all(entries)
+        else:
+            key, key_group = self._entry_key()
+            self.store.map_put(key_group, key, {})
+
+
+# 197. The map iterator's `remove()` may be called again for the same entry, where the second call raises (KS-MAP-5).
+class _RemovableTwice(MapIterator):
+    def remove(self) -> None:
+        if self._last is None:
+            raise IllegalStateError("remove() called before next()")
+        self._remove(self._last[0])
+
+
+class _MapIteratorRemovesTwice(MapStateImpl):
+    def iterator(self) -> MapIterator:
+        key, key_group = self._entry_key()
+        return _RemovableTwice(self.items(), lambda user_key: self._remove_from(key_group, key, user_key))
+
+
+# 198. Aggregating state's `get()` of nothing is the result of a fresh accumulator, where it is None (KS-AGG-1).
+class _AggregateOfNothingIsResult(AggregatingStateImpl):
+    def get(self) -> Any:
+        accumulator = self._accumulator()
+        return self._fn.get_result(self._fn.create_accumulator() if accumulator is None else accumulator)
+
+
+# 199. `notify_checkpoint_aborted` of a checkpoint the backend never snapshotted raises (KB-NOTIFY-1).
+class _AbortOfUnknownCheckpointRaises(HeapKeyedStateBackend):
+    def __init__(self, params: Any) -> None:
+        self._snapshotted: set[int] = set()
+        super().__init__(params)
+
+    def snapshot(self, checkpoint_id: int, *args: Any, **kwargs: Any) -> Any:
+        self._snapshotted.add(checkpoint_id)
+        return super().snapshot(checkpoint_id, *args, **kwargs)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if checkpoint_id not in self._snapshotted:
+            raise KeyError(f"no snapshot {checkpoint_id} to abort")
+
+
+# 200. A second `close()` raises, where it does nothing (KB-LIFE-1).
+class _ClosesOnce(HeapKeyedStateBackend):
+    def close(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the backend is closed already")
+        super().close()
+
+    def dispose(self) -> None:
+        if not self._closed:
+            super().close()
+
+
+# 201. Merging reducing state drops the target namespace's own value: the sources' reduction replaces it (KS-MERGE-3,
+# "values spread over target and sources").
+class _MergeDropsTarget(ReducingStateImpl):
+    def merge_namespaces(self, target: Any, sources: Any) -> None:
+        values = [self._ser.deserialize(p) for p in self._pop_single(sources)]
+        if values:
+            self.set_current_namespace(target)
+            current = values[0]
+            for value in values[1:]:
+                current = self._reduce(current, value)
+            self._put_bytes(self._ser.serialize(current))
+
+
+# 202. `get_keys` of a closed backend iterates nothing instead of raising BackendClosedError (KB-LIFE-2).
+class _KeysOfClosedEmpty(HeapKeyedStateBackend):
+    def get_keys(self, state_name: str, namespace: Any) -> Any:
+        return iter(()) if self._closed else super().get_keys(state_name, namespace)
+
+
+# 203. `get_partitioned_state` selects the namespace only the first time a state is asked for: the state object is
+# cached, and later calls for another namespace return it still in the first one (KB-STATE-1).
+class _PartitionedStateKeepsFirstNamespace(HeapKeyedStateBackend):
+    def get_partitioned_state(self, namespace: Any, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        state = self.get_or_create_state(descriptor, namespace_serializer)
+        if state._ns_bytes is None:
+            state.set_current_namespace(namespace)
+        return state
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3157,6 +3266,16 @@ operator_cancel_looked_for_while_writing = _factory(operator=_OperatorCancelLook
 changelog_cancelled_upload_kept = _changelog_factory(_CancelledUploadKept)
 by_key_group_failed_snapshot_keeps_uploads = _by_key_group(_FailedSnapshotKeepsUploads)
 rocksdb_instance_dir_numbered_per_process = _rocksdb_factory(_InstanceDirNumberedPerProcess)
+value_update_none_ignored = _factory(_with_state(ValueStateImpl, _ValueUpdateNoneIgnored))
+list_get_of_nothing_empty = _factory(_with_state(ListStateImpl, _ListGetOfNothingEmpty))
+map_put_all_of_nothing_stores = _factory(_with_state(MapStateImpl, _MapPutAllOfNothingStores))
+map_iterator_removes_twice = _factory(_with_state(MapStateImpl, _MapIteratorRemovesTwice))
+aggregate_of_nothing_is_result = _factory(_with_state(AggregatingStateImpl, _AggregateOfNothingIsResult))
+abort_of_unknown_checkpoint_raises = _factory(_AbortOfUnknownCheckpointRaises)
+closes_once = _factory(_ClosesOnce)
+merge_drops_target = _factory(_with_state(ReducingStateImpl, _MergeDropsTarget))
+keys_of_closed_empty = _factory(_KeysOfClosedEmpty)
+partitioned_state_keeps_first_namespace = _factory(_PartitionedStateKeepsFirstNamespace)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3353,4 +3472,14 @@ CAUGHT_BY = {
     "changelog_cancelled_upload_kept": "KB-SNAP-6",
     "by_key_group_failed_snapshot_keeps_uploads": "KB-SNAP-1",
     "rocksdb_instance_dir_numbered_per_process": "KB-LOCAL-3",
+    "value_update_none_ignored": "KS-VALUE-3",
+    "list_get_of_nothing_empty": "KS-LIST-1",
+    "map_put_all_of_nothing_stores": "KS-MAP-3",
+    "map_iterator_removes_twice": "KS-MAP-5",
+    "aggregate_of_nothing_is_result": "KS-AGG-1",
+    "abort_of_unknown_checkpoint_raises": "KB-NOTIFY-1",
+    "closes_once": "KB-LIFE-1",
+    "merge_drops_target": "KS-MERGE-3",
+    "keys_of_closed_empty": "KB-LIFE-2",
+    "partitioned_state_keeps_first_namespace": "KB-STATE-1",
 }

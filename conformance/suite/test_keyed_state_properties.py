@@ -317,6 +317,33 @@ def test_namespaces_of_one_hash_are_different_namespaces(
                         assert keys == ["k"], f"{when}get_keys({name!r}, {namespace}) of {namespaces}: {keys}"
 
 
+@pytest.mark.requirement("KB-STATE-1")
+@given(
+    writes=st.lists(st.tuples(st.sampled_from(["w1", "w2", "w3", ""]), st.integers(-(2**63), 2**63 - 1)), max_size=12)
+)
+def test_partitioned_state_selects_the_namespace_asked_for_at_every_call(
+    certification: Any, tmp_path_factory: Any, writes: list[tuple[str, int]]
+) -> None:
+    """`get_partitioned_state(namespace, ...)` selects `namespace` at every call, for a state object it created
+    before too, as Flink's `getPartitionedState` sets the namespace on its cached state each time (a window operator
+    asks for its state per window and element). Each write goes through a fresh call; then every window reads its
+    own latest value, in another order. A backend that selects the namespace only when it creates the state writes
+    every window's values into the first one."""
+    value = ValueStateDescriptor("v", serializer=LongSerializer())
+    namespaces = StringSerializer()
+    expected: dict[str, int | None] = dict.fromkeys(["w1", "w2", "w3", ""])
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        for namespace, number in writes:
+            backend.get_partitioned_state(namespace, value, namespaces).update(number)
+            expected[namespace] = number
+        got = {n: backend.get_partitioned_state(n, value, namespaces).value() for n in reversed(list(expected))}
+    assert got == expected, (
+        f"KB-STATE-1: get_partitioned_state(namespace, v).update(x) for (namespace, x) in {writes}, then each "
+        f"namespace's value(): expected {expected}, got {got}"
+    )
+
+
 def check_folds_in_order(
     certification: Any, tmp_path_factory: Any, descriptor: Any, values: list[str], requirement: str
 ) -> None:
