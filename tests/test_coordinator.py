@@ -366,3 +366,39 @@ def test_a_recovered_coordinator_still_owns_the_snapshot_it_claimed(tmp_path: Pa
     ack_all(restarted, second)
     directory = Path(fsspec.core.url_to_fs(pointer)[1])
     assert not directory.exists(), f"the claimed snapshot {directory}, subsumed after the recovery, should be gone"
+
+
+@pytest.mark.requirement("COORD-8", "COORD-13")
+def test_a_claimed_checkpoint_of_the_jobs_own_directory_is_recovered_once(tmp_path: Path) -> None:
+    """A job restarted with CLAIM from its own retained checkpoint (same job, same directory): the recovered
+    coordinator finds that checkpoint in the job's directory and retains it once, not a second time as the claimed
+    snapshot, so the retained count and subsumption stay right."""
+    earlier, _, _, storage = make(tmp_path, retained=2)
+    first = earlier.trigger_checkpoint().checkpoint_id
+    assert first is not None
+    ack_all(earlier, first)
+    latest = earlier.store.latest
+    assert latest is not None
+    coordinator, _, _, _ = make(tmp_path, retained=2)  # the same checkpoint directory and job id
+    coordinator.restore_from(latest.pointer, latest.metadata, claim=True)
+    second = coordinator.trigger_checkpoint().checkpoint_id
+    assert second is not None
+    ack_all(coordinator, second)
+    coordinator.halt()
+    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=2)
+    restarted = CheckpointCoordinator(
+        "job",
+        VERTICES,
+        storage.create_checkpoint_storage("job"),
+        CheckpointingSettings(retained=2),
+        ManualScheduler(),
+        Recorder(),
+        recovered.store,
+        recovered.next_checkpoint_id,
+    )
+    restarted.restore_initial(latest.pointer, latest.metadata, claim=True)
+    retained = [c.metadata.checkpoint_id for c in restarted.store.retained]
+    assert retained == [first, second], f"retained after the recovery: expected [{first}, {second}], got {retained}"
+    for checkpoint in restarted.store.retained:
+        metadata_file = Path(fsspec.core.url_to_fs(checkpoint.pointer)[1]) / "_metadata"
+        assert metadata_file.exists(), f"retained checkpoint {checkpoint.metadata.checkpoint_id} was discarded"

@@ -300,7 +300,8 @@ class CheckpointCoordinator:
             self.restore_from(pointer, metadata, claim)
         elif not claim:
             self.store.registry.register_not_owned(metadata)
-        else:
+        elif all(c.metadata.checkpoint_id != metadata.checkpoint_id for c in self.store.retained):
+            # (a claimed checkpoint of the job's own directory, recovery found by itself)
             try:
                 directory = resolve_checkpoint_pointer(pointer).directory
             except (CheckpointNotFoundError, IncompleteCheckpointError):
