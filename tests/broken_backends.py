@@ -88,7 +88,7 @@ from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange, flink_murmur_hash
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
-from statecert.spec.state import StateKind, TtlUpdateType
+from statecert.spec.state import VOID_NAMESPACE, StateKind, TtlUpdateType
 from statecert.spec.storage import CheckpointedStateScope
 from statecert.spec.timers import InternalTimer
 from tests.incremental_backends import ByKeyGroupKeyedStateBackend, ByKeyGroupStateBackend
@@ -2883,7 +2883,7 @@ class _InstanceDirNumberedPerProcess(RocksDBKeyedStateBackend):
         return f"rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{next(_INSTANCE_NUMBERS)}"
 
 
-# 194-203: one bug each against a requirement no broken backend stood for yet (2026-11-29). The suite rejected each at
+# 194-206: one bug each against a requirement no broken backend stood for yet (2026-11-29). The suite rejected each at
 # once, naming that requirement; they pin those requirements' tests.
 # 194. `update(None)` on value state does nothing, keeping the old value, where it clears (KS-VALUE-3).
 class _ValueUpdateNoneIgnored(ValueStateImpl):
@@ -2984,6 +2984,35 @@ class _PartitionedStateKeepsFirstNamespace(HeapKeyedStateBackend):
         if state._ns_bytes is None:
             state.set_current_namespace(namespace)
         return state
+
+
+# 204. A timer service's watermark and processing time start at 0, not at Long.MIN_VALUE: a timer for a negative time
+# fires before the first advance reaches it, and a new or restored service reports time 0 (TM-8).
+class _TimeFromZero(KeyedTimerService):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._watermark = 0
+        self._processing_time = 0
+
+
+# 205. A None namespace is taken for the void namespace instead of being rejected: state written under None lands in
+# the void namespace's entry (KS-NS-1).
+class _NoneNamespaceIsVoid(HeapKeyedStateBackend):
+    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+        state = super()._create_state(descriptor, store, ns, serializers)
+
+        def set_current_namespace(namespace: Any) -> None:
+            state._ns_bytes = state.namespace_serializer.serialize(VOID_NAMESPACE if namespace is None else namespace)
+
+        state.set_current_namespace = set_current_namespace
+        return state
+
+
+# 206. `number_of_key_groups` reports the size of the backend's key-group range, not the max parallelism (KB-1).
+class _KeyGroupsCountedInRange(HeapKeyedStateBackend):
+    @property
+    def number_of_key_groups(self) -> int:
+        return self.key_group_range.end - self.key_group_range.start + 1
 
 
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
@@ -3276,6 +3305,9 @@ closes_once = _factory(_ClosesOnce)
 merge_drops_target = _factory(_with_state(ReducingStateImpl, _MergeDropsTarget))
 keys_of_closed_empty = _factory(_KeysOfClosedEmpty)
 partitioned_state_keeps_first_namespace = _factory(_PartitionedStateKeepsFirstNamespace)
+time_from_zero = _factory(_with_timer_service(_TimeFromZero))
+none_namespace_is_void = _factory(_NoneNamespaceIsVoid)
+key_groups_counted_in_range = _factory(_KeyGroupsCountedInRange)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3482,4 +3514,7 @@ CAUGHT_BY = {
     "merge_drops_target": "KS-MERGE-3",
     "keys_of_closed_empty": "KB-LIFE-2",
     "partitioned_state_keeps_first_namespace": "KB-STATE-1",
+    "time_from_zero": "TM-8",
+    "none_namespace_is_void": "KS-NS-1",
+    "key_groups_counted_in_range": "KB-1",
 }
