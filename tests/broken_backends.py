@@ -2883,7 +2883,7 @@ class _InstanceDirNumberedPerProcess(RocksDBKeyedStateBackend):
         return f"rocksdb-{params.job_id}-{params.operator_id}-{rng.start}-{rng.end}-{next(_INSTANCE_NUMBERS)}"
 
 
-# 194-206: one bug each against a requirement no broken backend stood for yet (2026-11-29). The suite rejected each at
+# 194-208: one bug each against a requirement no broken backend stood for yet (2026-11-29). The suite rejected each at
 # once, naming that requirement; they pin those requirements' tests.
 # 194. `update(None)` on value state does nothing, keeping the old value, where it clears (KS-VALUE-3).
 class _ValueUpdateNoneIgnored(ValueStateImpl):
@@ -3013,6 +3013,26 @@ class _KeyGroupsCountedInRange(HeapKeyedStateBackend):
     @property
     def number_of_key_groups(self) -> int:
         return self.key_group_range.end - self.key_group_range.start + 1
+
+
+# 207. Timer queues are kept as map states under the backend's own names (`_timers/<service>/event`), not Flink's
+# `_timer_state/event_<service>`: its canonical savepoints restore their timers into itself only; another backend
+# finds two map states of the user's and no timers (IF-8).
+class _TimersUnderOwnNames(KeyedTimerService):
+    def __init__(self, backend: Any, name: str, namespace_serializer: Any, triggerable: Any) -> None:
+        super().__init__(backend, name, namespace_serializer, triggerable)
+        self._event = self.queue_class(backend, f"_timers/{name}/event", namespace_serializer)
+        self._processing = self.queue_class(backend, f"_timers/{name}/processing", namespace_serializer)
+
+
+# 208. The canonical header says `"ttl": false` for every state, while the values keep their last-access timestamps:
+# a restore reads each timestamp as the start of the value's bytes (IF-5). The contract tier names it as TTL-6
+# (restore keeps the timestamps); only the model tier's TTL test, which cites IF-5 too, names IF-5.
+class _TtlFlagDropped(HeapKeyedStateBackend):
+    def capture_states(self) -> tuple[CanonicalHeader, list[list[dict[Any, Any]]]]:
+        header, captured = super().capture_states()
+        states = tuple(dataclasses.replace(meta, ttl=False) for meta in header.states)
+        return dataclasses.replace(header, states=states), captured
 
 
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
@@ -3308,6 +3328,8 @@ partitioned_state_keeps_first_namespace = _factory(_PartitionedStateKeepsFirstNa
 time_from_zero = _factory(_with_timer_service(_TimeFromZero))
 none_namespace_is_void = _factory(_NoneNamespaceIsVoid)
 key_groups_counted_in_range = _factory(_KeyGroupsCountedInRange)
+timers_under_own_names = _factory(_with_timer_service(_TimersUnderOwnNames))
+ttl_flag_dropped = _factory(_TtlFlagDropped)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3517,4 +3539,6 @@ CAUGHT_BY = {
     "time_from_zero": "TM-8",
     "none_namespace_is_void": "KS-NS-1",
     "key_groups_counted_in_range": "KB-1",
+    "timers_under_own_names": "IF-8",
+    "ttl_flag_dropped": "TTL-6",
 }
