@@ -43,16 +43,15 @@ class CompletedCheckpointStore:
         self._discard(subsumed)
         return subsumed
 
-    def add_claimed(self, pointer: str, metadata: CheckpointMetadata) -> None:
+    def add_claimed(self, pointer: str, metadata: CheckpointMetadata) -> list[CompletedCheckpoint]:
         """A snapshot the job started from in CLAIM mode (COORD-13): the job owns it, so it is subsumed and
-        discarded like the job's own checkpoints (a claimed savepoint too)."""
-        self.registry.register(metadata)
-        self._retained.append(CompletedCheckpoint(pointer, metadata))
-
-    def add_recovered_claimed(self, pointer: str, metadata: CheckpointMetadata) -> list[CompletedCheckpoint]:
-        """The claimed snapshot of a job whose coordinator was recovered with checkpoints of its own (COORD-8): it
-        is older than all of them (their ids go on from its id), so it is retained as the oldest, or discarded now
-        if the retained count leaves no room for it. Returns it when discarded."""
+        discarded like the job's own checkpoints (a claimed savepoint too). It is older than every checkpoint of the
+        job (their ids go on from its id), so it is retained as the oldest, or discarded at once when a coordinator
+        recovered with checkpoints of its own (COORD-8) has no room left for it; one the store retains already (a
+        checkpoint of the job's own directory, which recovery found) is not retained twice. Returns what it
+        subsumed."""
+        if any(c.metadata.checkpoint_id == metadata.checkpoint_id for c in self._retained):
+            return []
         self.registry.register(metadata)
         self._retained.insert(0, CompletedCheckpoint(pointer, metadata))
         return self._subsume()

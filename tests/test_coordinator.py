@@ -285,6 +285,26 @@ def test_checkpoints_are_full_until_the_first_after_a_restore_completes(tmp_path
     assert full == expected, f"full per checkpoint: expected {expected}, got {full}"
 
 
+def _directory(url: str) -> Path:
+    """The local path of a `file://` URL the storage gave."""
+    return Path(fsspec.core.url_to_fs(url)[1])
+
+
+def _restarted(storage: Any, retained: int) -> CheckpointCoordinator:
+    """A new coordinator of job "job" with the completed checkpoints it recovers from `storage` alone (COORD-8)."""
+    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=retained)
+    return CheckpointCoordinator(
+        "job",
+        VERTICES,
+        storage.create_checkpoint_storage("job"),
+        CheckpointingSettings(retained=retained),
+        ManualScheduler(),
+        Recorder(),
+        recovered.store,
+        recovered.next_checkpoint_id,
+    )
+
+
 def _snapshot_of_another_job(tmp_path: Path, checkpoints: int) -> tuple[str, Any]:
     """A retained checkpoint of an earlier job, taken after `checkpoints` completed ones: (pointer, metadata)."""
     coordinator, _, _, storage = make(tmp_path / "earlier", retained=1)
@@ -322,7 +342,7 @@ def test_a_claimed_snapshot_is_discarded_whole_when_subsumed(tmp_path: Path, to_
     """CLAIM: once a checkpoint of the new job subsumes the snapshot it started from, nothing of the snapshot's
     directory is left, whether the job was pointed at the directory or at its `_metadata` file."""
     pointer, metadata = _snapshot_of_another_job(tmp_path, checkpoints=2)
-    directory = Path(fsspec.core.url_to_fs(pointer)[1])
+    directory = _directory(pointer)
     (directory / "exclusive-state").write_bytes(b"a task's state file, written into the checkpoint's directory")
     restored, _, _, _ = make(tmp_path / "second", retained=1)
     restored.restore_from(str(directory / "_metadata") if to_metadata_file else pointer, metadata, claim=True)
@@ -345,18 +365,7 @@ def test_a_recovered_coordinator_still_owns_the_snapshot_it_claimed(tmp_path: Pa
     assert first is not None
     ack_all(coordinator, first)
     coordinator.halt()
-    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=2)
-    scheduler, recorder = ManualScheduler(), Recorder()
-    restarted = CheckpointCoordinator(
-        "job",
-        VERTICES,
-        storage.create_checkpoint_storage("job"),
-        CheckpointingSettings(retained=2),
-        scheduler,
-        recorder,
-        recovered.store,
-        recovered.next_checkpoint_id,
-    )
+    restarted = _restarted(storage, retained=2)
     restarted.restore_initial(pointer, metadata, claim=True)
     retained = [c.metadata.checkpoint_id for c in restarted.store.retained]
     expected = [2, first]  # the claimed snapshot first
@@ -364,7 +373,7 @@ def test_a_recovered_coordinator_still_owns_the_snapshot_it_claimed(tmp_path: Pa
     second = restarted.trigger_checkpoint().checkpoint_id
     assert second is not None
     ack_all(restarted, second)
-    directory = Path(fsspec.core.url_to_fs(pointer)[1])
+    directory = _directory(pointer)
     assert not directory.exists(), f"the claimed snapshot {directory}, subsumed after the recovery, should be gone"
 
 
@@ -385,20 +394,10 @@ def test_a_claimed_checkpoint_of_the_jobs_own_directory_is_recovered_once(tmp_pa
     assert second is not None
     ack_all(coordinator, second)
     coordinator.halt()
-    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=2)
-    restarted = CheckpointCoordinator(
-        "job",
-        VERTICES,
-        storage.create_checkpoint_storage("job"),
-        CheckpointingSettings(retained=2),
-        ManualScheduler(),
-        Recorder(),
-        recovered.store,
-        recovered.next_checkpoint_id,
-    )
+    restarted = _restarted(storage, retained=2)
     restarted.restore_initial(latest.pointer, latest.metadata, claim=True)
     retained = [c.metadata.checkpoint_id for c in restarted.store.retained]
     assert retained == [first, second], f"retained after the recovery: expected [{first}, {second}], got {retained}"
     for checkpoint in restarted.store.retained:
-        metadata_file = Path(fsspec.core.url_to_fs(checkpoint.pointer)[1]) / "_metadata"
+        metadata_file = _directory(checkpoint.pointer) / "_metadata"
         assert metadata_file.exists(), f"retained checkpoint {checkpoint.metadata.checkpoint_id} was discarded"

@@ -300,13 +300,12 @@ class CheckpointCoordinator:
             self.restore_from(pointer, metadata, claim)
         elif not claim:
             self.store.registry.register_not_owned(metadata)
-        elif all(c.metadata.checkpoint_id != metadata.checkpoint_id for c in self.store.retained):
-            # (a claimed checkpoint of the job's own directory, recovery found by itself)
+        else:
             try:
                 directory = resolve_checkpoint_pointer(pointer).directory
             except (CheckpointNotFoundError, IncompleteCheckpointError):
                 return  # subsumed and discarded (`_metadata` goes first, FMT-13) before the coordinator died
-            self.store.add_recovered_claimed(directory, metadata)
+            self.store.add_claimed(directory, metadata)
 
     def shutdown(self) -> None:
         self._shutdown = True
