@@ -40,7 +40,9 @@ from statecert.reference.format.canonical import (
     write_canonical_snapshot,
     write_key_groups,
 )
+from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.operator_stream import read_operator_states
+from statecert.reference.format.state_meta import SERIALIZER_ROLES
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend, entry_blocks
 from statecert.reference.heap.state_table import Cell, StateTable
@@ -55,6 +57,7 @@ from statecert.reference.keyed_states import (
     ValueStateImpl,
 )
 from statecert.reference.loader import load_state_backend
+from statecert.reference.migration import check_key_serializer
 from statecert.reference.operator_state import (
     BroadcastStateImpl,
     DefaultOperatorStateBackend,
@@ -3035,6 +3038,112 @@ class _TtlFlagDropped(HeapKeyedStateBackend):
         return dataclasses.replace(header, states=states), captured
 
 
+# 209. Restored entries are used as they are read, unchecked: a key in another key group than its own, a value its
+# serializer cannot read, an entry given twice, all restore as state (FMT-15).
+class _RestoresEntriesUnchecked(HeapKeyedStateBackend):
+    def restore_canonical_handle(self, handle: KeyGroupsStateHandle) -> None:
+        with CanonicalReader(handle) as reader:
+            self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
+            stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
+            for key_group, entries in reader.entries(self.key_group_range):
+                for index, key, ns, payload in entries:
+                    stores[index].put_payload(key_group, (key, ns), payload)
+
+
+# 210. A savepoint of the changelog backend is a changelog handle like a checkpoint's, not the wrapped backend's own
+# snapshot (CL-7): no backend without changelog restores it as a savepoint, and it references the log's shared files.
+class _SavepointLogged(ChangelogKeyedStateBackend):
+    def snapshot(
+        self, checkpoint_id: int, timestamp_ms: int, stream_factory: Any, options: CheckpointOptions | None = None
+    ) -> Any:
+        if options is not None and options.snapshot_type is not SnapshotType.CHECKPOINT:
+            options = dataclasses.replace(options, snapshot_type=SnapshotType.CHECKPOINT)
+        return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, *([options] if options else []))
+
+
+# 211. Failed materializations are tolerated without bound: the count of failures in a row is reset before each
+# materialization, so checkpoints go on referencing an ever older materialization and an ever longer log (CL-8).
+class _MaterializationFailuresUnbounded(ChangelogKeyedStateBackend):
+    def _materialize(self, materialization: Any, required: bool) -> Any:
+        self.failed_materializations = 0
+        return super()._materialize(materialization, required)
+
+
+# 212. A None key is accepted as the current key, its state stored under msgpack's nil in the range's first key
+# group (KB-KEY-1).
+class _NoneKeyAccepted(HeapKeyedStateBackend):
+    def set_current_key(self, key: Any) -> None:
+        if key is not None:
+            super().set_current_key(key)
+            return
+        self._current_key = None
+        self._current_key_bytes, self._current_key_group = b"\xc0", self.key_group_range.start
+
+
+# 213. A timer's time outside Java's long range wraps into it, as a Java long would overflow, instead of being
+# rejected: a timer registered for 2**63 fires at once, at Long.MIN_VALUE (TM-1).
+class _WrappingTimerQueue(TimerQueue):
+    def add(self, namespace: Any, time: Any) -> None:
+        if isinstance(time, int) and not isinstance(time, bool):
+            time = (time + 2**63) % 2**64 - 2**63
+        super().add(namespace, time)
+
+
+class _TimesWrapped(KeyedTimerService):
+    queue_class = _WrappingTimerQueue
+
+
+# 214. Canonical snapshots are labelled `native:hashmap`, and this backend restores that label as canonical: its
+# savepoints restore into itself only, every other backend refusing them as another backend's native format (IF-7).
+class _CanonicalLabelledNative(HeapKeyedStateBackend):
+    def snapshot(self, *args: Any) -> Any:
+        task = super().snapshot(*args)
+        write = task._write
+
+        def labelled(cancelled: Callable[[], bool]) -> Any:
+            handle = write(cancelled)
+            return None if handle is None else dataclasses.replace(handle, snapshot_format="native:hashmap")
+
+        task._write = labelled
+        return task
+
+    def restore_handles(self, handles: Any) -> None:
+        def relabelled(handle: Any) -> Any:
+            if getattr(handle, "snapshot_format", "") == "native:hashmap":
+                return dataclasses.replace(handle, snapshot_format=CANONICAL_FORMAT)
+            return handle
+
+        super().restore_handles([relabelled(h) for h in handles])
+
+
+# 215. A canonical header's serializer roles beyond its state's kind are dropped on restore instead of refused (a list
+# state with a `value` serializer beside its `element` one restores), so a header no writer may write reads (IF-3).
+class _RolesBeyondTheKindReader(CanonicalReader):
+    def _unpack(self, data: bytes) -> Any:
+        plain = super()._unpack(data)
+        if isinstance(plain, dict) and isinstance(plain.get("states"), list):
+            for state in plain["states"]:
+                kind, serializers = state.get("kind"), state.get("serializers")
+                if isinstance(serializers, dict) and kind in {k.value for k in SERIALIZER_ROLES}:
+                    roles = SERIALIZER_ROLES[StateKind(kind)]
+                    state["serializers"] = {r: v for r, v in serializers.items() if r in roles}
+        return plain
+
+
+class _RolesBeyondTheKindDropped(HeapKeyedStateBackend):
+    def restore_canonical_handle(self, handle: KeyGroupsStateHandle) -> None:
+        with _RolesBeyondTheKindReader(handle) as reader:
+            self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
+            stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
+            validator = EntryValidator(
+                reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
+            )
+            for key_group, entries in reader.entries(self.key_group_range):
+                for index, key, ns, payload in entries:
+                    validator.check(key_group, index, key, ns, payload)
+                    stores[index].put_payload(key_group, (key, ns), payload)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3330,6 +3439,13 @@ none_namespace_is_void = _factory(_NoneNamespaceIsVoid)
 key_groups_counted_in_range = _factory(_KeyGroupsCountedInRange)
 timers_under_own_names = _factory(_with_timer_service(_TimersUnderOwnNames))
 ttl_flag_dropped = _factory(_TtlFlagDropped)
+restore_entries_unchecked = _factory(_RestoresEntriesUnchecked)
+changelog_savepoint_logged = _changelog_factory(_SavepointLogged)
+changelog_materialization_failures_unbounded = _changelog_factory(_MaterializationFailuresUnbounded)
+none_key_accepted = _factory(_NoneKeyAccepted)
+timer_times_wrapped = _factory(_with_timer_service(_TimesWrapped))
+canonical_labelled_native = _factory(_CanonicalLabelledNative)
+header_roles_beyond_the_kind_dropped = _factory(_RolesBeyondTheKindDropped)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3541,4 +3657,11 @@ CAUGHT_BY = {
     "key_groups_counted_in_range": "KB-1",
     "timers_under_own_names": "IF-8",
     "ttl_flag_dropped": "TTL-6",
+    "restore_entries_unchecked": "FMT-15",
+    "changelog_savepoint_logged": "CL-7",
+    "changelog_materialization_failures_unbounded": "CL-8",
+    "none_key_accepted": "KB-KEY-1",
+    "timer_times_wrapped": "TM-1",
+    "canonical_labelled_native": "IF-7",
+    "header_roles_beyond_the_kind_dropped": "IF-3",
 }

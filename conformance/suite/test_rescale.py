@@ -31,6 +31,7 @@ from statecert.reference.serializers import (
 )
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import StateMigrationError
+from statecert.spec.handles import CANONICAL_FORMAT, KeyGroupsStateHandle
 from statecert.spec.metadata import CheckpointKind
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
@@ -275,15 +276,31 @@ def test_broadcast_state_is_whole_in_every_subtask(state_backend: Any, storage: 
     assert maps == [[("r", 7)]] * new
 
 
-@pytest.mark.requirement("SP-1", "SP-2")
+@pytest.mark.requirement("SP-1", "SP-2", "IF-7")
 @pytest.mark.capability("canonical_savepoints", "rescaling")
 @pytest.mark.parametrize("direction", ["ours-into-reference", "reference-into-ours"])
 def test_canonical_savepoint_restores_across_backends(
     state_backend: Any, reference_backend: Any, storage: Any, direction: str
 ) -> None:
+    """A canonical savepoint of 100 keys at parallelism 3 restores at parallelism 5 in the other backend. The
+    backend under test labels its canonical streams `canonical` (IF-7): a backend labelling them as its own native
+    format, and reading that label back as canonical itself, makes savepoints no other backend restores."""
     writer, reader = (
         (state_backend, reference_backend) if direction == "ours-into-reference" else (reference_backend, state_backend)
     )
     operator = write_checkpoint(writer, storage, 3, KEY_LIST[:100], kind=CheckpointKind.SAVEPOINT_CANONICAL)
+    if direction == "ours-into-reference":
+        labels = sorted(
+            {
+                f"{type(h).__name__} ({getattr(h, 'snapshot_format', '-')})"
+                for subtask in operator.subtask_states.values()
+                for h in subtask.managed_keyed_state
+                if not (isinstance(h, KeyGroupsStateHandle) and h.snapshot_format == CANONICAL_FORMAT)
+            }
+        )
+        assert not labels, (
+            f"IF-7: the keyed handles of a canonical savepoint: expected KeyGroupsStateHandle with snapshot_format "
+            f"{CANONICAL_FORMAT!r}, got {labels}"
+        )
     got = read_back(reader, operator, 5)["keyed"]
     assert got == written(KEY_LIST[:100]), f"{direction}: state differs"

@@ -329,6 +329,11 @@ HOSTILE_HEADERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "key-serializer-missing": _edited(lambda plain: plain.pop("key_serializer")),
     "state-kind-unknown": _edited(lambda plain: _state_of(plain, "count").update(kind="set")),
     "map-without-user-value-role": _edited(lambda plain: _state_of(plain, "tags")["serializers"].pop("user_value")),
+    "list-with-a-value-role-too": _edited(
+        lambda plain: _state_of(plain, "seen")["serializers"].update(
+            value=_state_of(plain, "seen")["serializers"]["element"]
+        )
+    ),
     "ttl-not-a-bool": _edited(lambda plain: _state_of(plain, "seen").update(ttl="no")),
     "state-name-twice": _edited(lambda plain: _state_of(plain, "seen").update(name="count")),
 }
@@ -341,14 +346,17 @@ def test_hostile_canonical_headers_are_refused_on_restore(
     state_backend: Any, reference_backend: Any, tmp_path: Path, damage: str
 ) -> None:
     """The same savepoint with its header not as IF-3 says (not a map, no key serializer, a state of an unknown kind,
-    a map state without its user value serializer, a TTL flag that is not a bool, two states of one name), its
-    entries untouched and size and checksum recorded anew: restoring it and reading every state raises
-    CheckpointFormatError naming the stream, never a smaller or other state, nor another error."""
+    a map state without its user value serializer, a list state with a value serializer beside its element
+    serializer, a TTL flag that is not a bool, two states of one name), its entries untouched and size and checksum
+    recorded anew: restoring it and reading every state raises CheckpointFormatError naming the stream, never a
+    smaller or other state, nor another error. A state's serializer roles are exactly those of its kind: a reader
+    that drops a role it does not expect reads a header no writer may write."""
 
     def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> Any:
         return _PlainHeader(HOSTILE_HEADERS[damage](header.to_plain()))
 
-    _assert_refused(state_backend, _every_kind_savepoint(reference_backend, tmp_path), tmp_path, damaged, damage)
+    savepoint = _every_kind_savepoint(reference_backend, tmp_path)
+    _assert_refused(state_backend, savepoint, tmp_path, damaged, damage, cites="FMT-8, IF-3")
 
 
 @pytest.mark.requirement("FMT-8", "IF-3")
@@ -400,8 +408,11 @@ def _every_kind_savepoint(reference_backend: Any, tmp_path: Path) -> KeyGroupsSt
     return handle
 
 
-def _assert_refused(state_backend: Any, handle: KeyGroupsStateHandle, tmp_path: Path, change: Any, damage: str) -> None:
-    """Restore `handle` rewritten by `change` and read every state: CheckpointFormatError naming the stream."""
+def _assert_refused(
+    state_backend: Any, handle: KeyGroupsStateHandle, tmp_path: Path, change: Any, damage: str, cites: str = "FMT-8"
+) -> None:
+    """Restore `handle` rewritten by `change` and read every state: CheckpointFormatError naming the stream (a
+    failure names the requirements `cites` lists)."""
     hostile = rewritten_canonical_stream(handle, tmp_path / "hostile-stream", change)
     read: dict[str, Any] = {}
     with pytest.raises(CheckpointFormatError, match="hostile-stream"):
@@ -415,7 +426,7 @@ def _assert_refused(state_backend: Any, handle: KeyGroupsStateHandle, tmp_path: 
                         if descriptor is TAGS
                         else (state.value() if descriptor is COUNT else state.get())
                     )
-        raise AssertionError(f"FMT-8: a canonical stream with {damage} restored; read {len(read)} entries")
+        raise AssertionError(f"{cites}: a canonical stream with {damage} restored; read {len(read)} entries")
 
 
 @pytest.mark.requirement("SER-4", "SER-8")
