@@ -87,7 +87,7 @@ from statecert.spec.handles import (
     OperatorStateHandle,
     OperatorStateMode,
 )
-from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange, flink_murmur_hash
 from statecert.spec.operator_backend import OperatorBackendParameters
 from statecert.spec.serializers import Compatibility, SerializerSnapshot, TypeSerializer
@@ -3144,6 +3144,62 @@ class _RolesBeyondTheKindDropped(HeapKeyedStateBackend):
                     stores[index].put_payload(key_group, (key, ns), payload)
 
 
+# 216. Timers are written into checkpoints but left out of savepoints: a job restored from a savepoint has lost every
+# timer, and the windows they would have closed never fire (TM-10).
+class _SavepointsWithoutTimers(HeapKeyedStateBackend):
+    _savepoint = False
+
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        timestamp_ms: int,
+        stream_factory: Any,
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
+    ) -> Any:
+        self._savepoint = options.snapshot_type is not SnapshotType.CHECKPOINT
+        try:
+            return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
+        finally:
+            self._savepoint = False
+
+    def capture_states(self) -> tuple[CanonicalHeader, list[list[dict[Any, Any]]]]:
+        header, captured = super().capture_states()
+        if not self._savepoint:
+            return header, captured
+        kept = [i for i, meta in enumerate(header.states) if not meta.name.startswith("_timer_state/")]
+        return dataclasses.replace(header, states=tuple(header.states[i] for i in kept)), [captured[i] for i in kept]
+
+
+# 217. Removing an absent user key of map state raises KeyError, as `del` of a dict does, instead of changing nothing
+# (KS-MAP-1).
+class _MapRemoveAbsentRaises(MapStateImpl):
+    def remove(self, key: Any) -> None:
+        if not self.contains(key):
+            raise KeyError(key)
+        super().remove(key)
+
+
+# 218. The changelog writer never moves its upload mark: every checkpoint uploads again every change since the
+# materialization, so the segments a checkpoint references repeat changes, breaking CL-3's strictly ascending
+# sequence numbers. The reference's segment reader refuses the checkpoint; the suite names the restore's CL-4 and
+# CL-5.
+class _UploadsEveryChangeAgain(StateChangelogWriter):
+    def upload(self, pending: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            before, uploaded_to = list(self._appended), self._uploaded_to
+        result = super().upload(pending, *args, **kwargs)
+        with self._lock:
+            self._appended = [c for c in before if c.sequence <= pending.up_to] + self._appended
+            self._uploaded_to = uploaded_to
+        return result
+
+
+class _ChangelogUploadsEveryChangeAgain(ChangelogKeyedStateBackend):
+    def __init__(self, delegate_factory: Any, params: Any, settings: ChangelogSettings) -> None:
+        super().__init__(delegate_factory, params, settings)
+        self._writer = _UploadsEveryChangeAgain(params.key_serializer.snapshot_configuration(), self._writer._inline)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3446,6 +3502,9 @@ none_key_accepted = _factory(_NoneKeyAccepted)
 timer_times_wrapped = _factory(_with_timer_service(_TimesWrapped))
 canonical_labelled_native = _factory(_CanonicalLabelledNative)
 header_roles_beyond_the_kind_dropped = _factory(_RolesBeyondTheKindDropped)
+savepoints_without_timers = _factory(_SavepointsWithoutTimers)
+map_remove_absent_raises = _factory(_with_state(MapStateImpl, _MapRemoveAbsentRaises))
+changelog_uploads_every_change_again = _changelog_factory(_ChangelogUploadsEveryChangeAgain)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3664,4 +3723,7 @@ CAUGHT_BY = {
     "timer_times_wrapped": "TM-1",
     "canonical_labelled_native": "IF-7",
     "header_roles_beyond_the_kind_dropped": "IF-3",
+    "savepoints_without_timers": "TM-10",
+    "map_remove_absent_raises": "KS-MAP-1",
+    "changelog_uploads_every_change_again": "CL-5",
 }

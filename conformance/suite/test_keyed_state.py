@@ -266,6 +266,12 @@ def test_map_state_operations(backend: Any) -> None:
     assert sorted(state.keys()) == ["a", "b", "c"] and sorted(state.values()) == [1, 2, 3]
     state.remove("b")
     assert not state.contains("b") and sorted(state.keys()) == ["a", "c"]
+    try:
+        state.remove("z")
+    except Exception as exc:
+        raise AssertionError(f"KS-MAP-1: remove('z') of an absent user key: expected nothing, got {exc!r}") from exc
+    got = sorted(state.items())
+    assert got == [("a", 1), ("c", 3)], f"KS-MAP-1: remove('z') of an absent user key: expected no change, got {got}"
 
 
 @pytest.mark.requirement("KS-MAP-4")
