@@ -3200,6 +3200,61 @@ class _ChangelogUploadsEveryChangeAgain(ChangelogKeyedStateBackend):
         self._writer = _UploadsEveryChangeAgain(params.key_serializer.snapshot_configuration(), self._writer._inline)
 
 
+def _declaring_off(capability: str, keyed: type[HeapKeyedStateBackend]) -> Any:
+    """The heap backend declaring `capability` unsupported, with `keyed` as its keyed backend."""
+    declared = dataclasses.replace(HashMapStateBackend.capabilities, **{capability: False})
+    backend_class = type(
+        "Broken",
+        (HashMapStateBackend,),
+        {"capabilities": declared, "create_keyed_state_backend": lambda _, p: keyed(p)},
+    )
+    return lambda config: backend_class()
+
+
+# 219. A backend declaring timers unsupported whose `get_timer_service` raises NotImplementedError, not the documented
+# UnsupportedFeatureError: a job cannot tell a backend without timers from a broken one (TM-11).
+class _TimersNotImplemented(HeapKeyedStateBackend):
+    def get_timer_service(self, name: str, namespace_serializer: Any, triggerable: Any) -> Any:
+        raise NotImplementedError("timers")
+
+
+# 220. A backend declaring canonical savepoints unsupported whose canonical savepoint raises NotImplementedError, not
+# the documented UnsupportedFeatureError (SB-3).
+class _CanonicalSavepointsNotImplemented(HeapKeyedStateBackend):
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        timestamp_ms: int,
+        stream_factory: Any,
+        options: CheckpointOptions = DEFAULT_CHECKPOINT_OPTIONS,
+    ) -> Any:
+        if options.snapshot_type is SnapshotType.SAVEPOINT_CANONICAL:
+            raise NotImplementedError("canonical savepoints")
+        return super().snapshot(checkpoint_id, timestamp_ms, stream_factory, options)
+
+
+# 221. The changelog writer uploads its log segments into the checkpoint's exclusive scope: a later checkpoint
+# references a segment in the directory of an earlier one, deleted when that one is subsumed (KB-SNAP-8, CS-3; CL-2
+# puts segments in the shared scope).
+class _ExclusiveScope:
+    def __init__(self, factory: Any) -> None:
+        self._factory = factory
+
+    def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> Any:
+        return self._factory.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+
+
+class _SegmentsInExclusiveScope(StateChangelogWriter):
+    def upload(self, pending: Any, factory: Any, checkpoint_id: int) -> Any:
+        return super().upload(pending, _ExclusiveScope(factory), checkpoint_id)
+
+
+class _ChangelogSegmentsInExclusiveScope(ChangelogKeyedStateBackend):
+    def __init__(self, delegate_factory: Any, params: Any, settings: ChangelogSettings) -> None:
+        super().__init__(delegate_factory, params, settings)
+        self._writer = _SegmentsInExclusiveScope(params.key_serializer.snapshot_configuration(), self._writer._inline)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3505,6 +3560,11 @@ header_roles_beyond_the_kind_dropped = _factory(_RolesBeyondTheKindDropped)
 savepoints_without_timers = _factory(_SavepointsWithoutTimers)
 map_remove_absent_raises = _factory(_with_state(MapStateImpl, _MapRemoveAbsentRaises))
 changelog_uploads_every_change_again = _changelog_factory(_ChangelogUploadsEveryChangeAgain)
+timers_unsupported_not_implemented = _declaring_off("timers", _TimersNotImplemented)
+canonical_savepoints_unsupported_not_implemented = _declaring_off(
+    "canonical_savepoints", _CanonicalSavepointsNotImplemented
+)
+changelog_segments_in_exclusive_scope = _changelog_factory(_ChangelogSegmentsInExclusiveScope)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3726,4 +3786,7 @@ CAUGHT_BY = {
     "savepoints_without_timers": "TM-10",
     "map_remove_absent_raises": "KS-MAP-1",
     "changelog_uploads_every_change_again": "CL-5",
+    "timers_unsupported_not_implemented": "TM-11",
+    "canonical_savepoints_unsupported_not_implemented": "SB-3",
+    "changelog_segments_in_exclusive_scope": "KB-SNAP-8",
 }
