@@ -14,7 +14,12 @@ from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.scheduler import ManualScheduler
 from statecert.reference.coordinator.settings import CheckpointingSettings
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from statecert.spec.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyGroupsStateHandle,
+)
 from statecert.spec.keygroups import key_group_range_for_operator
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
 
@@ -290,9 +295,10 @@ def _directory(url: str) -> Path:
     return Path(fsspec.core.url_to_fs(url)[1])
 
 
-def _restarted(storage: Any, retained: int) -> CheckpointCoordinator:
-    """A new coordinator of job "job" with the completed checkpoints it recovers from `storage` alone (COORD-8)."""
-    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained=retained)
+def _restarted(storage: Any, retained: int, unclaimed: str | None = None) -> CheckpointCoordinator:
+    """A new coordinator of job "job" with the completed checkpoints it recovers from `storage` alone (COORD-8), of a
+    job started from the snapshot `unclaimed` without claim, if given."""
+    recovered = recover_from_storage(storage.create_checkpoint_storage("job").job_dir, retained, unclaimed)
     return CheckpointCoordinator(
         "job",
         VERTICES,
@@ -401,3 +407,56 @@ def test_a_claimed_checkpoint_of_the_jobs_own_directory_is_recovered_once(tmp_pa
     for checkpoint in restarted.store.retained:
         metadata_file = _directory(checkpoint.pointer) / "_metadata"
         assert metadata_file.exists(), f"retained checkpoint {checkpoint.metadata.checkpoint_id} was discarded"
+
+
+def _acknowledged_with(coordinator: CheckpointCoordinator, checkpoint_id: int, counter_0: OperatorSubtaskState) -> None:
+    """Every task acknowledges `checkpoint_id` as `ack_all` does, but task ("counter", 0) with `counter_0`."""
+    for operator_id, index in [t for v in VERTICES for t in v.tasks()]:
+        parallelism = next(v.parallelism for v in VERTICES if v.operator_id == operator_id)
+        state = counter_0 if (operator_id, index) == ("counter", 0) else subtask_state(operator_id, index, parallelism)
+        coordinator.acknowledge(checkpoint_id, (operator_id, index), state)
+
+
+@pytest.mark.requirement("COORD-13", "COORD-8", "CKP-2")
+@pytest.mark.parametrize("recovered", [False, True], ids=["running", "recovered"])
+def test_an_unclaimed_snapshots_shared_file_outlives_the_checkpoints_that_reference_it(
+    tmp_path: Path, recovered: bool
+) -> None:
+    """NO_CLAIM from a retained checkpoint of the job's own directory (a job restarted under the same job id): the
+    snapshot is the user's. A checkpoint of the new job that references one of the snapshot's shared files (a
+    backend building on restored files, which COORD-13's full first checkpoint forbids) does not make the job its
+    owner: when that checkpoint is subsumed, the file stays, and so does the snapshot, in a coordinator recovered
+    from storage too."""
+    earlier, _, _, storage = make(tmp_path, retained=1)
+    first = earlier.trigger_checkpoint().checkpoint_id
+    assert first is not None
+    shared_dir = _directory(storage.create_checkpoint_storage("job").job_dir) / "shared"
+    shared_dir.mkdir(parents=True, exist_ok=True)
+    user_file = shared_dir / "000007.sst"
+    user_file.write_bytes(b"an SST file of the retained checkpoint")
+    rng = key_group_range_for_operator(128, 2, 0)
+    shared = {"000007.sst": FileStateHandle(user_file.as_uri(), user_file.stat().st_size)}
+    incremental = OperatorSubtaskState(
+        (IncrementalKeyedStateHandle("rocksdb", rng, first, shared, {}, ByteStreamStateHandle("meta", b"m")),)
+    )
+    _acknowledged_with(earlier, first, incremental)
+    snapshot = earlier.store.latest
+    assert snapshot is not None
+    earlier.halt()
+    coordinator, _, _, _ = make(tmp_path, retained=1)  # the same checkpoint directory and job id
+    coordinator.restore_from(snapshot.pointer, snapshot.metadata, claim=False)
+    referencing = coordinator.trigger_checkpoint().checkpoint_id
+    assert referencing is not None
+    _acknowledged_with(coordinator, referencing, incremental)
+    if recovered:
+        coordinator.halt()
+        coordinator = _restarted(storage, retained=1, unclaimed=snapshot.pointer)
+        coordinator.restore_initial(snapshot.pointer, snapshot.metadata, claim=False)
+    later = coordinator.trigger_checkpoint().checkpoint_id
+    assert later is not None
+    ack_all(coordinator, later)
+    kept = sorted(str(p.relative_to(tmp_path)) for p in [user_file, _directory(snapshot.pointer)] if p.exists())
+    assert user_file.exists() and _directory(snapshot.pointer).exists(), (
+        f"checkpoint {referencing}, which referenced the unclaimed snapshot {first}'s file {user_file.name}, was "
+        f"subsumed by {later}: the snapshot's directory and file should stay, kept only {kept}"
+    )

@@ -25,8 +25,12 @@ class RecoveredState:
     ignored_incomplete: list[str]
 
 
-def recover_from_storage(job_dir: str, retained: int) -> RecoveredState:
+def recover_from_storage(job_dir: str, retained: int, unclaimed: str | None = None) -> RecoveredState:
+    """The completed checkpoints in `job_dir`. `unclaimed` is the pointer of the snapshot the job started from
+    without claiming it (NO_CLAIM), if any: should it lie in `job_dir` (a job restarted under its own job id from its
+    own retained checkpoint), it is the user's, and is neither recovered nor deleted (COORD-8)."""
     fs, root = fsspec.core.url_to_fs(job_dir)
+    users = _directory_path(unclaimed) if unclaimed is not None else None
     store = CompletedCheckpointStore(retained)
     highest = 0
     complete: list[tuple[int, str]] = []
@@ -35,7 +39,7 @@ def recover_from_storage(job_dir: str, retained: int) -> RecoveredState:
         for entry in fs.ls(root, detail=False):
             name = entry.rstrip("/").rsplit("/", 1)[-1]
             match = _CHECKPOINT_DIR.match(name)
-            if match is None:
+            if match is None or entry.rstrip("/") == users:
                 continue
             checkpoint_id = int(match.group(1))
             highest = max(highest, checkpoint_id)
@@ -51,3 +55,9 @@ def recover_from_storage(job_dir: str, retained: int) -> RecoveredState:
         except StateCertError:
             incomplete.append(pointer)
     return RecoveredState(store, highest + 1, incomplete)
+
+
+def _directory_path(pointer: str) -> str:
+    """The file-system path of the directory a checkpoint pointer names (the directory or its `_metadata`)."""
+    path: str = fsspec.core.url_to_fs(pointer)[1]
+    return path.rstrip("/").removesuffix(f"/{METADATA_FILE_NAME}")

@@ -510,7 +510,9 @@ class Simulation:
         self.timeline.append({"t": self.env.now, "event": "coordinator-crash"})
         self.coordinator.halt()
         known = self.coordinator.store.registry.registered()
-        recovered = recover_from_storage(self.access.job_dir, self.spec.checkpointing.retained)
+        recovered = recover_from_storage(
+            self.access.job_dir, self.spec.checkpointing.retained, None if self.claim else self.restored_from
+        )
         self.orphaned_files |= known - recovered.store.shared_files()
         self.coordinator = self._coordinator(recovered.store, recovered.next_checkpoint_id)
         self.coordinator.restore_initial(self.restored_from, self.initial, self.claim)

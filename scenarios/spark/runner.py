@@ -329,7 +329,9 @@ class _Run:
         """The coordinator died after the acknowledgements, before `_metadata`: a new one recovers the completed
         checkpoints from storage alone, and the job fails over to the latest of them."""
         self.coordinator.halt()
-        recovered = recover_from_storage(self.access.job_dir, self.scenario.checkpointing.retained)
+        recovered = recover_from_storage(
+            self.access.job_dir, self.scenario.checkpointing.retained, None if self.claim else self.restore_from
+        )
         self.coordinator = self._new_coordinator(recovered.store, recovered.next_checkpoint_id)
         self.coordinator.restore_initial(self.restore_from, self.initial_metadata, self.claim)
         self.pending_stop = False
