@@ -75,6 +75,8 @@ class KeyedStateBackendBase:
     """Keyed state of one subtask over per-state stores."""
 
     backend_name = "abstract"
+    canonical_reader: type[CanonicalReader] = CanonicalReader
+    """How restore reads a canonical stream; replaceable for fault-injection tests."""
 
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
         check_max_parallelism(params.max_parallelism)
@@ -296,7 +298,7 @@ class KeyedStateBackendBase:
     def restore_canonical_handle(self, handle: KeyGroupsStateHandle) -> None:
         """Put the entries of one canonical stream's key groups inside this backend's range into the stores, each
         validated first (FMT-15); a native format made of canonical blocks restores through it too."""
-        with CanonicalReader(handle) as reader:
+        with self.canonical_reader(handle) as reader:
             self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
             stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
             validator = EntryValidator(

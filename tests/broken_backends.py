@@ -40,7 +40,6 @@ from statecert.reference.format.canonical import (
     write_canonical_snapshot,
     write_key_groups,
 )
-from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.format.state_meta import SERIALIZER_ROLES
 from statecert.reference.heap.backend import HashMapStateBackend
@@ -3131,17 +3130,7 @@ class _RolesBeyondTheKindReader(CanonicalReader):
 
 
 class _RolesBeyondTheKindDropped(HeapKeyedStateBackend):
-    def restore_canonical_handle(self, handle: KeyGroupsStateHandle) -> None:
-        with _RolesBeyondTheKindReader(handle) as reader:
-            self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
-            stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
-            validator = EntryValidator(
-                reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
-            )
-            for key_group, entries in reader.entries(self.key_group_range):
-                for index, key, ns, payload in entries:
-                    validator.check(key_group, index, key, ns, payload)
-                    stores[index].put_payload(key_group, (key, ns), payload)
+    canonical_reader = _RolesBeyondTheKindReader
 
 
 # 216. Timers are written into checkpoints but left out of savepoints: a job restored from a savepoint has lost every
