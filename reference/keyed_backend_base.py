@@ -76,7 +76,8 @@ class KeyedStateBackendBase:
 
     backend_name = "abstract"
     canonical_reader: type[CanonicalReader] = CanonicalReader
-    """How restore reads a canonical stream; replaceable for fault-injection tests."""
+    entry_validator: type[EntryValidator] = EntryValidator
+    """How restore reads a canonical stream and checks its entries (FMT-15); replaceable for fault-injection tests."""
 
     def __init__(self, params: KeyedBackendParameters[Any]) -> None:
         check_max_parallelism(params.max_parallelism)
@@ -301,7 +302,7 @@ class KeyedStateBackendBase:
         with self.canonical_reader(handle) as reader:
             self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
             stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
-            validator = EntryValidator(
+            validator = self.entry_validator(
                 reader.header.states, self._key_serializer, self._params.max_parallelism, reader.name
             )
             for key_group, entries in reader.entries(self.key_group_range):

@@ -40,6 +40,7 @@ from statecert.reference.format.canonical import (
     write_canonical_snapshot,
     write_key_groups,
 )
+from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.format.state_meta import SERIALIZER_ROLES
 from statecert.reference.heap.backend import HashMapStateBackend
@@ -56,7 +57,6 @@ from statecert.reference.keyed_states import (
     ValueStateImpl,
 )
 from statecert.reference.loader import load_state_backend
-from statecert.reference.migration import check_key_serializer
 from statecert.reference.operator_state import (
     BroadcastStateImpl,
     DefaultOperatorStateBackend,
@@ -77,6 +77,7 @@ from statecert.spec.errors import (
     InvalidStateValueError,
     SnapshotCancelledError,
     StateMigrationError,
+    UnsupportedFeatureError,
 )
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
@@ -3039,14 +3040,13 @@ class _TtlFlagDropped(HeapKeyedStateBackend):
 
 # 209. Restored entries are used as they are read, unchecked: a key in another key group than its own, a value its
 # serializer cannot read, an entry given twice, all restore as state (FMT-15).
+class _ChecksNothing(EntryValidator):
+    def check(self, key_group: int, index: int, key: bytes, namespace: bytes, payload: Any) -> None:
+        return None
+
+
 class _RestoresEntriesUnchecked(HeapKeyedStateBackend):
-    def restore_canonical_handle(self, handle: KeyGroupsStateHandle) -> None:
-        with CanonicalReader(handle) as reader:
-            self._key_serializer = check_key_serializer(self._key_serializer, reader.header.key_serializer)
-            stores = [self._restored_store(meta, reader.name) for meta in reader.header.states]
-            for key_group, entries in reader.entries(self.key_group_range):
-                for index, key, ns, payload in entries:
-                    stores[index].put_payload(key_group, (key, ns), payload)
+    entry_validator = _ChecksNothing
 
 
 # 210. A savepoint of the changelog backend is a changelog handle like a checkpoint's, not the wrapped backend's own
@@ -3183,21 +3183,38 @@ class _UploadsEveryChangeAgain(StateChangelogWriter):
         return result
 
 
-class _ChangelogUploadsEveryChangeAgain(ChangelogKeyedStateBackend):
-    def __init__(self, delegate_factory: Any, params: Any, settings: ChangelogSettings) -> None:
-        super().__init__(delegate_factory, params, settings)
-        self._writer = _UploadsEveryChangeAgain(params.key_serializer.snapshot_configuration(), self._writer._inline)
+def _changelog_writing_with(writer: type[StateChangelogWriter]) -> type[ChangelogKeyedStateBackend]:
+    """The changelog keyed backend with its log written by `writer` instead of StateChangelogWriter."""
+
+    class Keyed(ChangelogKeyedStateBackend):
+        def __init__(self, delegate_factory: Any, params: Any, settings: ChangelogSettings) -> None:
+            super().__init__(delegate_factory, params, settings)
+            self._writer = writer(params.key_serializer.snapshot_configuration(), self._writer._inline)
+
+    return Keyed
 
 
-def _declaring_off(capability: str, keyed: type[HeapKeyedStateBackend]) -> Any:
-    """The heap backend declaring `capability` unsupported, with `keyed` as its keyed backend."""
-    declared = dataclasses.replace(HashMapStateBackend.capabilities, **{capability: False})
-    backend_class = type(
-        "Broken",
-        (HashMapStateBackend,),
-        {"capabilities": declared, "create_keyed_state_backend": lambda _, p: keyed(p)},
-    )
-    return lambda config: backend_class()
+def _declaring_off(
+    off: tuple[str, ...], keyed: type[HeapKeyedStateBackend], name: str | None = None
+) -> Callable[[Mapping[str, object]], HashMapStateBackend]:
+    """The heap backend declaring the capabilities `off` unsupported, with `keyed` as its keyed backend (and no
+    operator state backend, refused with UnsupportedFeatureError, when `operator_state` is among them)."""
+    declared = dataclasses.replace(HashMapStateBackend.capabilities, **dict.fromkeys(off, False))
+
+    class Declaring(HashMapStateBackend):
+        capabilities = declared
+
+        def create_keyed_state_backend(self, params: Any) -> Any:
+            return keyed(params)
+
+        def create_operator_state_backend(self, params: Any) -> Any:
+            if "operator_state" in off:
+                raise UnsupportedFeatureError("this backend has no operator state")
+            return super().create_operator_state_backend(params)
+
+    if name is not None:
+        Declaring.name = name
+    return lambda config: Declaring()
 
 
 # 219. A backend declaring timers unsupported whose `get_timer_service` raises NotImplementedError, not the documented
@@ -3236,12 +3253,6 @@ class _ExclusiveScope:
 class _SegmentsInExclusiveScope(StateChangelogWriter):
     def upload(self, pending: Any, factory: Any, checkpoint_id: int) -> Any:
         return super().upload(pending, _ExclusiveScope(factory), checkpoint_id)
-
-
-class _ChangelogSegmentsInExclusiveScope(ChangelogKeyedStateBackend):
-    def __init__(self, delegate_factory: Any, params: Any, settings: ChangelogSettings) -> None:
-        super().__init__(delegate_factory, params, settings)
-        self._writer = _SegmentsInExclusiveScope(params.key_serializer.snapshot_configuration(), self._writer._inline)
 
 
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
@@ -3548,12 +3559,12 @@ canonical_labelled_native = _factory(_CanonicalLabelledNative)
 header_roles_beyond_the_kind_dropped = _factory(_RolesBeyondTheKindDropped)
 savepoints_without_timers = _factory(_SavepointsWithoutTimers)
 map_remove_absent_raises = _factory(_with_state(MapStateImpl, _MapRemoveAbsentRaises))
-changelog_uploads_every_change_again = _changelog_factory(_ChangelogUploadsEveryChangeAgain)
-timers_unsupported_not_implemented = _declaring_off("timers", _TimersNotImplemented)
+changelog_uploads_every_change_again = _changelog_factory(_changelog_writing_with(_UploadsEveryChangeAgain))
+timers_unsupported_not_implemented = _declaring_off(("timers",), _TimersNotImplemented)
 canonical_savepoints_unsupported_not_implemented = _declaring_off(
-    "canonical_savepoints", _CanonicalSavepointsNotImplemented
+    ("canonical_savepoints",), _CanonicalSavepointsNotImplemented
 )
-changelog_segments_in_exclusive_scope = _changelog_factory(_ChangelogSegmentsInExclusiveScope)
+changelog_segments_in_exclusive_scope = _changelog_factory(_changelog_writing_with(_SegmentsInExclusiveScope))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {

@@ -5,7 +5,6 @@ others with it is exercised too (a backend with canonical savepoints but no resc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,7 +12,7 @@ from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.heap.keyed_backend import HeapKeyedStateBackend
 from statecert.spec.errors import StateMigrationError, UnsupportedFeatureError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, SnapshotType
-from tests.broken_backends import _SharesBuffer
+from tests.broken_backends import _declaring_off, _SharesBuffer
 
 
 class _NoRescaling(HeapKeyedStateBackend):
@@ -78,21 +77,7 @@ does without it."""
 def _restricted(name: str, off: tuple[str, ...]) -> Callable[[Mapping[str, object]], HashMapStateBackend]:
     mixins = tuple(mixin for capability in off for mixin in KEYED_WITHOUT[capability])
     keyed = type("Keyed", (*mixins, HeapKeyedStateBackend), {}) if mixins else HeapKeyedStateBackend
-    declared = dataclasses.replace(HashMapStateBackend.capabilities, **dict.fromkeys(off, False))
-
-    class Restricted(HashMapStateBackend):
-        capabilities = declared
-
-        def create_keyed_state_backend(self, params: Any) -> Any:
-            return keyed(params)
-
-        def create_operator_state_backend(self, params: Any) -> Any:
-            if "operator_state" in off:
-                raise UnsupportedFeatureError("this backend has no operator state")
-            return super().create_operator_state_backend(params)
-
-    Restricted.name = name
-    return lambda config: Restricted()
+    return _declaring_off(off, keyed, name)
 
 
 without_rescaling = _restricted("without-rescaling", ("rescaling",))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,20 @@ def subtask_state(operator_id: str, index: int, parallelism: int) -> OperatorSub
     return OperatorSubtaskState((handle,))
 
 
-def ack_all(coordinator: CheckpointCoordinator, checkpoint_id: int, skip: int = 0) -> None:
+def ack_all(
+    coordinator: CheckpointCoordinator,
+    checkpoint_id: int,
+    skip: int = 0,
+    states: Mapping[tuple[str, int], OperatorSubtaskState] | None = None,
+) -> None:
+    """Every task but the first `skip` acknowledges `checkpoint_id`, with its state in `states` if given there."""
+    given = states or {}
     tasks = [t for v in VERTICES for t in v.tasks()]
-    for operator_id, index in tasks[skip:]:
-        parallelism = next(v.parallelism for v in VERTICES if v.operator_id == operator_id)
-        coordinator.acknowledge(checkpoint_id, (operator_id, index), subtask_state(operator_id, index, parallelism))
+    for task in tasks[skip:]:
+        parallelism = next(v.parallelism for v in VERTICES if v.operator_id == task[0])
+        coordinator.acknowledge(
+            checkpoint_id, task, given[task] if task in given else subtask_state(*task, parallelism)
+        )
 
 
 def make(tmp_path: Path, **settings: Any) -> tuple[CheckpointCoordinator, ManualScheduler, Recorder, Any]:
@@ -409,14 +419,6 @@ def test_a_claimed_checkpoint_of_the_jobs_own_directory_is_recovered_once(tmp_pa
         assert metadata_file.exists(), f"retained checkpoint {checkpoint.metadata.checkpoint_id} was discarded"
 
 
-def _acknowledged_with(coordinator: CheckpointCoordinator, checkpoint_id: int, counter_0: OperatorSubtaskState) -> None:
-    """Every task acknowledges `checkpoint_id` as `ack_all` does, but task ("counter", 0) with `counter_0`."""
-    for operator_id, index in [t for v in VERTICES for t in v.tasks()]:
-        parallelism = next(v.parallelism for v in VERTICES if v.operator_id == operator_id)
-        state = counter_0 if (operator_id, index) == ("counter", 0) else subtask_state(operator_id, index, parallelism)
-        coordinator.acknowledge(checkpoint_id, (operator_id, index), state)
-
-
 @pytest.mark.requirement("COORD-13", "COORD-8", "CKP-2")
 @pytest.mark.parametrize("recovered", [False, True], ids=["running", "recovered"])
 def test_an_unclaimed_snapshots_shared_file_outlives_the_checkpoints_that_reference_it(
@@ -439,7 +441,7 @@ def test_an_unclaimed_snapshots_shared_file_outlives_the_checkpoints_that_refere
     incremental = OperatorSubtaskState(
         (IncrementalKeyedStateHandle("rocksdb", rng, first, shared, {}, ByteStreamStateHandle("meta", b"m")),)
     )
-    _acknowledged_with(earlier, first, incremental)
+    ack_all(earlier, first, states={("counter", 0): incremental})
     snapshot = earlier.store.latest
     assert snapshot is not None
     earlier.halt()
@@ -447,7 +449,7 @@ def test_an_unclaimed_snapshots_shared_file_outlives_the_checkpoints_that_refere
     coordinator.restore_from(snapshot.pointer, snapshot.metadata, claim=False)
     referencing = coordinator.trigger_checkpoint().checkpoint_id
     assert referencing is not None
-    _acknowledged_with(coordinator, referencing, incremental)
+    ack_all(coordinator, referencing, states={("counter", 0): incremental})
     if recovered:
         coordinator.halt()
         coordinator = _restarted(storage, retained=1, unclaimed=snapshot.pointer)

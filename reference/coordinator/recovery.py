@@ -11,8 +11,8 @@ import fsspec
 from statecert.reference.completed_checkpoint_store import CompletedCheckpointStore
 from statecert.reference.format.paths import join_url
 from statecert.reference.storage.discard import remove_directory
-from statecert.reference.storage.location import load_checkpoint_metadata
-from statecert.spec.errors import StateCertError
+from statecert.reference.storage.location import load_checkpoint_metadata, resolve_checkpoint_pointer
+from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError, StateCertError
 from statecert.spec.storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
 
 _CHECKPOINT_DIR = re.compile(rf"^{CHECKPOINT_DIR_PREFIX}(\d+)$")
@@ -30,7 +30,7 @@ def recover_from_storage(job_dir: str, retained: int, unclaimed: str | None = No
     without claiming it (NO_CLAIM), if any: should it lie in `job_dir` (a job restarted under its own job id from its
     own retained checkpoint), it is the user's, and is neither recovered nor deleted (COORD-8)."""
     fs, root = fsspec.core.url_to_fs(job_dir)
-    users = _directory_path(unclaimed) if unclaimed is not None else None
+    users = _directory_path(unclaimed) if unclaimed is not None else None  # None: not there (any more)
     store = CompletedCheckpointStore(retained)
     highest = 0
     complete: list[tuple[int, str]] = []
@@ -57,7 +57,11 @@ def recover_from_storage(job_dir: str, retained: int, unclaimed: str | None = No
     return RecoveredState(store, highest + 1, incomplete)
 
 
-def _directory_path(pointer: str) -> str:
-    """The file-system path of the directory a checkpoint pointer names (the directory or its `_metadata`)."""
-    path: str = fsspec.core.url_to_fs(pointer)[1]
-    return path.rstrip("/").removesuffix(f"/{METADATA_FILE_NAME}")
+def _directory_path(pointer: str) -> str | None:
+    """The file-system path of the directory a complete checkpoint's pointer names; None when there is none."""
+    try:
+        directory = resolve_checkpoint_pointer(pointer).directory
+    except (CheckpointNotFoundError, IncompleteCheckpointError):
+        return None
+    path: str = fsspec.core.url_to_fs(directory)[1]
+    return path.rstrip("/")
