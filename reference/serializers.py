@@ -7,6 +7,7 @@ Third parties register theirs through the entry-point group `statecert.serialize
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -45,12 +46,35 @@ def _map_header(entries: int) -> bytes:
     return b"\xde" + _U16.pack(entries) if entries < 1 << 16 else b"\xdf" + _U32.pack(entries)
 
 
+# msgpack's timestamp extension (type -1) in its three sizes: the unpacker decodes it without asking `ext_hook`
+_TIMESTAMP_HEADERS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")
+_EXTENSION_MARKERS = re.compile(rb"[\xc7-\xc9\xd4-\xd8]")  # ext 8/16/32 and fixext 1-16
+
+
+def _refuse_extension(code: int, data: bytes) -> Any:
+    raise ValueError(f"an extension type ({code}), which plain data never holds")
+
+
+def _holds_timestamp(value: Any) -> bool:
+    if isinstance(value, msgpack.Timestamp):
+        return True
+    if isinstance(value, list):
+        return any(_holds_timestamp(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_timestamp(k) or _holds_timestamp(v) for k, v in value.items())
+    return False
+
+
 def unpack_plain(data: bytes, who: str) -> Any:
-    """msgpack bytes to plain data; malformed input raises ValueError, as every default serializer does (IF-1)."""
+    """msgpack bytes to plain data; malformed input, extension types included, raises ValueError, as every default
+    serializer does (IF-1)."""
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except (TypeError, RecursionError, msgpack.UnpackException) as exc:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_extension)
+    except (TypeError, ValueError, RecursionError, msgpack.UnpackException) as exc:
         raise ValueError(f"{who}: not a msgpack value: {exc!r}") from None
+    if any(header in data for header in _TIMESTAMP_HEADERS) and _holds_timestamp(value):
+        raise ValueError(f"{who}: not a msgpack value: a timestamp extension, which plain data never holds")
+    return value
 
 
 class BaseSerializer:
@@ -271,6 +295,7 @@ class VoidNamespaceSerializer(BaseSerializer):
 
 
 _PLAIN_TYPES: tuple[type[Any], ...] = (bool, int, float, str, bytes, list, dict)
+_SCALAR_TYPES = frozenset((type(None), bool, int, float, str, bytes))  # never hold an extension type
 
 
 def _as_plain(value: Any) -> Any:
@@ -298,7 +323,14 @@ class MsgpackSerializer(BaseSerializer):
     serializer_id = "msgpack"
 
     def serialize(self, value: Any) -> bytes:
-        return msgpack.packb(value, use_bin_type=True, strict_types=True, default=_as_plain)
+        data: bytes = msgpack.packb(value, use_bin_type=True, strict_types=True, default=_as_plain)
+        if type(value) not in _SCALAR_TYPES and _EXTENSION_MARKERS.search(data):
+            # msgpack packs its ExtType and Timestamp itself, past `default`: read back, they would not be plain data
+            try:
+                unpack_plain(data, "MsgpackSerializer")
+            except ValueError:
+                raise TypeError("MsgpackSerializer: a msgpack extension type is not plain data") from None
+        return data
 
     def deserialize(self, data: bytes) -> Any:
         return unpack_plain(data, "MsgpackSerializer")

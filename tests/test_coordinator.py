@@ -186,6 +186,49 @@ def test_success_resets_the_failure_count(tmp_path: Path) -> None:
     assert recorder.failovers == []
 
 
+@pytest.mark.requirement("COORD-6", "FMT-9")
+@pytest.mark.parametrize("failure", ["storage-error", "state-file-outside-the-job"])
+def test_a_checkpoint_whose_metadata_cannot_be_written_is_aborted_and_counted(
+    tmp_path: Path, faulty_fs: Any, failure: str
+) -> None:
+    """Writing `_metadata` fails on an I/O error, or when a task's state names a file the checkpoint may not reference
+    (outside the job's directory, FMT-9). Either way the checkpoint is aborted as a finalize failure, leaves nothing
+    behind and counts toward the tolerable failures, as Flink's FINALIZE_CHECKPOINT_FAILURE: the error does not
+    escape into the task that acknowledged last."""
+    storage = FileSystemCheckpointStorage(f"faulty://{tmp_path / 'c'}")
+    scheduler, recorder = ManualScheduler(), Recorder()
+    settings = CheckpointingSettings(tolerable_failures=1)
+    coordinator = CheckpointCoordinator(
+        "job", VERTICES, storage.create_checkpoint_storage("job"), settings, scheduler, recorder
+    )
+    states: dict[tuple[str, int], OperatorSubtaskState] = {}
+    outside = tmp_path / "elsewhere" / "state"
+    if failure == "storage-error":
+        faulty_fs.fail_writes("*_metadata*", times=-1)
+    else:
+        rng = key_group_range_for_operator(128, 2, 0)
+        outside.parent.mkdir()
+        outside.write_bytes(bytes(4 * len(rng)))
+        stream = FileStateHandle(f"faulty://{outside}", 4 * len(rng))
+        states[("counter", 0)] = OperatorSubtaskState(
+            (KeyGroupsStateHandle(rng, tuple(range(0, 4 * len(rng), 4)), stream),)
+        )
+    for _ in range(2):
+        checkpoint_id = coordinator.trigger_checkpoint().checkpoint_id
+        assert checkpoint_id is not None
+        ack_all(coordinator, checkpoint_id, states=states)
+    assert recorder.completed == [] and recorder.aborted == [
+        (1, FailureReason.FINALIZE_FAILED),
+        (2, FailureReason.FINALIZE_FAILED),
+    ], f"two checkpoints whose _metadata could not be written ({failure}): aborted {recorder.aborted}"
+    assert len(recorder.failovers) == 1 and "finalize-failed" in recorder.failovers[0], (
+        f"two finalize failures with 1 tolerable should fail over once, got {recorder.failovers}"
+    )
+    left = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "c" / "job").glob("chk-*/**/*"))
+    assert left == [], f"aborted checkpoints left files behind: {left}"
+    assert failure == "storage-error" or outside.exists(), "a file outside the checkpoint is not the abort's to delete"
+
+
 @pytest.mark.requirement("COORD-7")
 def test_savepoints_are_not_limited_subsumed_or_counted(tmp_path: Path) -> None:
     coordinator, scheduler, recorder, _ = make(tmp_path, timeout_ms=50, retained=1)

@@ -270,6 +270,58 @@ def test_msgpack_default_refuses_what_is_not_plain_data(value: Any) -> None:
         MsgpackSerializer().serialize(value)
 
 
+EXTENSIONS = st.sampled_from(
+    [
+        msgpack.ExtType(5, b"abc"),
+        msgpack.ExtType(127, b""),
+        msgpack.Timestamp(1, 0),
+        msgpack.Timestamp(2**40, 7),
+        msgpack.Timestamp(-1, 5),
+    ]
+)
+HOLDING_AN_EXTENSION = st.recursive(
+    EXTENSIONS,
+    lambda inner: (
+        st.builds(
+            lambda before, it, after: [*before, it, *after],
+            st.lists(PLAIN, max_size=2),
+            inner,
+            st.lists(PLAIN, max_size=2),
+        )
+        | st.builds(
+            lambda entries, key, it: {**entries, key: it}, st.dictionaries(st.text(max_size=3), PLAIN), st.text(), inner
+        )
+    ),
+    max_leaves=4,
+)
+# bytes that look like msgpack's extension headers inside a bin: plain data, which must round-trip
+EXTENSION_LOOKALIKES = st.lists(
+    st.sampled_from([b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff", b"\xd4\x05"]) | st.binary(max_size=3), max_size=6
+).map(b"".join)
+
+
+@pytest.mark.requirement("SER-10", "IF-1")
+@given(HOLDING_AN_EXTENSION)
+def test_msgpack_default_refuses_an_extension_type_at_any_depth(value: Any) -> None:
+    """msgpack packs its `ExtType` and `Timestamp` past `default`; IF-1's plain data never holds an extension type,
+    so the default refuses to write one (TypeError, SER-10) and refuses bytes holding one (ValueError, IF-1)."""
+    serializer = MsgpackSerializer()
+    with pytest.raises(TypeError, match="not plain data"):
+        serializer.serialize(value)
+    packed = msgpack.packb(value, use_bin_type=True)
+    with pytest.raises(ValueError, match="not a msgpack value"):
+        got = serializer.deserialize(packed)
+        pytest.fail(f"MsgpackSerializer().deserialize({packed!r}) gave {got!r}, expected ValueError")
+
+
+@pytest.mark.requirement("SER-10", "IF-1")
+@given(st.lists(EXTENSION_LOOKALIKES | PLAIN, max_size=4) | EXTENSION_LOOKALIKES)
+def test_msgpack_default_round_trips_bytes_that_look_like_extension_headers(value: Any) -> None:
+    serializer = MsgpackSerializer()
+    got = serializer.deserialize(serializer.serialize(value))
+    assert got == value, f"MsgpackSerializer round trip of {value!r}: got {got!r}"
+
+
 @pytest.mark.requirement("SER-8")
 def test_msgpack_serializer_never_unpickles() -> None:
     class Boom:

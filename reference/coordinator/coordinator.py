@@ -7,6 +7,7 @@ reach the tasks and how tasks hear about completion): the simulator and the PySp
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,6 +20,8 @@ from statecert.reference.storage.location import resolve_checkpoint_pointer
 from statecert.spec.errors import CheckpointNotFoundError, IncompleteCheckpointError
 from statecert.spec.keyed_backend import DEFAULT_CHECKPOINT_OPTIONS, CheckpointOptions, SnapshotType
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
+
+_LOG = logging.getLogger(__name__)
 
 TaskId = tuple[str, int]  # (operator id, subtask index)
 
@@ -207,7 +210,10 @@ class CheckpointCoordinator:
         metadata = CheckpointMetadata(pending.checkpoint_id, operators, pending.kind, pending.timestamp_ms)
         try:
             pointer = pending.location.write_metadata(metadata)
-        except OSError:
+        except Exception as error:  # any failure to finalize aborts the checkpoint, as in Flink (COORD-6)
+            # an I/O error, or state the metadata cannot reference (a file outside the job's directory, FMT-9): the
+            # checkpoint fails as Flink's FINALIZE_CHECKPOINT_FAILURE, and the job goes on or fails over
+            _LOG.warning("checkpoint %d: writing its _metadata failed: %s", pending.checkpoint_id, error)
             self.abort(pending.checkpoint_id, FailureReason.FINALIZE_FAILED)
             return
         del self.pending[pending.checkpoint_id]
