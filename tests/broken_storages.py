@@ -618,6 +618,17 @@ class _SavepointsOnCheckpointFileSystem(FileSystemCheckpointStorage):
         return access
 
 
+# 34. `_metadata` written by an encoder of the storage's own that leaves out the trigger timestamp: every checkpoint
+# reads back as triggered at 0, through this storage and any other reader (FMT-4). The contract's metadata all had the
+# default timestamp 0, so a round trip of it could not tell.
+class _MetadataWithoutTimestampLocation(CheckpointStorageLocationImpl):
+    def metadata_bytes(self, metadata: Any) -> bytes:
+        return encode_metadata(dataclasses.replace(metadata, timestamp_ms=0), self.directory)
+
+
+_MetadataWithoutTimestamp = _with_checkpoint_locations(_MetadataWithoutTimestampLocation)
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -763,6 +774,10 @@ def savepoints_on_checkpoint_file_system(config: Mapping[str, object]) -> Any:
     return _SavepointsOnCheckpointFileSystem.from_config(config)
 
 
+def metadata_without_timestamp(config: Mapping[str, object]) -> Any:
+    return _MetadataWithoutTimestamp.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -797,4 +812,5 @@ CAUGHT_BY = {
     "little_endian_metadata_header": "CS-11",
     "job_directories_by_prefix": "CS-2",
     "savepoints_on_checkpoint_file_system": "CS-2",
+    "metadata_without_timestamp": "FMT-4",
 }

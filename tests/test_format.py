@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 import uuid
 import zlib
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import savepoint
+from statecert.conformance.metadata_strategies import NAMES, checkpoint_metadata, inline_streams
 from statecert.reference.format.metadata_codec import CURRENT_VERSION, MAGIC, decode_metadata, encode_metadata
 from statecert.reference.heap.backend import HashMapStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
@@ -32,15 +33,11 @@ from statecert.spec.errors import (
 )
 from statecert.spec.handles import (
     ByteStreamStateHandle,
-    ChangelogSegmentHandle,
     ChangelogStateBackendHandle,
     FileStateHandle,
     KeyGroupsStateHandle,
-    OperatorStateHandle,
-    OperatorStateMode,
-    OperatorStatePartitions,
 )
-from statecert.spec.keygroups import KeyGroupRange, key_group_range_for_operator
+from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata, OperatorState, OperatorSubtaskState
 from statecert.spec.state import ValueStateDescriptor
 
@@ -51,104 +48,39 @@ COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 
 # -- generated metadata ------------------------------------------------------------------------------------------
-def streams(directory: str, size: int) -> st.SearchStrategy[Any]:
-    """A stream handle of `size` bytes: inline, a file of the checkpoint, or a shared file (with a checksum)."""
-    names = st.text("abcdef0123456789", min_size=1, max_size=12)
+def streams(directory: str) -> st.SearchStrategy[Any]:
+    """A stream handle: inline, a file of the checkpoint, or a shared file (with a checksum or without)."""
     checksums = st.none() | st.integers(0, 2**32 - 1)
-    files = [
-        st.builds(lambda n, c: FileStateHandle(f"{directory}/{n}", size, c), names, checksums),
-        st.builds(lambda n, c: FileStateHandle(f"file:///ckpt/job/shared/{n}", size, c), names, checksums),
-    ]
-    if size <= 4096:
-        files.append(st.builds(lambda n, b: ByteStreamStateHandle(n, bytes([b]) * size), names, st.integers(0, 255)))
-    return st.one_of(files)
-
-
-def ascending_offsets(draw: st.DrawFn, count: int) -> tuple[tuple[int, ...], int]:
-    """`count` ascending stream positions and a stream size that holds them."""
-    limit = draw(st.sampled_from([4096, 2**40]))
-    offsets = sorted(draw(st.sets(st.integers(0, limit - 1), min_size=count, max_size=count)))
-    return tuple(offsets), (offsets[-1] if offsets else 0) + draw(st.integers(1, 100))
-
-
-@st.composite
-def changelog_handles(draw: st.DrawFn, materialized: KeyGroupsStateHandle) -> ChangelogStateBackendHandle:
-    """A changelog handle (CL-2) over `materialized`: shared segments with ascending sequence ranges after it."""
-    materialized_sequence = draw(st.integers(0, 2**40))
-    bounds = sorted(draw(st.sets(st.integers(materialized_sequence + 1, 2**41), max_size=4)))
-    after = draw(st.integers(0, materialized_sequence))
-    segments = []
-    for up_to in bounds:
-        size = draw(st.integers(1, 10_000))
-        segments.append(ChangelogSegmentHandle(draw(streams(DIRECTORY, size)), after, up_to))
-        after = up_to
-    return ChangelogStateBackendHandle(
-        materialized.key_group_range,
-        draw(st.integers(0, 2**40)),
-        materialized_sequence,
-        draw(st.sampled_from([(), (materialized,)])),
-        tuple(segments),
+    sizes = st.sampled_from([4096, 2**40])
+    return st.one_of(
+        st.builds(lambda n, s, c: FileStateHandle(f"{directory}/{n}", s, c), NAMES, sizes, checksums),
+        st.builds(lambda n, s, c: FileStateHandle(f"file:///ckpt/job/shared/{n}", s, c), NAMES, sizes, checksums),
+        inline_streams(),
     )
 
 
-@st.composite
-def metadata(
-    draw: st.DrawFn, kind: CheckpointKind = CheckpointKind.CHECKPOINT, changelog: bool = True
-) -> CheckpointMetadata:
-    """Valid metadata: each keyed handle inside its subtask's key groups (FMT-11), offsets inside their stream;
-    keyed handles of changelog backends (CL-2) unless `changelog` is false (formats before V4)."""
-    directory = DIRECTORY
-    operators = []
-    for op_index in range(draw(st.integers(0, 3))):
-        max_parallelism = draw(st.integers(1, 300))
-        parallelism = draw(st.integers(1, min(max_parallelism, 8)))
-        subtasks = {}
-        for i in draw(st.sets(st.integers(0, parallelism - 1))):
-            owned = key_group_range_for_operator(max_parallelism, parallelism, i)
-            start = draw(st.integers(owned.start, owned.end))
-            end = draw(st.integers(start, owned.end))
-            offsets, size = ascending_offsets(draw, end - start + 1)
-            keyed: KeyGroupsStateHandle | ChangelogStateBackendHandle = KeyGroupsStateHandle(
-                KeyGroupRange(start, end), offsets, draw(streams(directory, size))
-            )
-            if changelog and draw(st.booleans()):
-                keyed = draw(changelog_handles(keyed))
-            element_offsets, size = ascending_offsets(draw, draw(st.integers(0, 5)))
-            operator = OperatorStateHandle(
-                {
-                    draw(st.text(max_size=8)): OperatorStatePartitions(
-                        draw(st.sampled_from(list(OperatorStateMode))), element_offsets
-                    )
-                },
-                draw(streams(directory, size)),
-            )
-            subtasks[i] = OperatorSubtaskState((keyed,), (operator,))
-        operators.append(OperatorState(f"op-{op_index}", parallelism, max_parallelism, subtasks))
-    return CheckpointMetadata(draw(st.integers(0, 2**62)), tuple(operators), kind, draw(st.integers(0, 2**62)))
+def metadata(kind: CheckpointKind = CheckpointKind.CHECKPOINT, changelog: bool = True) -> Any:
+    """Valid metadata of a checkpoint in `DIRECTORY` (the suite's generator over made-up files)."""
+    return checkpoint_metadata(streams(DIRECTORY), kind, changelog=changelog)
 
 
 def without_checksums(meta: CheckpointMetadata) -> CheckpointMetadata:
-    """`meta` as a format that records no checksums (V1, V2) decodes it."""
+    """`meta` as a format that records no checksums (V1, V2) decodes it: every file handle, at any depth of a
+    handle, without its checksum."""
 
-    def plain(stream: Any) -> Any:
-        return FileStateHandle(stream.path, stream.size) if isinstance(stream, FileStateHandle) else stream
+    def plain(value: Any) -> Any:
+        if isinstance(value, FileStateHandle):
+            return FileStateHandle(value.path, value.size)
+        if isinstance(value, tuple):
+            return tuple(plain(v) for v in value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if is_dataclass(value) and not isinstance(value, type):
+            return replace(value, **{f.name: plain(getattr(value, f.name)) for f in fields(value) if f.init})
+        return value
 
-    operators = tuple(
-        OperatorState(
-            op.operator_id,
-            op.parallelism,
-            op.max_parallelism,
-            {
-                i: OperatorSubtaskState(
-                    tuple(replace(h, delegate=plain(h.delegate)) for h in s.managed_keyed_state),
-                    tuple(replace(h, delegate=plain(h.delegate)) for h in s.managed_operator_state),
-                )
-                for i, s in op.subtask_states.items()
-            },
-        )
-        for op in meta.operators
-    )
-    return replace(meta, operators=operators)
+    result: CheckpointMetadata = plain(meta)
+    return result
 
 
 @pytest.mark.requirement("FMT-4", "FMT-2")

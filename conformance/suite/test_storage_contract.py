@@ -540,6 +540,56 @@ def test_locations_are_distinct_and_resolve(storage: Any) -> None:
         assert storage.load_checkpoint(pointer) == _metadata(i), "FMT-4: _metadata does not read back equal"
 
 
+@pytest.mark.requirement("FMT-4", "FMT-1", "FMT-2")
+@pytest.mark.parametrize("kind", list(CheckpointKind), ids=lambda kind: kind.value)
+@given(data=st.data())
+def test_metadata_of_every_shape_reads_back_equal_through_any_reader(
+    storage: Any, kind: CheckpointKind, data: st.DataObject
+) -> None:
+    """Generated metadata of `kind` (any checkpoint id and trigger timestamp, up to three operators of any parallelism
+    and max parallelism, canonical, native, changelog and operator handles over inline bytes and streams this
+    storage wrote) reads back equal through the storage, and through the reference reader too: `_metadata` is the
+    format chapter's, whoever wrote it. A storage with its own encoder that drops or narrows a field (the timestamp,
+    the kind, a handle's format) would pass a round trip of one fixed checkpoint."""
+    from statecert.conformance.metadata_strategies import checkpoint_metadata, inline_streams
+    from statecert.reference.storage.location import load_checkpoint_metadata
+
+    access = storage.create_checkpoint_storage(f"job-{uuid.uuid4().hex}")  # the storage outlives the examples
+    checkpoint_id = data.draw(st.integers(1, 2**62), label="checkpoint_id")
+    location = (
+        access.initialize_location_for_savepoint(checkpoint_id)
+        if kind.is_savepoint
+        else access.initialize_location_for_checkpoint(checkpoint_id)
+    )
+    written = []
+    for scope, size in ((CheckpointedStateScope.EXCLUSIVE, 400), (CheckpointedStateScope.SHARED, 30_000)):
+        with location.create_checkpoint_state_output_stream(scope) as out:
+            out.write(hashlib.shake_128(scope.value.encode()).digest(size))
+            written.append(out.close_and_get_handle())
+    meta = data.draw(checkpoint_metadata(st.sampled_from(written) | inline_streams(), kind, checkpoint_id))
+    pointer = location.write_metadata(meta)
+    for reader, loaded in (("the storage", storage.load_checkpoint), ("the reference", load_checkpoint_metadata)):
+        got = loaded(pointer)
+        assert got == meta, (
+            f"FMT-4: _metadata of {kind.value} {checkpoint_id} read back through {reader} differs: "
+            f"{_metadata_difference(meta, got)}"
+        )
+
+
+def _metadata_difference(expected: CheckpointMetadata, got: CheckpointMetadata) -> str:
+    """Where `got` differs from `expected`: the first differing field, down to an operator's subtask."""
+    for name in ("checkpoint_id", "kind", "timestamp_ms"):
+        if getattr(expected, name) != getattr(got, name):
+            return f"{name}: expected {getattr(expected, name)!r}, got {getattr(got, name)!r}"
+    ids = ([op.operator_id for op in expected.operators], [op.operator_id for op in got.operators])
+    if ids[0] != ids[1]:
+        return f"operators: expected {ids[0]}, got {ids[1]}"
+    for want, have in zip(expected.operators, got.operators, strict=True):
+        if want != have:
+            return f"operator {want.operator_id!r}: expected {want!r}, got {have!r}"
+    return f"expected {expected!r}, got {got!r}"
+
+
 @pytest.mark.requirement("FMT-5")
 def test_a_pointer_names_the_directory_or_its_metadata_file(storage: Any, checkpoint_dir: str) -> None:
     """A checkpoint resolves and loads from its directory and from its `_metadata` file alike (Flink takes either
