@@ -629,6 +629,15 @@ class _MetadataWithoutTimestampLocation(CheckpointStorageLocationImpl):
 _MetadataWithoutTimestamp = _with_checkpoint_locations(_MetadataWithoutTimestampLocation)
 
 
+# 35. A stream computing its checksum on the writes to its file, but not on the bytes it buffered in memory before
+# spilling them there: the handle's CRC-32C covers only what came after the spill (CS-9). Such a stream keeps state of
+# up to the inline threshold in memory and writes it out once more arrives.
+class _ChecksumSkipsSpilledBufferStream(CheckpointStateOutputStreamImpl):
+    def _spill(self) -> None:
+        super()._spill()
+        self._crc = 0
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -778,6 +787,10 @@ def metadata_without_timestamp(config: Mapping[str, object]) -> Any:
     return _MetadataWithoutTimestamp.from_config(config)
 
 
+def checksum_skips_spilled_buffer(config: Mapping[str, object]) -> Any:
+    return _with_streams(_ChecksumSkipsSpilledBufferStream).from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -813,4 +826,5 @@ CAUGHT_BY = {
     "job_directories_by_prefix": "CS-2",
     "savepoints_on_checkpoint_file_system": "CS-2",
     "metadata_without_timestamp": "FMT-4",
+    "checksum_skips_spilled_buffer": "CS-9",
 }
