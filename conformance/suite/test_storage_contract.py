@@ -540,17 +540,16 @@ def test_locations_are_distinct_and_resolve(storage: Any) -> None:
         assert storage.load_checkpoint(pointer) == _metadata(i), "FMT-4: _metadata does not read back equal"
 
 
-@pytest.mark.requirement("FMT-4", "FMT-1", "FMT-2")
+@pytest.mark.requirement("FMT-4", "FMT-1", "FMT-2", "CS-11")
 @pytest.mark.parametrize("kind", list(CheckpointKind), ids=lambda kind: kind.value)
 @given(data=st.data())
-def test_metadata_of_every_shape_reads_back_equal_through_any_reader(
-    storage: Any, kind: CheckpointKind, data: st.DataObject
-) -> None:
+def test_metadata_of_every_shape_reads_back_equal(storage: Any, kind: CheckpointKind, data: st.DataObject) -> None:
     """Generated metadata of `kind` (any checkpoint id and trigger timestamp, up to three operators of any parallelism
     and max parallelism, canonical, native, changelog and operator handles over inline bytes and streams this
-    storage wrote) reads back equal through the storage, and through the reference reader too: `_metadata` is the
-    format chapter's, whoever wrote it. A storage with its own encoder that drops or narrows a field (the timestamp,
-    the kind, a handle's format) would pass a round trip of one fixed checkpoint."""
+    storage wrote) reads back equal through the storage, and a savepoint through the reference reader too (CS-11:
+    its `_metadata` is the format chapter's, whoever wrote it; a checkpoint's layout beside its directory is the
+    storage's). A storage with its own encoder that drops or narrows a field (the timestamp, the kind, a handle's
+    format) would pass a round trip of one fixed checkpoint."""
     from statecert.conformance.metadata_strategies import checkpoint_metadata, inline_streams
     from statecert.reference.storage.location import load_checkpoint_metadata
 
@@ -568,10 +567,13 @@ def test_metadata_of_every_shape_reads_back_equal_through_any_reader(
             written.append(out.close_and_get_handle())
     meta = data.draw(checkpoint_metadata(st.sampled_from(written) | inline_streams(), kind, checkpoint_id))
     pointer = location.write_metadata(meta)
-    for reader, loaded in (("the storage", storage.load_checkpoint), ("the reference", load_checkpoint_metadata)):
+    readers = [("the storage", "FMT-4", storage.load_checkpoint)]
+    if kind.is_savepoint:
+        readers.append(("the reference reader", "CS-11, FMT-4", load_checkpoint_metadata))
+    for reader, cites, loaded in readers:
         got = loaded(pointer)
         assert got == meta, (
-            f"FMT-4: _metadata of {kind.value} {checkpoint_id} read back through {reader} differs: "
+            f"{cites}: _metadata of {kind.value} {checkpoint_id} read back through {reader} differs: "
             f"{_metadata_difference(meta, got)}"
         )
 
