@@ -55,13 +55,14 @@ def _refuse_extension(code: int, data: bytes) -> Any:
     raise ValueError(f"an extension type ({code}), which plain data never holds")
 
 
-def _holds_timestamp(value: Any) -> bool:
-    if isinstance(value, msgpack.Timestamp):
+def _holds_extension(value: Any) -> bool:
+    """Whether `value` is or holds (at any depth of its lists and maps) a msgpack `ExtType` or `Timestamp`."""
+    if isinstance(value, msgpack.ExtType | msgpack.Timestamp):
         return True
     if isinstance(value, list):
-        return any(_holds_timestamp(v) for v in value)
+        return any(_holds_extension(v) for v in value)
     if isinstance(value, dict):
-        return any(_holds_timestamp(k) or _holds_timestamp(v) for k, v in value.items())
+        return any(_holds_extension(k) or _holds_extension(v) for k, v in value.items())
     return False
 
 
@@ -72,7 +73,7 @@ def unpack_plain(data: bytes, who: str) -> Any:
         value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_extension)
     except (TypeError, ValueError, RecursionError, msgpack.UnpackException) as exc:
         raise ValueError(f"{who}: not a msgpack value: {exc!r}") from None
-    if any(header in data for header in _TIMESTAMP_HEADERS) and _holds_timestamp(value):
+    if any(header in data for header in _TIMESTAMP_HEADERS) and _holds_extension(value):
         raise ValueError(f"{who}: not a msgpack value: a timestamp extension, which plain data never holds")
     return value
 
@@ -324,12 +325,9 @@ class MsgpackSerializer(BaseSerializer):
 
     def serialize(self, value: Any) -> bytes:
         data: bytes = msgpack.packb(value, use_bin_type=True, strict_types=True, default=_as_plain)
-        if type(value) not in _SCALAR_TYPES and _EXTENSION_MARKERS.search(data):
-            # msgpack packs its ExtType and Timestamp itself, past `default`: read back, they would not be plain data
-            try:
-                unpack_plain(data, "MsgpackSerializer")
-            except ValueError:
-                raise TypeError("MsgpackSerializer: a msgpack extension type is not plain data") from None
+        # msgpack packs ExtType and Timestamp itself, past `default`; only bytes with an extension marker hold one
+        if type(value) not in _SCALAR_TYPES and _EXTENSION_MARKERS.search(data) and _holds_extension(value):
+            raise TypeError("MsgpackSerializer: a msgpack extension type is not plain data")
         return data
 
     def deserialize(self, data: bytes) -> Any:

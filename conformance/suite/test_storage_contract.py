@@ -19,7 +19,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from statecert.conformance.interleaving import Interleaving
+from statecert.conformance.metadata_strategies import checkpoint_metadata, inline_streams
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import (
     CheckpointCorruptedError,
     CheckpointFormatError,
@@ -550,9 +552,6 @@ def test_metadata_of_every_shape_reads_back_equal(storage: Any, kind: Checkpoint
     its `_metadata` is the format chapter's, whoever wrote it; a checkpoint's layout beside its directory is the
     storage's). A storage with its own encoder that drops or narrows a field (the timestamp, the kind, a handle's
     format) would pass a round trip of one fixed checkpoint."""
-    from statecert.conformance.metadata_strategies import checkpoint_metadata, inline_streams
-    from statecert.reference.storage.location import load_checkpoint_metadata
-
     access = storage.create_checkpoint_storage(f"job-{uuid.uuid4().hex}")  # the storage outlives the examples
     checkpoint_id = data.draw(st.integers(1, 2**62), label="checkpoint_id")
     location = (
