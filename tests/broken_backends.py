@@ -3255,6 +3255,29 @@ class _SegmentsInExclusiveScope(StateChangelogWriter):
         return super().upload(pending, _ExclusiveScope(factory), checkpoint_id)
 
 
+# 222. List elements go into the canonical stream last first and are read back reversed again: the backend restores
+# its own savepoints, while every other backend reads each list backwards (SP-1; IF-4 says elements are in list order).
+def _backwards(payload: Any) -> Any:
+    return list(reversed(payload.data if type(payload) is Cell else payload))
+
+
+class _ListsBackwardsReader(CanonicalReader):
+    def key_group(self, key_group: int) -> Any:
+        lists = [meta.kind is StateKind.LIST for meta in self.header.states]
+        return [[i, k, ns, _backwards(p) if lists[i] else p] for i, k, ns, p in super().key_group(key_group)]
+
+
+class _CanonicalListsBackwards(HeapKeyedStateBackend):
+    canonical_reader = _ListsBackwardsReader
+
+    def capture_states(self) -> Any:
+        header, captured = super().capture_states()
+        for index, meta in enumerate(header.states):
+            if meta.kind is StateKind.LIST:
+                captured[index] = [{entry: _backwards(p) for entry, p in group.items()} for group in captured[index]]
+        return header, captured
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3565,6 +3588,7 @@ canonical_savepoints_unsupported_not_implemented = _declaring_off(
     ("canonical_savepoints",), _CanonicalSavepointsNotImplemented
 )
 changelog_segments_in_exclusive_scope = _changelog_factory(_changelog_writing_with(_SegmentsInExclusiveScope))
+canonical_lists_backwards = _factory(_CanonicalListsBackwards)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3789,4 +3813,5 @@ CAUGHT_BY = {
     "timers_unsupported_not_implemented": "TM-11",
     "canonical_savepoints_unsupported_not_implemented": "SB-3",
     "changelog_segments_in_exclusive_scope": "KB-SNAP-8",
+    "canonical_lists_backwards": "SP-1",
 }

@@ -638,6 +638,22 @@ class _ChecksumSkipsSpilledBufferStream(CheckpointStateOutputStreamImpl):
         self._crc = 0
 
 
+# 36. Checkpoints resolve only under the storage's own checkpoint directory (savepoints anywhere): a job started from
+# a retained checkpoint of another job, or of its own before its directory changed, finds nothing there (FMT-5).
+class _OwnCheckpointsOnly(FileSystemCheckpointStorage):
+    def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:
+        location = super().resolve_checkpoint(pointer)
+        own = fsspec.core.url_to_fs(str(self.checkpoint_dir))[1].rstrip("/") + "/"
+        directory = fsspec.core.url_to_fs(location.directory)[1]
+        if directory.rsplit("/", 1)[-1].startswith("chk-") and not directory.startswith(own):
+            raise CheckpointNotFoundError(f"{pointer}: no checkpoint of this storage")
+        return location
+
+    def load_checkpoint(self, pointer: str) -> CheckpointMetadata:
+        self.resolve_checkpoint(pointer)
+        return super().load_checkpoint(pointer)
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -791,6 +807,10 @@ def checksum_skips_spilled_buffer(config: Mapping[str, object]) -> Any:
     return _with_streams(_ChecksumSkipsSpilledBufferStream).from_config(config)
 
 
+def own_checkpoints_only(config: Mapping[str, object]) -> Any:
+    return _OwnCheckpointsOnly.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -827,4 +847,5 @@ CAUGHT_BY = {
     "savepoints_on_checkpoint_file_system": "CS-2",
     "metadata_without_timestamp": "FMT-4",
     "checksum_skips_spilled_buffer": "CS-9",
+    "own_checkpoints_only": "FMT-5",
 }

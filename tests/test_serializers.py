@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -300,26 +302,42 @@ EXTENSION_LOOKALIKES = st.lists(
 ).map(b"".join)
 
 
+def _spec_only_msgpack_default() -> Any:
+    """The spec-only example's msgpack default (examples/spec-only-backend), which authors copy: loaded from its
+    file, as it imports only `statecert.spec`, msgpack and mmh3."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "spec-only-backend" / "spec_only_serializers.py"
+    spec = importlib.util.spec_from_file_location("spec_only_serializers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MsgpackSerializer()
+
+
+MSGPACK_DEFAULTS = pytest.mark.parametrize(
+    "serializer", [MsgpackSerializer(), _spec_only_msgpack_default()], ids=["reference", "spec-only-example"]
+)
+
+
 @pytest.mark.requirement("SER-10", "IF-1")
-@given(HOLDING_AN_EXTENSION)
-def test_msgpack_default_refuses_an_extension_type_at_any_depth(value: Any) -> None:
+@MSGPACK_DEFAULTS
+@given(value=HOLDING_AN_EXTENSION)
+def test_msgpack_default_refuses_an_extension_type_at_any_depth(serializer: Any, value: Any) -> None:
     """msgpack packs its `ExtType` and `Timestamp` past `default`; IF-1's plain data never holds an extension type,
     so the default refuses to write one (TypeError, SER-10) and refuses bytes holding one (ValueError, IF-1)."""
-    serializer = MsgpackSerializer()
     with pytest.raises(TypeError, match="not plain data"):
         serializer.serialize(value)
     packed = msgpack.packb(value, use_bin_type=True)
     with pytest.raises(ValueError, match="not a msgpack value"):
         got = serializer.deserialize(packed)
-        pytest.fail(f"MsgpackSerializer().deserialize({packed!r}) gave {got!r}, expected ValueError")
+        pytest.fail(f"{type(serializer).__name__}().deserialize({packed!r}) gave {got!r}, expected ValueError")
 
 
 @pytest.mark.requirement("SER-10", "IF-1")
-@given(st.lists(EXTENSION_LOOKALIKES | PLAIN, max_size=4) | EXTENSION_LOOKALIKES)
-def test_msgpack_default_round_trips_bytes_that_look_like_extension_headers(value: Any) -> None:
-    serializer = MsgpackSerializer()
+@MSGPACK_DEFAULTS
+@given(value=st.lists(EXTENSION_LOOKALIKES | PLAIN, max_size=4) | EXTENSION_LOOKALIKES)
+def test_msgpack_default_round_trips_bytes_that_look_like_extension_headers(serializer: Any, value: Any) -> None:
     got = serializer.deserialize(serializer.serialize(value))
-    assert got == value, f"MsgpackSerializer round trip of {value!r}: got {got!r}"
+    assert got == value, f"{type(serializer).__name__} round trip of {value!r}: got {got!r}"
 
 
 @pytest.mark.requirement("SER-8")

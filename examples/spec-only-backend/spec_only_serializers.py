@@ -56,14 +56,39 @@ def _plain_or_refused(value: Any) -> Any:
     raise TypeError(f"msgpack default: {type(value).__name__} is not plain data (SER-10)")
 
 
+def _holds_extension(value: Any) -> bool:
+    """Whether `value` is or holds, at any depth, a msgpack `ExtType` or `Timestamp`: msgpack packs both itself,
+    past `default`, and reads a timestamp without its `ext_hook`, but IF-1's plain data holds neither."""
+    if isinstance(value, msgpack.ExtType | msgpack.Timestamp):
+        return True
+    if isinstance(value, list):
+        return any(_holds_extension(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_extension(k) or _holds_extension(v) for k, v in value.items())
+    return False
+
+
+def _refuse_extension(code: int, data: bytes) -> Any:
+    raise ValueError(f"an extension type ({code}), which plain data never holds")
+
+
 class MsgpackSerializer(_PlainSerializer):
     serializer_id = "msgpack"
 
     def serialize(self, value: Any) -> bytes:
+        if _holds_extension(value):
+            raise TypeError("msgpack default: a msgpack extension type is not plain data (SER-10)")
         return bytes(msgpack.packb(value, use_bin_type=True, strict_types=True, default=_plain_or_refused))
 
     def deserialize(self, data: bytes) -> Any:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        """Plain data, or ValueError for bytes that are not a msgpack value of plain data (IF-1)."""
+        try:
+            value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_extension)
+        except (TypeError, ValueError, RecursionError, msgpack.UnpackException) as exc:
+            raise ValueError(f"msgpack default: not a msgpack value: {exc!r}") from None
+        if _holds_extension(value):
+            raise ValueError("msgpack default: not a msgpack value: a timestamp, which plain data never holds")
+        return value
 
 
 class VoidNamespaceSerializer(_PlainSerializer):
