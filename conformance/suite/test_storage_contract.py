@@ -731,33 +731,39 @@ def test_a_retained_checkpoint_under_another_checkpoint_directory_loads(
     Flink's `-s :checkpointMetaDataPath`, as when a job moves to a new bucket): the storage configured with the new
     directory resolves and loads it, named by its directory or its `_metadata`, and every handle it references
     (exclusive, shared and task-owned state) reads back its bytes. A storage that resolves checkpoints only under
-    its own directory fails here."""
-    earlier = storage_factory(f"{checkpoint_dir}-earlier-job")
-    access = earlier.create_checkpoint_storage(JOB_A)
-    location = access.initialize_location_for_checkpoint(7)
+    its own directory fails here; the other directory is no string prefix of the run's, nor the run's of it, so
+    comparing paths as strings does not pass either."""
+    elsewhere = f"{checkpoint_dir.rstrip('/').rsplit('/', 1)[0]}/elsewhere-{uuid.uuid4().hex}"
     names = ("exclusive", "shared", "task-owned")
     payloads = {name: hashlib.shake_128(name.encode()).digest(100_000) for name in names}
-    handles = _write_every_scope(access, location, payloads)
-    keyed = tuple(KeyGroupsStateHandle(KeyGroupRange(i, i), (0,), handles[name]) for i, name in enumerate(payloads))
-    operator = OperatorState("op", 1, 128, {0: OperatorSubtaskState(keyed)})
-    pointer = location.write_metadata(CheckpointMetadata(7, (operator,)))
-    storage.create_checkpoint_storage(JOB_B)  # the new job, with its own directory
     try:
-        resolved = storage.resolve_checkpoint(pointer)
-        for named in (resolved.directory, resolved.metadata_path):
-            loaded = storage.load_checkpoint(named)
-            got = loaded.operator("op").subtask_states[0].managed_keyed_state
-            problems = [_misread(h.delegate, payload) for h, payload in zip(got, payloads.values(), strict=True)]
-            assert loaded.checkpoint_id == 7 and problems == [None] * len(payloads), (
-                f"FMT-5: checkpoint 7 of {checkpoint_dir}-earlier-job loaded through the storage of {checkpoint_dir} "
-                f"as {named!r}: expected id 7 and its exclusive, shared and task-owned bytes, got id "
-                f"{loaded.checkpoint_id} and {dict(zip(payloads, problems, strict=True))}"
+        access = storage_factory(elsewhere).create_checkpoint_storage(JOB_A)
+        location = access.initialize_location_for_checkpoint(7)
+        handles = _write_every_scope(access, location, payloads)
+        keyed = tuple(KeyGroupsStateHandle(KeyGroupRange(i, i), (0,), handles[n]) for i, n in enumerate(payloads))
+        operator = OperatorState("op", 1, 128, {0: OperatorSubtaskState(keyed)})
+        pointer = location.write_metadata(CheckpointMetadata(7, (operator,)))
+        storage.create_checkpoint_storage(JOB_B)  # the new job, with its own directory
+        try:
+            resolved = storage.resolve_checkpoint(pointer)
+            for named in (resolved.directory, resolved.metadata_path):
+                loaded = storage.load_checkpoint(named)
+                got = loaded.operator("op").subtask_states[0].managed_keyed_state
+                problems = [_misread(h.delegate, payload) for h, payload in zip(got, payloads.values(), strict=True)]
+                assert loaded.checkpoint_id == 7 and problems == [None] * len(payloads), (
+                    f"FMT-5: checkpoint 7 of {elsewhere} loaded through the storage of {checkpoint_dir} as "
+                    f"{named!r}: expected id 7 and its exclusive, shared and task-owned bytes, got id "
+                    f"{loaded.checkpoint_id} and {dict(zip(payloads, problems, strict=True))}"
+                )
+        except StateCertError as exc:
+            pytest.fail(
+                f"FMT-5: checkpoint 7 of {elsewhere} ({pointer!r}), loaded through the storage of {checkpoint_dir}: "
+                f"{type(exc).__name__}: {exc}"
             )
-    except StateCertError as exc:
-        pytest.fail(
-            f"FMT-5: checkpoint 7 of {checkpoint_dir}-earlier-job ({pointer!r}), loaded through the storage of "
-            f"{checkpoint_dir}: {type(exc).__name__}: {exc}"
-        )
+    finally:
+        fs, path = fsspec.core.url_to_fs(elsewhere)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
 
 
 def _declared_limit(storage: Any) -> int:
