@@ -4,6 +4,7 @@ and `long` and `bool` for timer state (IF-8). It imports nothing from `statecert
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any
 
@@ -56,6 +57,12 @@ def _plain_or_refused(value: Any) -> Any:
     raise TypeError(f"msgpack default: {type(value).__name__} is not plain data (SER-10)")
 
 
+# msgpack's markers of ext 8/16/32 and fixext 1-16, and its headers of a timestamp (ext type -1) of 32, 64 and 96 bits,
+# which it decodes itself, past `ext_hook`
+_EXTENSION_MARKERS = re.compile(rb"[\xc7-\xc9\xd4-\xd8]")
+_TIMESTAMP_HEADERS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")
+
+
 def _holds_extension(value: Any) -> bool:
     """Whether `value` is or holds, at any depth, a msgpack `ExtType` or `Timestamp`: msgpack packs both itself,
     past `default`, and reads a timestamp without its `ext_hook`, but IF-1's plain data holds neither."""
@@ -76,9 +83,10 @@ class MsgpackSerializer(_PlainSerializer):
     serializer_id = "msgpack"
 
     def serialize(self, value: Any) -> bytes:
-        if _holds_extension(value):
+        data = bytes(msgpack.packb(value, use_bin_type=True, strict_types=True, default=_plain_or_refused))
+        if _EXTENSION_MARKERS.search(data) and _holds_extension(value):  # only such bytes can hold one: walk rarely
             raise TypeError("msgpack default: a msgpack extension type is not plain data (SER-10)")
-        return bytes(msgpack.packb(value, use_bin_type=True, strict_types=True, default=_plain_or_refused))
+        return data
 
     def deserialize(self, data: bytes) -> Any:
         """Plain data, or ValueError for bytes that are not a msgpack value of plain data (IF-1)."""
@@ -86,7 +94,7 @@ class MsgpackSerializer(_PlainSerializer):
             value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_refuse_extension)
         except (TypeError, ValueError, RecursionError, msgpack.UnpackException) as exc:
             raise ValueError(f"msgpack default: not a msgpack value: {exc!r}") from None
-        if _holds_extension(value):
+        if any(header in data for header in _TIMESTAMP_HEADERS) and _holds_extension(value):
             raise ValueError("msgpack default: not a msgpack value: a timestamp, which plain data never holds")
         return value
 
