@@ -17,6 +17,7 @@ import importlib
 import io
 import itertools
 import os
+import pickle
 import re
 import shutil
 import struct
@@ -3278,6 +3279,47 @@ class _CanonicalListsBackwards(HeapKeyedStateBackend):
         return header, captured
 
 
+# 223. The msgpack default falls back to `pickle.loads` for bytes msgpack cannot read ("state an older version of the
+# backend pickled"), and the backend checks restored values with its own default: a savepoint holding a pickle where
+# a value is runs that pickle's code on restore (SER-8). The suite gave the default plain data and tuples to write,
+# never bytes to read that it had not written.
+class _PickleFallbackMsgpack(MsgpackSerializer):
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return super().deserialize(data)
+        except ValueError:
+            return pickle.loads(data)  # the bug this backend stands for
+
+
+_PICKLE_FALLBACK = _PickleFallbackMsgpack()
+
+
+class _ValuesCheckedWithOwnDefault(EntryValidator):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._values = [
+            {role: _PICKLE_FALLBACK if isinstance(s, MsgpackSerializer) else s for role, s in roles.items()}
+            for roles in self._values
+        ]
+
+
+class _MsgpackDefaultUnpickles(_with_default_serializer(_PICKLE_FALLBACK)):  # type: ignore[misc]
+    entry_validator = _ValuesCheckedWithOwnDefault
+
+
+# 224. A RocksDB backend downloads a native handle's files to `<working dir>/<name>` by the names the handle gives
+# them, as RocksDB's SST names, before anything checks a name: a checkpoint naming a file `../../x` or by an absolute
+# path makes the restore write outside the backend's local directory (KB-LOCAL-1; a zip-slip). The suite restored
+# only handles the backend had written itself.
+class _DownloadsByHandleName(RocksDBKeyedStateBackend):
+    def _open_from_files(self, handle: Any) -> None:
+        self._db_dir.mkdir(parents=True, exist_ok=True)
+        for name, stream in {**handle.shared_state, **handle.private_state}.items():
+            with stream.open() as source, (self._db_dir / name).open("wb") as sink:
+                shutil.copyfileobj(source, sink)
+        super()._open_from_files(handle)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3589,6 +3631,8 @@ canonical_savepoints_unsupported_not_implemented = _declaring_off(
 )
 changelog_segments_in_exclusive_scope = _changelog_factory(_changelog_writing_with(_SegmentsInExclusiveScope))
 canonical_lists_backwards = _factory(_CanonicalListsBackwards)
+msgpack_default_unpickles = _factory(_MsgpackDefaultUnpickles)
+rocksdb_downloads_by_handle_name = _rocksdb_factory(_DownloadsByHandleName)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3814,4 +3858,6 @@ CAUGHT_BY = {
     "canonical_savepoints_unsupported_not_implemented": "SB-3",
     "changelog_segments_in_exclusive_scope": "KB-SNAP-8",
     "canonical_lists_backwards": "SP-1",
+    "msgpack_default_unpickles": "SER-8",
+    "rocksdb_downloads_by_handle_name": "KB-LOCAL-1",
 }

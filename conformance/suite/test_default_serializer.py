@@ -5,16 +5,21 @@ refused before a checkpoint holds it, in keyed and operator state alike."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
+import os
+import pickle
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.conformance.helpers import keyed_backend, location_for, operator_backend, unreferenced_files
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import StateMigrationError
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
@@ -446,4 +451,111 @@ def test_state_written_by_another_serializer_is_incompatible_with_the_msgpack_de
         raise AssertionError(
             f"SER-7: {name} written with the long serializer and registered again without one: expected "
             f"StateMigrationError (msgpack is another id, SER-3), got {type(state).__name__}"
+        )
+
+
+class _MakesDirectory:
+    """A pickle that, when loaded, creates `path`: the trace a hostile savepoint's code would leave."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(self.path),))
+
+
+def _hostile_encodings(traces: Path) -> dict[str, bytes]:
+    """Bytes a hostile savepoint holds where the `msgpack` default is to read a value: a pickle of every protocol
+    (msgpack reads none of them whole), and one array of msgpack extension types of every application code, each
+    holding a pickle. A default that unpickles what msgpack cannot read, or an extension's data, leaves a trace."""
+    encodings = {
+        f"a pickle of protocol {p}": pickle.dumps(_MakesDirectory(traces / f"pickle-{p}"), protocol=p)
+        for p in range(pickle.HIGHEST_PROTOCOL + 1)
+    }
+    extensions = [msgpack.ExtType(c, pickle.dumps(_MakesDirectory(traces / f"extension-{c}"))) for c in range(128)]
+    encodings["extension types 0-127 each holding a pickle"] = msgpack.packb(extensions)
+    return encodings
+
+
+class _Verbatim(MsgpackSerializer):
+    """Writes `data` for whatever it is given, under the `msgpack` default's snapshot: how the reference writes a
+    hostile savepoint that names the default for bytes it never wrote."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def serialize(self, value: Any) -> bytes:
+        return self.data
+
+    def deserialize(self, data: bytes) -> Any:
+        return data
+
+
+class _Defaulting:
+    """A backend whose state descriptors get `serializer` in every role they leave out."""
+
+    _REGISTRATIONS = ("get_or_create_state", "get_list_state", "get_union_list_state", "get_broadcast_state")
+    _ROLES = (
+        "serializer",
+        "element_serializer",
+        "user_key_serializer",
+        "user_value_serializer",
+        "accumulator_serializer",
+    )
+
+    def __init__(self, backend: Any, serializer: Any) -> None:
+        self.backend, self.serializer = backend, serializer
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.backend, name)
+        if name not in self._REGISTRATIONS:
+            return attribute
+
+        def register(descriptor: Any, *args: Any) -> Any:
+            roles = [
+                f.name for f in dataclasses.fields(descriptor) if f.name in (*self._ROLES, "accumulator_serializer")
+            ]
+            left_out = [r for r in roles if getattr(descriptor, r) is None]
+            return attribute(dataclasses.replace(descriptor, **dict.fromkeys(left_out, self.serializer)), *args)
+
+        return register
+
+
+@pytest.mark.requirement("SER-8", "IF-1")
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=[pytest.mark.capability("operator_state" if role.side is OperatorSide else "canonical_savepoints")],
+        )
+        for name, role in ROLES.items()
+    ],
+)
+def test_the_msgpack_default_never_unpickles_what_a_savepoint_holds(
+    certification: Any, reference_backend: Any, tmp_path: Path, name: str
+) -> None:
+    """A savepoint whose state names the `msgpack` default holds pickles where a value is, bare or as msgpack
+    extension types: restoring it and reading the state gives plain data or an error, and never runs the pickle,
+    as a default falling back to `pickle.loads` for bytes msgpack cannot read ("state of an older version") would."""
+    role = ROLES[name]
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    for i, (encoding, data) in enumerate(_hostile_encodings(traces).items(), start=1):
+        with role.side.open(reference_backend) as writer:
+            role.write(role.state(_Defaulting(role.side.ready(writer), _Verbatim(data))), b"hostile")
+            options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+            handle = writer.snapshot(i, 0, location_for(storage, i), options).run()
+        outcome = "plain data"
+        try:
+            with role.side.open(certification.new_backend(tmp_path / f"local-{i}"), restore=[handle]) as restored:
+                read = role.read(role.state(role.side.ready(restored)))
+                outcome = f"plain data, {read!r}"[:200]
+        except Exception as exc:  # an error is what SER-8 allows; what it forbids is the trace below
+            outcome = f"{type(exc).__name__}: {exc}"[:200]
+        ran = sorted(p.name for p in traces.iterdir())
+        assert ran == [], (
+            f"SER-8: {name} under the msgpack default, restored from {encoding}: expected an error or plain data "
+            f"and no code run, got {outcome} after the pickles {ran} ran"
         )

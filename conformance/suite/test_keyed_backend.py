@@ -12,12 +12,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
 
 from statecert.conformance.helpers import (
+    LOCAL_DIR,
     REJECTED,
     FailingStreamFactory,
     assert_snapshot_fails,
@@ -25,6 +28,7 @@ from statecert.conformance.helpers import (
     files_of,
     key_group_of,
     keyed_backend,
+    listed_stream_handles,
     location_for,
     run_beside_a_twin,
     run_while,
@@ -48,6 +52,7 @@ from statecert.spec.errors import (
     StateMigrationError,
     UnsupportedSnapshotError,
 )
+from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
@@ -814,6 +819,94 @@ def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir_or_the_
     for name, place in places.items():
         left = sorted(str(p.relative_to(place)) for p in place.rglob("*"))
         assert left == [], f"KB-LOCAL-1: disposed backends left {len(left)} files in the {name}: {left[:5]}"
+
+
+def _streams_renamed(handle: Any, rename: Callable[[str], str]) -> Any:
+    """A copy of a (nested) state handle in which every mapping of names to stream handles (a native handle's files,
+    as RocksDB's SST files by name) names them `rename(name)`."""
+    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
+        return handle
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        fields = [f.name for f in dataclasses.fields(handle) if f.init]
+        return dataclasses.replace(handle, **{f: _streams_renamed(getattr(handle, f), rename) for f in fields})
+    if isinstance(handle, Mapping):
+        return {
+            rename(k) if isinstance(v, FileStateHandle | ByteStreamStateHandle) else k: _streams_renamed(v, rename)
+            for k, v in handle.items()
+        }
+    if isinstance(handle, list | tuple):
+        return type(handle)(_streams_renamed(v, rename) for v in handle)
+    return handle
+
+
+def _escapes(root: Path) -> dict[str, Callable[[str], str]]:
+    """Names of a handle's files that are paths: climbing one to eight levels from where the backend works (its
+    local directory lies eleven below `root`, so every climb stays in `root`'s tree), through a subdirectory first,
+    or absolute into `root`."""
+    ups = {
+        f"{n} levels up": functools.partial(lambda n, name: "../" * n + f"escaped-{n}-{name}", n)
+        for n in (8, 5, 3, 2, 1)
+    }
+    return {
+        **ups,
+        "a subdirectory, then up": lambda name: "sub/" + "../" * 6 + f"escaped-sub-{name}",
+        "an absolute path": lambda name: str(root / f"escaped-absolute-{name}"),
+    }
+
+
+@pytest.mark.requirement("KB-LOCAL-1", "KB-LOCAL-2", "FMT-8")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        SnapshotType.CHECKPOINT,
+        pytest.param(SnapshotType.SAVEPOINT_NATIVE, marks=pytest.mark.capability("native_savepoint_format")),
+    ],
+    ids=lambda k: str(k.value),
+)
+def test_a_restore_writes_no_file_a_handle_names_outside_the_local_dir(
+    certification: Any, tmp_path: Path, kind: SnapshotType
+) -> None:
+    """The backend's own snapshot, its files (a native handle's mapping of names to streams) renamed to paths that
+    climb out of the backend's local directory, or are absolute: the restore fails with CheckpointFormatError or
+    restores the state, and writes no file outside the local directory, as a backend downloading each file to
+    `<working dir>/<name>` would (a zip-slip). Backends whose handles name no files have nothing to check here."""
+    deep = tmp_path.joinpath(*["w"] * 10)
+    local = deep / "local"
+    local.mkdir(parents=True)
+    token = LOCAL_DIR.set(str(local))
+    try:
+        state_backend = certification.new_backend(local)
+        storage = FileSystemCheckpointStorage(str(tmp_path / "c"), savepoint_dir=str(tmp_path / "sp"))
+        with keyed_backend(state_backend) as backend:
+            fill(backend, range(40))
+            expected = contents(backend)
+            location = location_for(storage)
+            handle = backend.snapshot(1, 0, location, CheckpointOptions(kind)).run()
+        named = [name for name, _ in listed_stream_handles(handle) if name is not None]
+        if not named:
+            return
+        before = set(tmp_path.rglob("*"))
+        for escape, rename in _escapes(tmp_path).items():
+            hostile = _streams_renamed(handle, rename)
+            call = f"a restore of the {kind.value} whose files {named[:2]} are named as {escape} ({rename(named[0])!r})"
+            wrong, got = None, None
+            try:
+                with keyed_backend(state_backend, restore=[hostile]) as restored:
+                    got = contents(restored)
+                if got != expected:
+                    wrong = f"KB-RESTORE-1: {call} restored other state: {diff(expected, got)}"
+            except CheckpointFormatError:
+                pass
+            except Exception as exc:
+                wrong = f"FMT-8: {call}: expected CheckpointFormatError (or the state restored), got {exc!r}"
+            new = sorted(str(p.relative_to(tmp_path)) for p in set(tmp_path.rglob("*")) - before)
+            outside = [p for p in new if not p.startswith(str(local.relative_to(tmp_path)) + "/")]
+            assert outside == [], f"KB-LOCAL-1: {call} wrote outside the local dir {local}: {outside[:5]}"
+            rid, after = ("KB-LOCAL-2", "the restore failed") if got is None else ("KB-LOCAL-1", "dispose()")
+            assert new == [], f"{rid}: {call} left {new[:5]} in the local dir after {after}"
+            assert wrong is None, wrong
+    finally:
+        LOCAL_DIR.reset(token)
 
 
 @pytest.mark.requirement("KB-LOCAL-3")
