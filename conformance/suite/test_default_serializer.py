@@ -512,10 +512,8 @@ class _Defaulting:
             return attribute
 
         def register(descriptor: Any, *args: Any) -> Any:
-            roles = [
-                f.name for f in dataclasses.fields(descriptor) if f.name in (*self._ROLES, "accumulator_serializer")
-            ]
-            left_out = [r for r in roles if getattr(descriptor, r) is None]
+            fields = [f.name for f in dataclasses.fields(descriptor)]
+            left_out = [r for r in self._ROLES if r in fields and getattr(descriptor, r) is None]
             return attribute(dataclasses.replace(descriptor, **dict.fromkeys(left_out, self.serializer)), *args)
 
         return register
@@ -547,7 +545,6 @@ def test_the_msgpack_default_never_unpickles_what_a_savepoint_holds(
             role.write(role.state(_Defaulting(role.side.ready(writer), _Verbatim(data))), b"hostile")
             options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
             handle = writer.snapshot(i, 0, location_for(storage, i), options).run()
-        outcome = "plain data"
         try:
             with role.side.open(certification.new_backend(tmp_path / f"local-{i}"), restore=[handle]) as restored:
                 read = role.read(role.state(role.side.ready(restored)))
