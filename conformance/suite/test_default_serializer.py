@@ -78,7 +78,10 @@ SCALARS = (
     | st.floats(allow_nan=False)
     | st.text(max_size=4)
     | st.binary(max_size=4)
+    | st.sampled_from([b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff"])
 )
+"""Scalars of IF-1, bytes holding msgpack's headers of a timestamp among them: plain data, which a reader looking for
+timestamps by a search of the bytes alone would refuse."""
 PLAIN_DATA = st.recursive(
     SCALARS,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(SCALARS, inner, max_size=3),
