@@ -9,7 +9,7 @@ import io
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,18 +298,29 @@ def stream_handles(handle: Any) -> list[Any]:
     return [stream for _, stream in listed_stream_handles(handle)]
 
 
+def rebuilt_handle(
+    handle: Any, stream: Callable[[Any], Any] = lambda s: s, name: Callable[[str], str] = lambda n: n
+) -> Any:
+    """A copy of a (nested) state handle in which every stream handle (a file or inline bytes) is `stream(handle)`,
+    and every mapping of names to stream handles (a native handle's files by name) names them `name(name)`."""
+    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
+        return stream(handle)
+    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
+        fields = [f.name for f in dataclasses.fields(handle) if f.init]
+        return dataclasses.replace(handle, **{f: rebuilt_handle(getattr(handle, f), stream, name) for f in fields})
+    if isinstance(handle, Mapping):
+        return {
+            name(k) if isinstance(v, FileStateHandle | ByteStreamStateHandle) else k: rebuilt_handle(v, stream, name)
+            for k, v in handle.items()
+        }
+    if isinstance(handle, list | tuple):
+        return type(handle)(rebuilt_handle(value, stream, name) for value in handle)
+    return handle
+
+
 def with_stream_replaced(handle: Any, old: Any, new: Any) -> Any:
     """A copy of a (nested) state handle in which the stream handle `old` is `new`, wherever it occurs."""
-    if type(handle) is type(old) and handle == old:
-        return new
-    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
-        changes = {f.name: with_stream_replaced(getattr(handle, f.name), old, new) for f in dataclasses.fields(handle)}
-        return dataclasses.replace(handle, **changes)
-    if isinstance(handle, dict):
-        return {key: with_stream_replaced(value, old, new) for key, value in handle.items()}
-    if isinstance(handle, list | tuple):
-        return type(handle)(with_stream_replaced(value, old, new) for value in handle)
-    return handle
+    return rebuilt_handle(handle, stream=lambda s: new if type(s) is type(old) and s == old else s)
 
 
 def files_of(handle: Any) -> set[str]:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from statecert.conformance.helpers import (
     keyed_backend,
     listed_stream_handles,
     location_for,
+    rebuilt_handle,
     run_beside_a_twin,
     run_while,
     snapshot_now,
@@ -52,7 +53,6 @@ from statecert.spec.errors import (
     StateMigrationError,
     UnsupportedSnapshotError,
 )
-from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
 from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
@@ -821,24 +821,6 @@ def test_disposed_backends_leave_no_working_files_in_the_system_temp_dir_or_the_
         assert left == [], f"KB-LOCAL-1: disposed backends left {len(left)} files in the {name}: {left[:5]}"
 
 
-def _streams_renamed(handle: Any, rename: Callable[[str], str]) -> Any:
-    """A copy of a (nested) state handle in which every mapping of names to stream handles (a native handle's files,
-    as RocksDB's SST files by name) names them `rename(name)`."""
-    if isinstance(handle, FileStateHandle | ByteStreamStateHandle):
-        return handle
-    if dataclasses.is_dataclass(handle) and not isinstance(handle, type):
-        fields = [f.name for f in dataclasses.fields(handle) if f.init]
-        return dataclasses.replace(handle, **{f: _streams_renamed(getattr(handle, f), rename) for f in fields})
-    if isinstance(handle, Mapping):
-        return {
-            rename(k) if isinstance(v, FileStateHandle | ByteStreamStateHandle) else k: _streams_renamed(v, rename)
-            for k, v in handle.items()
-        }
-    if isinstance(handle, list | tuple):
-        return type(handle)(_streams_renamed(v, rename) for v in handle)
-    return handle
-
-
 def _escapes(root: Path) -> dict[str, Callable[[str], str]]:
     """Names of a handle's files that are paths: climbing one to eight levels from where the backend works (its
     local directory lies eleven below `root`, so every climb stays in `root`'s tree), through a subdirectory first,
@@ -887,7 +869,7 @@ def test_a_restore_writes_no_file_a_handle_names_outside_the_local_dir(
             return
         before = set(tmp_path.rglob("*"))
         for escape, rename in _escapes(tmp_path).items():
-            hostile = _streams_renamed(handle, rename)
+            hostile = rebuilt_handle(handle, name=rename)
             call = f"a restore of the {kind.value} whose files {named[:2]} are named as {escape} ({rename(named[0])!r})"
             wrong, got = None, None
             try:
