@@ -56,13 +56,18 @@ def _refuse_extension(code: int, data: bytes) -> Any:
 
 
 def _holds_extension(value: Any) -> bool:
-    """Whether `value` is or holds (at any depth of its lists and maps) a msgpack `ExtType` or `Timestamp`."""
-    if isinstance(value, msgpack.ExtType | msgpack.Timestamp):
-        return True
-    if isinstance(value, list):
-        return any(_holds_extension(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_extension(k) or _holds_extension(v) for k, v in value.items())
+    """Whether `value` is or holds (at any depth of its lists and maps) a msgpack `ExtType` or `Timestamp`. Walked
+    with a stack of its own: msgpack writes plain data 511 containers deep, past Python's recursion limit."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, msgpack.ExtType | msgpack.Timestamp):
+            return True
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
     return False
 
 

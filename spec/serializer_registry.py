@@ -36,7 +36,8 @@ def registered_serializer_ids() -> list[str]:
 
 def restore_serializer(snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
     """The serializer that wrote state under `snapshot` (SER-4). An id neither registered nor offered by an entry
-    point, or a configuration its restore function rejects, is a `StateMigrationError`."""
+    point, or a configuration its restore function rejects (serializers nested past Python's recursion limit
+    included), is a `StateMigrationError`."""
     factory = _REGISTRY.get(snapshot.serializer_id)
     if factory is None:
         for ep in entry_points(group=ENTRY_POINT_GROUP, name=snapshot.serializer_id):
@@ -49,3 +50,5 @@ def restore_serializer(snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
         return factory(snapshot)
     except (KeyError, TypeError, ValueError) as exc:
         raise StateMigrationError(f"malformed configuration of serializer {snapshot.serializer_id!r}: {exc}") from exc
+    except RecursionError:  # a hostile snapshot nesting serializers (tuple in tuple...) deeper than the stack
+        raise StateMigrationError(f"serializer {snapshot.serializer_id!r} nests serializers too deeply") from None

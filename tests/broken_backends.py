@@ -69,7 +69,7 @@ from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
 from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
-from statecert.reference.serializers import MsgpackSerializer
+from statecert.reference.serializers import MsgpackSerializer, _as_plain
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
@@ -3320,6 +3320,26 @@ class _DownloadsByHandleName(RocksDBKeyedStateBackend):
         super()._open_from_files(handle)
 
 
+# 225. The msgpack default refuses tuples, as SER-10 names them, and converts whatever else msgpack cannot write as
+# json's `default=str` idiom does: a set to a list, a datetime, a decimal or a user's object to its `str`. State
+# holding one reads back as another value, in this backend and in any other (SER-10). The suite wrote only tuples as
+# values that are not plain data.
+def _converted(value: Any) -> Any:
+    if isinstance(value, tuple):
+        raise TypeError(f"{type(value).__name__} is not plain data")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    try:
+        return _as_plain(value)
+    except TypeError:
+        return str(value)  # the bug this backend stands for
+
+
+class _ConvertingMsgpack(MsgpackSerializer):
+    def serialize(self, value: Any) -> bytes:
+        return bytes(msgpack.packb(value, use_bin_type=True, strict_types=True, default=_converted))
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3633,6 +3653,7 @@ changelog_segments_in_exclusive_scope = _changelog_factory(_changelog_writing_wi
 canonical_lists_backwards = _factory(_CanonicalListsBackwards)
 msgpack_default_unpickles = _factory(_MsgpackDefaultUnpickles)
 rocksdb_downloads_by_handle_name = _rocksdb_factory(_DownloadsByHandleName)
+msgpack_default_converts = _factory(_with_default_serializer(_ConvertingMsgpack()))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3860,4 +3881,5 @@ CAUGHT_BY = {
     "canonical_lists_backwards": "SP-1",
     "msgpack_default_unpickles": "SER-8",
     "rocksdb_downloads_by_handle_name": "KB-LOCAL-1",
+    "msgpack_default_converts": "SER-10",
 }

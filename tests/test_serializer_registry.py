@@ -8,6 +8,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
+import msgpack
 import pytest
 
 from statecert.reference import serializers as builtin
@@ -87,3 +88,14 @@ def test_a_registered_restore_function_is_used_and_a_rejected_configuration_is_a
     assert restored.deserialize(restored.serialize("q")) == "q"
     with pytest.raises(StateMigrationError, match="statecert-tests-symbols"):
         restore_serializer(SerializerSnapshot("statecert-tests-symbols", 1, {"other": 1}))
+
+
+@pytest.mark.requirement("SER-4")
+def test_serializers_nested_past_the_recursion_limit_are_a_migration_error() -> None:
+    """A hostile snapshot may nest `tuple` serializers 340 deep (1,020 containers, within the 1,024 msgpack reads):
+    restoring it is a StateMigrationError, not a RecursionError out of the backend's restore."""
+    level = b"\x83" + b"".join(msgpack.packb(x) for x in ("id", "tuple", "version", 1, "config", {"fields": []}))
+    prefix = level[: -len(b"\x90")] + b"\x91"  # the fields: an array of one, the next level
+    plain = msgpack.unpackb(prefix * 340 + msgpack.packb({"id": "long", "version": 1, "config": {}}))
+    with pytest.raises(StateMigrationError, match="nests serializers too deeply"):
+        restore_serializer(SerializerSnapshot.from_plain(plain))

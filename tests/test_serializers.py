@@ -366,3 +366,27 @@ def test_default_serializers_turn_arbitrary_bytes_into_data_or_an_error(data: by
         assert isinstance(value, str | bytes | int | float | bool | list | dict | tuple | type(None)), (
             f"{serializer}.deserialize({data!r}) gave a {type(value).__name__}"
         )
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    """`leaf` inside `depth` containers, lists and maps by turns."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {b"\xd4\x05": value}
+    return value
+
+
+@pytest.mark.requirement("SER-9", "SER-10", "IF-1")
+@MSGPACK_DEFAULTS
+@pytest.mark.parametrize("depth", [100, 400, 510])
+def test_msgpack_default_walks_plain_data_as_deep_as_msgpack_writes_it(serializer: Any, depth: int) -> None:
+    """msgpack writes plain data nested up to 511 containers deep, past Python's recursion limit for a walk of one
+    call per level: bytes that look like extension headers at the bottom must round-trip, an extension type there is
+    refused with TypeError, and bytes holding a timestamp there with ValueError, never RecursionError."""
+    plain = _nested(depth, [b"\xd6\xff\x00\x00\x00\x00", b"\xc7\x0c\xff"])
+    got = serializer.deserialize(serializer.serialize(plain))
+    assert got == plain, f"{type(serializer).__name__}: plain data {depth} containers deep read back as another value"
+    with pytest.raises(TypeError, match="not plain data"):
+        serializer.serialize(_nested(depth, [msgpack.ExtType(5, b"x")]))
+    with pytest.raises(ValueError, match="not a msgpack value"):
+        serializer.deserialize(msgpack.packb(_nested(depth, [msgpack.Timestamp(1, 0)]), use_bin_type=True))

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
+import decimal
 import enum
+import fractions
 import os
 import pickle
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -100,10 +104,44 @@ def _holding(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return in_a_list | in_a_map
 
 
-WITH_A_TUPLE = st.recursive(
-    TUPLE_KEYS | st.dictionaries(TUPLE_KEYS, PLAIN_DATA, min_size=1, max_size=2), _holding, max_leaves=4
+class Colour(enum.Enum):
+    """A plain `Enum`: its members are no subclass of a plain type."""
+
+    RED = "red"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """An object of a user's own class."""
+
+    x: int
+
+
+UNPLAIN_SCALARS = st.one_of(
+    st.datetimes(timezones=st.none() | st.just(datetime.timezone.utc)),
+    st.dates(),
+    st.decimals(allow_nan=False),
+    st.fractions(),
+    st.complex_numbers(allow_nan=False),
+    st.uuids(),
+    st.just(Colour.RED),
+    st.builds(Point, st.integers()),
+    st.builds(msgpack.Timestamp, st.integers(0, 2**32 - 1), st.integers(0, 999_999_999)),
+    st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=4)),
 )
-"""Plain data with a tuple somewhere: a tuple, or a map keyed by tuples, as the value or nested at any depth."""
+"""Hashable values a user stores by accident that are no plain data of IF-1: datetimes (naive and aware), dates,
+decimals, fractions, complex numbers, UUIDs, a plain enum member, a user's object, and msgpack's own extension types.
+A default that converts any of them (to its `str`, a datetime to a msgpack timestamp) writes what reads back as another
+value or not at all."""
+NOT_PLAIN_KEYS = TUPLE_KEYS | st.frozensets(SCALARS, max_size=3) | UNPLAIN_SCALARS
+"""Hashable values that are no plain data, a tuple above all: what a map could be keyed by."""
+NOT_PLAIN = st.recursive(
+    NOT_PLAIN_KEYS | st.sets(SCALARS, max_size=3) | st.dictionaries(NOT_PLAIN_KEYS, PLAIN_DATA, min_size=1, max_size=2),
+    _holding,
+    max_leaves=4,
+)
+"""Plain data with something else somewhere (a tuple, a set, a datetime...), or a map keyed by such values, as the
+value or nested at any depth."""
 
 
 class Collect:
@@ -361,44 +399,98 @@ def _refusal(exc: BaseException) -> bool:
     return False
 
 
+def _write_refused(backend: Any, role: Role, value: Any, root: Path, checkpoint_id: int, call: str) -> None:
+    """Writes `value` into the role's state and snapshots: the write or the snapshot must fail with TypeError (SER-10),
+    leaving no file under `root`; the state is cleared after."""
+    storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+    state = role.state(backend)
+    try:
+        role.write(state, value)
+    except Exception as exc:
+        assert _refusal(exc), f"SER-10: {call}: the write raised {exc!r}, expected TypeError"
+    else:
+        try:
+            handle = backend.snapshot(checkpoint_id, 0, location_for(storage, checkpoint_id)).run()
+        except Exception as exc:
+            assert _refusal(exc), f"SER-10: {call}: the snapshot raised {exc!r}, expected TypeError"
+        else:
+            raise AssertionError(
+                f"SER-10: {call}: expected TypeError at the write or from the snapshot, but run() returned a "
+                f"{type(handle).__name__}"
+            )
+        leftovers = unreferenced_files(root, None)
+        assert leftovers == [], f"SER-10: the snapshot refused for {call} left files: {leftovers}"
+    state.clear()
+
+
+def _kept_after_refusals(certification: Any, tmp_path_factory: Any, name: str, values: list[Any]) -> None:
+    """Each of `values`, written in the role `name` in turn into one backend, is refused (`_write_refused`); the
+    backend goes on: its next snapshot restores the state beside them."""
+    role = ROLES[name]
+    root = tmp_path_factory.mktemp("unplain")
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        role.side.keep(role.side.ready(backend))
+        for checkpoint_id, value in enumerate(values, start=1):
+            call = f"{name} holding {value!r} under the msgpack default"
+            _write_refused(backend, role, value, root, checkpoint_id, call)
+        storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+        last = len(values) + 1
+        handle = backend.snapshot(last, 0, location_for(storage, last)).run()
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
+        got = role.side.kept(role.side.ready(restored))
+        assert got == 7, (
+            f"SER-10: after {name} holding {values!r} was refused and cleared, the next snapshot restored "
+            f"kept={got!r}, not 7"
+        )
+
+
 @pytest.mark.requirement("SER-10", "SER-9", "KB-SNAP-1", "OS-4")
 @pytest.mark.parametrize("name", EVERY_ROLE)
 @given(data=st.data())
 def test_a_value_that_is_not_plain_data_is_refused_by_the_msgpack_default(
     certification: Any, tmp_path_factory: Any, name: str, data: st.DataObject
 ) -> None:
-    """A tuple anywhere in a value written in a role a descriptor leaves out (it would read back as a list, or a map
-    keyed by tuples not at all) fails its write or the snapshot holding it with TypeError, never a handle; a failed
-    snapshot leaves no file, and once the value is gone the next snapshot restores the state beside it."""
-    role = ROLES[name]
-    value = data.draw(_values_for(name, WITH_A_TUPLE, TUPLE_KEYS), label="value")
-    root = tmp_path_factory.mktemp("unplain")
-    storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
-    call = f"{name} holding {value!r} under the msgpack default"
-    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
-        role.side.keep(role.side.ready(backend))
-        state = role.state(backend)
-        try:
-            role.write(state, value)
-        except Exception as exc:
-            assert _refusal(exc), f"SER-10: {call}: the write raised {exc!r}, expected TypeError"
-        else:
-            try:
-                handle = backend.snapshot(1, 0, location_for(storage)).run()
-            except Exception as exc:
-                assert _refusal(exc), f"SER-10: {call}: the snapshot raised {exc!r}, expected TypeError"
-            else:
-                raise AssertionError(
-                    f"SER-10: {call}: expected TypeError at the write or from the snapshot, but run() returned a "
-                    f"{type(handle).__name__}"
-                )
-            leftovers = unreferenced_files(root, None)
-            assert leftovers == [], f"SER-10: the snapshot refused for {call} left files: {leftovers}"
-        state.clear()
-        handle = backend.snapshot(2, 0, location_for(storage, 2)).run()
-    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
-        got = role.side.kept(role.side.ready(restored))
-        assert got == 7, f"SER-10: after {call} was refused and cleared, the next snapshot restored kept={got!r}, not 7"
+    """Anything but plain data anywhere in a value written in a role a descriptor leaves out (a tuple above all, which
+    would read back as a list, or a map keyed by tuples not at all; a set, a datetime, a decimal, a user's object, a
+    msgpack extension type), fails its write or the snapshot holding it with TypeError, never a handle that reads
+    back another value; a failed snapshot leaves no file, and once the value is gone the next snapshot restores the
+    state beside it."""
+    value = data.draw(_values_for(name, NOT_PLAIN, NOT_PLAIN_KEYS), label="value")
+    _kept_after_refusals(certification, tmp_path_factory, name, [value])
+
+
+EACH_KIND_NOT_PLAIN = [
+    (1, "a"),
+    frozenset({1}),
+    datetime.datetime(2026, 11, 30, 12, 0),
+    datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc),
+    datetime.date(2026, 11, 30),
+    decimal.Decimal("1.5"),
+    fractions.Fraction(1, 3),
+    complex(1, 2),
+    uuid.UUID(int=1),
+    Colour.RED,
+    Point(1),
+    msgpack.Timestamp(1, 0),
+    msgpack.ExtType(5, b"x"),
+]
+"""One value of each kind `NOT_PLAIN_KEYS` draws: a default that converts only one kind (a datetime to a msgpack
+timestamp, a decimal to its `str`) refuses the others."""
+
+
+@pytest.mark.requirement("SER-10", "KB-SNAP-1", "OS-4")
+@pytest.mark.parametrize("name", EVERY_ROLE)
+def test_each_kind_of_value_that_is_not_plain_data_is_refused_by_the_msgpack_default(
+    certification: Any, tmp_path_factory: Any, name: str
+) -> None:
+    """Every kind of value that is not plain data is refused in every role a descriptor leaves out: alone, and as
+    the key of a map (a user key alone), and a set as the value, in turn into one backend, which goes on after each
+    refusal."""
+    if name.endswith("user-key"):
+        values = list(EACH_KIND_NOT_PLAIN)
+    else:
+        values = [v for kind in EACH_KIND_NOT_PLAIN for v in (kind, {kind: 1})] + [{1}]
+    _kept_after_refusals(certification, tmp_path_factory, name, values)
 
 
 # role -> (side, registration, descriptor naming the `long` serializer for the role, descriptor leaving it out, write)

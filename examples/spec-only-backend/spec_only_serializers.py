@@ -65,13 +65,18 @@ _TIMESTAMP_HEADERS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")
 
 def _holds_extension(value: Any) -> bool:
     """Whether `value` is or holds, at any depth, a msgpack `ExtType` or `Timestamp`: msgpack packs both itself,
-    past `default`, and reads a timestamp without its `ext_hook`, but IF-1's plain data holds neither."""
-    if isinstance(value, msgpack.ExtType | msgpack.Timestamp):
-        return True
-    if isinstance(value, list):
-        return any(_holds_extension(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_extension(k) or _holds_extension(v) for k, v in value.items())
+    past `default`, and reads a timestamp without its `ext_hook`, but IF-1's plain data holds neither. A stack of its
+    own, not recursion: msgpack writes plain data 511 containers deep, past Python's recursion limit."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, msgpack.ExtType | msgpack.Timestamp):
+            return True
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
     return False
 
 
