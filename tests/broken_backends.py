@@ -69,7 +69,7 @@ from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.rocksdb.column_family_store import ColumnFamilyStore
 from statecert.reference.rocksdb.key_layout import composite_key
 from statecert.reference.rocksdb.keyed_backend import RocksDBKeyedStateBackend
-from statecert.reference.serializers import MsgpackSerializer, _as_plain
+from statecert.reference.serializers import MsgpackSerializer, _as_plain, _holds_extension
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.timers.timer_queue import TimerQueue, check_timestamp
 from statecert.reference.timers.timer_service import KeyedTimerService
@@ -3340,6 +3340,26 @@ class _ConvertingMsgpack(MsgpackSerializer):
         return bytes(msgpack.packb(value, use_bin_type=True, strict_types=True, default=_converted))
 
 
+# 226. The msgpack default tells msgpack `unicode_errors="surrogatepass"` on both sides, so text holding a lone
+# surrogate (what `os.fsdecode` makes of a file name's undecodable bytes) is written as a str that is no UTF-8: it
+# reads back in this backend and in no other (SER-10, IF-1). The suite wrote no such text.
+class _SurrogatePassingMsgpack(MsgpackSerializer):
+    def serialize(self, value: Any) -> bytes:
+        try:
+            return super().serialize(value)
+        except UnicodeEncodeError:
+            return bytes(msgpack.packb(value, use_bin_type=True, default=_as_plain, unicode_errors="surrogatepass"))
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return super().deserialize(data)
+        except ValueError:
+            value = msgpack.unpackb(data, raw=False, strict_map_key=False, unicode_errors="surrogatepass")
+            if _holds_extension(value):
+                raise
+            return value
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3654,6 +3674,7 @@ canonical_lists_backwards = _factory(_CanonicalListsBackwards)
 msgpack_default_unpickles = _factory(_MsgpackDefaultUnpickles)
 rocksdb_downloads_by_handle_name = _rocksdb_factory(_DownloadsByHandleName)
 msgpack_default_converts = _factory(_with_default_serializer(_ConvertingMsgpack()))
+msgpack_default_passes_surrogates = _factory(_with_default_serializer(_SurrogatePassingMsgpack()))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3882,4 +3903,5 @@ CAUGHT_BY = {
     "msgpack_default_unpickles": "SER-8",
     "rocksdb_downloads_by_handle_name": "KB-LOCAL-1",
     "msgpack_default_converts": "SER-10",
+    "msgpack_default_passes_surrogates": "SER-10",
 }
