@@ -25,6 +25,7 @@ BASIS = (
     "test_keys_and_loader",
     "test_keyed_state",
     "test_keyed_state_properties",
+    "test_user_function_failures",
     "test_ttl",
     "test_keyed_backend",
     "test_snapshot_lifecycle",

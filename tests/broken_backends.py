@@ -3360,6 +3360,21 @@ class _SurrogatePassingMsgpack(MsgpackSerializer):
             return value
 
 
+# 227. Reducing state stores the added value before the reduce function runs, then the result over it, as Flink's
+# heap backend once did (`keyedMap.put(key, value)`, then `reduceFunction.reduce(currentValue, value)`, before its
+# `StateTable.transform`): a function that raises for one bad input leaves that input as the state's value, and what
+# every earlier add built is gone (KS-RED-1). The suite's reduce functions never raised.
+class _StoresBeforeReducing(ReducingStateImpl):
+    def add(self, value: Any) -> None:
+        if value is None:
+            super().add(value)
+            return
+        current = self.get()
+        self._put_bytes(self._ser.serialize(value))  # the bug this backend stands for
+        if current is not None:
+            self._put_bytes(self._ser.serialize(self._reduce(current, value)))
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3675,6 +3690,7 @@ msgpack_default_unpickles = _factory(_MsgpackDefaultUnpickles)
 rocksdb_downloads_by_handle_name = _rocksdb_factory(_DownloadsByHandleName)
 msgpack_default_converts = _factory(_with_default_serializer(_ConvertingMsgpack()))
 msgpack_default_passes_surrogates = _factory(_with_default_serializer(_SurrogatePassingMsgpack()))
+reducing_stores_before_reducing = _factory(_with_state(ReducingStateImpl, _StoresBeforeReducing))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3904,4 +3920,5 @@ CAUGHT_BY = {
     "rocksdb_downloads_by_handle_name": "KB-LOCAL-1",
     "msgpack_default_converts": "SER-10",
     "msgpack_default_passes_surrogates": "SER-10",
+    "reducing_stores_before_reducing": "KS-RED-1",
 }
