@@ -529,6 +529,48 @@ def test_each_kind_of_value_that_is_not_plain_data_is_refused_by_the_msgpack_def
     _kept_after_refusals(certification, tmp_path_factory, name, values)
 
 
+LIST_WRITES: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "keyed list": (KeyedSide, lambda b: b.get_or_create_state(ListStateDescriptor("defaulted"))),
+    "operator split list": (OperatorSide, lambda b: b.get_list_state(ListStateDescriptor("defaulted"))),
+    "operator union list": (OperatorSide, lambda b: b.get_union_list_state(ListStateDescriptor("defaulted"))),
+}
+"""List states whose element role a descriptor leaves out: the side and how the state is registered."""
+REFUSED_ELEMENTS = [(1, "a"), {1}, 2**64, "a\udcff", msgpack.ExtType(5, b"x")]
+"""Elements the msgpack default refuses (SER-10): a tuple, a set, an int msgpack cannot write, text with a lone
+surrogate, an extension type."""
+
+
+@pytest.mark.requirement("KS-LIST-3", "OS-5", "SER-10")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(kind, marks=[pytest.mark.capability("operator_state")] if side is OperatorSide else [])
+        for kind, (side, _) in LIST_WRITES.items()
+    ],
+)
+@pytest.mark.parametrize("op", ["add_all", "update"])
+def test_a_list_write_refused_for_one_element_appends_none_of_the_others(
+    certification: Any, tmp_path_factory: Any, kind: str, op: str
+) -> None:
+    """`add_all` or `update` of elements one of which the default refuses at the write leaves the list as it was:
+    neither the elements before the refused one appended (a caller that retries the batch would hold them twice)
+    nor the old ones replaced. A backend that serializes only in its snapshot raises nothing here and is not asked."""
+    side, register = LIST_WRITES[kind]
+    with side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = register(side.ready(backend))
+        for refused in REFUSED_ELEMENTS:
+            state.update(["keep"])
+            batch = ["x", refused, "y"]
+            try:
+                getattr(state, op)(batch)
+            except Exception as exc:
+                call = f"{kind} state holding ['keep']: {op}({batch!r})"
+                assert _refusal(exc), f"SER-10: {call} raised {exc!r}, expected TypeError"
+                got = state.get()
+                rid = "KS-LIST-3" if side is KeyedSide else "OS-5"
+                assert got == ["keep"], f"{rid}: {call} raised {type(exc).__name__}, and the list became {got!r}"
+
+
 # role -> (side, registration, descriptor naming the `long` serializer for the role, descriptor leaving it out, write)
 WRITTEN_AS_LONGS: dict[str, tuple[Any, Any, Any, Any, Any]] = {
     "value": (

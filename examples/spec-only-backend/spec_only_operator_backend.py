@@ -136,7 +136,8 @@ class ListState:
         values = list(values)
         if any(v is None for v in values):
             raise InvalidStateValueError("operator list state takes no None elements (OS-5)")
-        self._state.elements.extend(self._serializer.serialize(v) for v in values)
+        # every element serialized before any is appended: an element the serializer refuses appends none (OS-5)
+        self._state.elements.extend([self._serializer.serialize(v) for v in values])
 
     def update(self, values: Iterable[Any]) -> None:
         self._backend.check_open()

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from statecert.reference.changelog.records import Op
-from statecert.spec.errors import UnsupportedFeatureError
+from statecert.spec.errors import InvalidStateValueError, UnsupportedFeatureError
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import (
     VOID_NAMESPACE,
@@ -77,11 +77,11 @@ class LoggingValueState(LoggingState):
         return self.delegate.value()
 
     def update(self, value: Any) -> None:
+        # serialized before the wrapped state changes: a value its serializer refuses changes nothing (SER-10), and
+        # the log never lacks a write the wrapped state took
+        payload = None if value is None else self._serializers["value"].serialize(value)
         self.delegate.update(value)
-        if value is None:
-            self._log(Op.CLEAR, None)
-        else:
-            self._log(Op.SET, self._serializers["value"].serialize(value))
+        self._log(Op.CLEAR if payload is None else Op.SET, payload)
 
 
 class LoggingListState(LoggingState):
@@ -89,19 +89,31 @@ class LoggingListState(LoggingState):
         self._touch()
         return self.delegate.get()
 
+    def _elements(self, values: list[Any]) -> list[bytes]:
+        """The elements' bytes, taken before the wrapped state changes: an element refused, None (KS-LIST-3) or one
+        its serializer refuses (SER-10), leaves the list as it was, even over a backend that serializes only in its
+        snapshot."""
+        if any(v is None for v in values):
+            raise InvalidStateValueError("list state takes no None elements (KS-LIST-3)")
+        serialize = self._serializers["element"].serialize
+        return [serialize(v) for v in values]
+
     def add(self, value: Any) -> None:
+        (payload,) = self._elements([value])
         self.delegate.add(value)
-        self._log(Op.ADD, self._serializers["element"].serialize(value))
+        self._log(Op.ADD, payload)
 
     def add_all(self, values: Iterable[Any]) -> None:
         values = list(values)
+        payload = self._elements(values)
         self.delegate.add_all(values)
-        self._log(Op.ADD_ALL, [self._serializers["element"].serialize(v) for v in values])
+        self._log(Op.ADD_ALL, payload)
 
     def update(self, values: Iterable[Any]) -> None:
         values = list(values)
+        payload = self._elements(values)
         self.delegate.update(values)
-        self._log(Op.REPLACE, [self._serializers["element"].serialize(v) for v in values])
+        self._log(Op.REPLACE, payload)
 
     def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
         """Logged as the merge itself, which replay repeats on the wrapped state: logging the merged list instead
