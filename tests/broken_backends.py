@@ -3375,6 +3375,19 @@ class _StoresBeforeReducing(ReducingStateImpl):
             self._put_bytes(self._ser.serialize(self._reduce(current, value)))
 
 
+# 228. Operator list state's `add_all` hands a generator of serialized elements to `list.extend`, which appends each
+# as it comes: an element the serializer refuses raises after the ones before it were appended (OS-5), and a caller
+# that retries the batch holds them twice. The spec-only example did this until the twenty-sixth hunt; the suite
+# checked a batch holding None, which is refused before anything is serialized.
+class _AppendsUntilRefused(OperatorListStateImpl):
+    def add_all(self, values: Any) -> None:
+        self._backend._check_open()
+        values = list(values)
+        if any(v is None for v in values):
+            raise InvalidStateValueError("operator list state does not accept None elements (OS-5)")
+        self._state.elements.extend(self._state.serializer.serialize(v) for v in values)  # the bug
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3691,6 +3704,7 @@ rocksdb_downloads_by_handle_name = _rocksdb_factory(_DownloadsByHandleName)
 msgpack_default_converts = _factory(_with_default_serializer(_ConvertingMsgpack()))
 msgpack_default_passes_surrogates = _factory(_with_default_serializer(_SurrogatePassingMsgpack()))
 reducing_stores_before_reducing = _factory(_with_state(ReducingStateImpl, _StoresBeforeReducing))
+operator_appends_until_refused = _factory(operator=_with_operator_list(_AppendsUntilRefused))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3921,4 +3935,5 @@ CAUGHT_BY = {
     "msgpack_default_converts": "SER-10",
     "msgpack_default_passes_surrogates": "SER-10",
     "reducing_stores_before_reducing": "KS-RED-1",
+    "operator_appends_until_refused": "OS-5",
 }
