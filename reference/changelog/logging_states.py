@@ -138,14 +138,16 @@ class LoggingMapState(LoggingState):
         return bool(self.delegate.contains(user_key))
 
     def put(self, user_key: Any, value: Any) -> None:
+        payload = self._put_payload(user_key, value)  # before the wrapped state changes, as for value and list state
         self.delegate.put(user_key, value)
-        self._log(Op.PUT, self._put_payload(user_key, value))
+        self._log(Op.PUT, payload)
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
         entries = dict(entries)
+        payloads = [self._put_payload(user_key, value) for user_key, value in entries.items()]
         self.delegate.put_all(entries)
-        for user_key, value in entries.items():
-            self._log(Op.PUT, self._put_payload(user_key, value))
+        for payload in payloads:
+            self._log(Op.PUT, payload)
 
     def remove(self, user_key: Any) -> None:
         self.delegate.remove(user_key)
