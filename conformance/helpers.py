@@ -323,6 +323,17 @@ def with_stream_replaced(handle: Any, old: Any, new: Any) -> Any:
     return rebuilt_handle(handle, stream=lambda s: new if type(s) is type(old) and s == old else s)
 
 
+def raised_from(exc: BaseException, *kinds: type[BaseException]) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling (its cause or context, transitively), is
+    one of `kinds`: a test accepts a documented error as it is or wrapped in an error of the backend's own."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kinds):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def files_of(handle: Any) -> set[str]:
     """Every file a (nested) state handle references."""
     return {stream.path for stream in stream_handles(handle) if isinstance(stream, FileStateHandle)}

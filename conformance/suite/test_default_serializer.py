@@ -22,7 +22,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import keyed_backend, location_for, operator_backend, unreferenced_files
+from statecert.conformance.helpers import (
+    keyed_backend,
+    location_for,
+    operator_backend,
+    raised_from,
+    unreferenced_files,
+)
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.errors import StateMigrationError
@@ -424,18 +430,14 @@ def test_each_subclass_of_a_plain_type_reads_back_equal_under_the_msgpack_defaul
 def _refusal(exc: BaseException) -> bool:
     """The serializer's TypeError, or msgpack's `OverflowError` or `UnicodeEncodeError` for a value of a plain type it
     cannot write, or an error of the backend's whose cause (or context) one of them is (SER-10)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, TypeError | OverflowError | UnicodeEncodeError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return raised_from(exc, TypeError, OverflowError, UnicodeEncodeError)
 
 
-def _write_refused(backend: Any, role: Role, value: Any, root: Path, checkpoint_id: int, call: str) -> None:
-    """Writes `value` into the role's state and snapshots: the write or the snapshot must fail with TypeError (SER-10),
-    leaving no file under `root`; the state is cleared after."""
-    storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+def _write_refused(
+    backend: Any, role: Role, value: Any, storage: Any, root: Path, checkpoint_id: int, call: str
+) -> None:
+    """Writes `value` into the role's state and snapshots into `storage` (under `root`): the write or the snapshot
+    must fail with TypeError (SER-10), leaving no file under `root`; the state is cleared after."""
     state = role.state(backend)
     try:
         role.write(state, value)
@@ -461,12 +463,12 @@ def _kept_after_refusals(certification: Any, tmp_path_factory: Any, name: str, v
     backend goes on: its next snapshot restores the state beside them."""
     role = ROLES[name]
     root = tmp_path_factory.mktemp("unplain")
+    storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
     with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         role.side.keep(role.side.ready(backend))
         for checkpoint_id, value in enumerate(values, start=1):
             call = f"{name} holding {value!r} under the msgpack default"
-            _write_refused(backend, role, value, root, checkpoint_id, call)
-        storage = FileSystemCheckpointStorage(str(root), file_state_size_threshold=0)
+            _write_refused(backend, role, value, storage, root, checkpoint_id, call)
         last = len(values) + 1
         handle = backend.snapshot(last, 0, location_for(storage, last)).run()
     with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local")), restore=[handle]) as restored:
@@ -529,45 +531,35 @@ def test_each_kind_of_value_that_is_not_plain_data_is_refused_by_the_msgpack_def
     _kept_after_refusals(certification, tmp_path_factory, name, values)
 
 
-LIST_WRITES: dict[str, tuple[Any, Callable[[Any], Any]]] = {
-    "keyed list": (KeyedSide, lambda b: b.get_or_create_state(ListStateDescriptor("defaulted"))),
-    "operator split list": (OperatorSide, lambda b: b.get_list_state(ListStateDescriptor("defaulted"))),
-    "operator union list": (OperatorSide, lambda b: b.get_union_list_state(ListStateDescriptor("defaulted"))),
-}
-"""List states whose element role a descriptor leaves out: the side and how the state is registered."""
+LIST_ROLES = ("list-element", "operator-split-element", "operator-union-element")
+"""The roles of `ROLES` that are list elements: keyed, split and union list state."""
 REFUSED_ELEMENTS = [(1, "a"), {1}, 2**64, "a\udcff", msgpack.ExtType(5, b"x")]
 """Elements the msgpack default refuses (SER-10): a tuple, a set, an int msgpack cannot write, text with a lone
 surrogate, an extension type."""
 
 
 @pytest.mark.requirement("KS-LIST-3", "OS-5", "SER-10")
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(kind, marks=[pytest.mark.capability("operator_state")] if side is OperatorSide else [])
-        for kind, (side, _) in LIST_WRITES.items()
-    ],
-)
+@pytest.mark.parametrize("name", [param for param in EVERY_ROLE if param.values[0] in LIST_ROLES])
 @pytest.mark.parametrize("op", ["add_all", "update"])
 def test_a_list_write_refused_for_one_element_appends_none_of_the_others(
-    certification: Any, tmp_path_factory: Any, kind: str, op: str
+    certification: Any, tmp_path_factory: Any, name: str, op: str
 ) -> None:
     """`add_all` or `update` of elements one of which the default refuses at the write leaves the list as it was:
     neither the elements before the refused one appended (a caller that retries the batch would hold them twice)
     nor the old ones replaced. A backend that serializes only in its snapshot raises nothing here and is not asked."""
-    side, register = LIST_WRITES[kind]
-    with side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
-        state = register(side.ready(backend))
+    role = ROLES[name]
+    with role.side.open(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = role.state(role.side.ready(backend))
         for refused in REFUSED_ELEMENTS:
             state.update(["keep"])
             batch = ["x", refused, "y"]
             try:
                 getattr(state, op)(batch)
             except Exception as exc:
-                call = f"{kind} state holding ['keep']: {op}({batch!r})"
+                call = f"{name} list state holding ['keep']: {op}({batch!r})"
                 assert _refusal(exc), f"SER-10: {call} raised {exc!r}, expected TypeError"
                 got = state.get()
-                rid = "KS-LIST-3" if side is KeyedSide else "OS-5"
+                rid = "KS-LIST-3" if role.side is KeyedSide else "OS-5"
                 assert got == ["keep"], f"{rid}: {call} raised {type(exc).__name__}, and the list became {got!r}"
 
 

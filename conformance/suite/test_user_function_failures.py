@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecert.conformance.helpers import keyed_backend, location_for
+from statecert.conformance.helpers import keyed_backend, location_for, raised_from
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.spec.state import AggregatingStateDescriptor, ReducingStateDescriptor
@@ -63,17 +63,6 @@ def _expected(kind: str, held: int | None, value: int) -> int:
     return _fold(held, value)
 
 
-def _raised_by_the_function(exc: BaseException) -> bool:
-    """The function's own exception, or an error of the backend's whose cause (or context) it is (Flink's heap
-    backend wraps it in an `IOException`)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, UserFunctionError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 VALUES = st.integers(-3, -1) | st.integers(0, 1_000)
 """Half of them negative: drawn from -3..1,000 alone, a raise came too rarely to meet a held value."""
 ADDS = st.lists(
@@ -108,7 +97,7 @@ def test_an_add_whose_function_raises_changes_nothing(
                 try:
                     state.add(value)
                 except Exception as exc:
-                    assert _raised_by_the_function(exc), (
+                    assert raised_from(exc, UserFunctionError), (  # as it is, or wrapped (Flink: an IOException)
                         f"{rid}: {call}: the function raised UserFunctionError, but add raised {exc!r}"
                     )
                 else:
