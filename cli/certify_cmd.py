@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--shrink-seconds", type=int, help="time bound on shrinking a failing example (default 30; 0 skips shrinking)"
+    )
+    p.add_argument(
+        "--test-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="seconds each phase of a test (setup, call, teardown) may take before it fails as hung: a backend that "
+        "deadlocks fails that test and the run goes on (default 600; 0: no bound)",
     )
     p.add_argument(
         "--report",
@@ -98,13 +106,15 @@ class _ReportWritten:
 
     def __init__(self) -> None:
         self.path: Path | None = None
+        self.timed_out: list[str] = []
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from statecert.conformance.plugin import report_paths
+        from statecert.conformance.plugin import report_paths, timed_out_tests
 
         paths = report_paths(session.config)
         self.path = None if paths is None else paths[0]
+        self.timed_out = timed_out_tests(session.config)
 
 
 def certify(args: argparse.Namespace, console: Console) -> int:
@@ -124,6 +134,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         "shrink_seconds": args.shrink_seconds,
         "storage_under_test": args.storage_under_test,
         "report": args.report,
+        "test_timeout": args.test_timeout,
     }
     try:  # fail fast, in one line, on settings or a backend that cannot be loaded
         settings = resolve(cli, Path.cwd())
@@ -156,6 +167,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         ("--statecert-xfail", args.xfail),
         ("--statecert-shrink-seconds", args.shrink_seconds),
         ("--statecert-storage-under-test", args.storage_under_test),
+        ("--statecert-test-timeout", args.test_timeout),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -183,7 +195,22 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         return 2
     data = json.loads(report.read_text(encoding="utf-8"))
     print_summary(data, str(report), console)
-    return 0 if code == pytest.ExitCode.OK and data["verdict"] == "certified" else 1
+    status = 0 if code == pytest.ExitCode.OK and data["verdict"] == "certified" else 1
+    running = _running_threads() if written.timed_out else []
+    if running:
+        # a thread a hung test left behind may never end, and the interpreter waits for it at exit: the report is
+        # written, so the run ends here
+        console.print(f"{len(written.timed_out)} test(s) ran past --test-timeout; ending beside threads {running}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
+def _running_threads() -> list[str]:
+    """The threads besides this one that the interpreter's exit would wait for (not daemons) and that still run."""
+    me = threading.current_thread()
+    return [t.name for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
 
 
 def _usage_problem(stderr: str) -> str:

@@ -1,4 +1,4 @@
-"""The conformance suite that checks any backend against the spec (pytest plugin and `statecert certify`).
-
-Not built yet: it is the subject of its own issue. Until then the project's self-tests live in `tests/`.
+"""The conformance suite that checks any backend or checkpoint storage against the spec: the suite (`suite/`), the
+pytest plugin that runs it against a named backend and writes the report, and the typed helpers a backend author
+plugs into (`statecert certify`, or `pytest --pyargs statecert.conformance.suite --statecert-backend NAME`).
 """

@@ -481,7 +481,7 @@ def end_a_snapshot_at(
         except BaseException as exc:
             outcome.append(exc)
 
-    worker = threading.Thread(target=run)
+    worker = threading.Thread(target=run, daemon=True)  # a hung part must not keep the run from ending
     worker.start()
     deadline = time.monotonic() + 30
     while not gate.reached.wait(0.005) and worker.is_alive() and time.monotonic() < deadline:

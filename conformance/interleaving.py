@@ -59,7 +59,7 @@ class Interleaving:
                 sys.settrace(previous)
                 self._leave()
 
-        thread = threading.Thread(target=member, args=(1, beside))
+        thread = threading.Thread(target=member, args=(1, beside), daemon=True)  # a hung member cannot hold exit
         thread.start()
         try:
             member(0, here)

@@ -8,6 +8,7 @@ and writes the report.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import platform
 import re
@@ -27,6 +28,7 @@ from statecert.conformance.expected_failures import load_expected_failures, test
 from statecert.conformance.report import Report, TestResult, root_cause
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
 from statecert.conformance.suite_inventory import SUITE_DIR, SUITE_PACKAGE, UncollectedTest, uncollected_tests
+from statecert.conformance.time_bound import TimeBoundExceeded, time_bound
 from statecert.spec import SPEC_VERSION
 from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
@@ -97,6 +99,8 @@ class CertificationSession:
         self.hypothesis_home = ""
         self.report_paths: tuple[Path, Path] | None = None
         """The JSON report and the Markdown certificate, once the run wrote them."""
+        self.timed_out: list[str] = []
+        """Tests a phase of which ran past `--test-timeout`: the thread it hung in may hang yet."""
         self.started = time.time()
 
     def new_backend(self, local_dir: Path) -> Any:
@@ -180,6 +184,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--statecert-shrink-seconds", type=int, default=None, help="time bound on shrinking a failing example"
     )
+    group.addoption(
+        "--statecert-test-timeout",
+        type=int,
+        default=None,
+        help="seconds each phase of a suite test may take before it fails (default 600; 0: no bound)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -202,6 +212,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "xfail_file": config.getoption("--statecert-xfail"),
         "shrink_seconds": config.getoption("--statecert-shrink-seconds"),
         "storage_under_test": config.getoption("--statecert-storage-under-test"),
+        "test_timeout": config.getoption("--statecert-test-timeout"),
     }
     try:
         settings = resolve(cli, Path(config.invocation_params.dir))
@@ -269,8 +280,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return [
         *lines,
         f"options: tiers={','.join(o['tiers'])} storage={o['storage']} max_examples={o['max_examples']} "
-        f"seed={o['seed']} shrink_seconds={o['shrink_seconds']} config={o['backend_config'] or '{}'} "
-        f"expected_failures={o['expected_failures']}",
+        f"seed={o['seed']} shrink_seconds={o['shrink_seconds']} test_timeout={o['test_timeout']} "
+        f"config={o['backend_config'] or '{}'} expected_failures={o['expected_failures']}",
     ]
 
 
@@ -361,6 +372,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session.stale = sorted(set(session.expected_failures) - session.matched_expected)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    with _bounded(item, "setup"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with _bounded(item, "call"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    with _bounded(item, "teardown"):
+        return (yield)
+
+
+def _bounded(item: pytest.Item, phase: str) -> contextlib.AbstractContextManager[None]:
+    """The run's time bound on one phase of a suite test (none outside the suite or a certification run)."""
+    session = _session(item.config)
+    if session is None or not _in_suite(item):
+        return contextlib.nullcontext()
+    return time_bound(session.settings.test_timeout, phase)
+
+
 def violated_requirements(requirements: tuple[str, ...], message: str) -> tuple[str, ...]:
     """The requirements a failure is attributed to: those of the test that its assertion message names (the
     suite's messages start with the ID they check), else all of the test's requirements."""
@@ -390,6 +427,8 @@ def pytest_runtest_makereport(
         else:
             outcome = report.outcome
         message = ""
+        if call.excinfo is not None and call.excinfo.errisinstance(TimeBoundExceeded):
+            session.timed_out.append(test_id(item.path.stem, item.name))
         if report.failed and report.longrepr is not None:
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1]
@@ -453,6 +492,12 @@ def report_paths(config: pytest.Config) -> tuple[Path, Path] | None:
     """The JSON report and the Markdown certificate a finished certification run wrote; None before or without."""
     cert = _session(config)
     return None if cert is None else cert.report_paths
+
+
+def timed_out_tests(config: pytest.Config) -> list[str]:
+    """The tests of a certification run a phase of which ran past `--test-timeout`."""
+    cert = _session(config)
+    return [] if cert is None else list(cert.timed_out)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

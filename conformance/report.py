@@ -189,6 +189,11 @@ class Report:
         return path, markdown
 
 
+def _seconds(bound: Any) -> str:
+    """A time bound of the options: seconds, or none (0, or a report written before the option existed)."""
+    return f"{bound} s" if bound else "none"
+
+
 def _pairs(settings: dict[str, Any] | None) -> str:
     """`key=value` settings of a run for the certificate (the changelog switch among them): none is `-`."""
     return ", ".join(f"`{key}={value}`" for key, value in sorted((settings or {}).items())) or "-"
@@ -220,7 +225,8 @@ def certificate(data: dict[str, Any]) -> str:
         f"| python | {data['python']} |",
         f"| seed | {data['options']['seed']} |",
         f"| options | tiers {', '.join(data['options']['tiers'])}; storage {data['options']['storage']}; "
-        f"max examples {data['options']['max_examples']} |",
+        f"max examples {data['options']['max_examples']}; "
+        f"test timeout {_seconds(data['options'].get('test_timeout'))} |",
         f"| configuration | {_pairs(data['options'].get('backend_config'))} |",
         f"| capability overrides | {_pairs(data['options'].get('capability_overrides'))} |",
         f"| expected failures | {_file(data['options'].get('expected_failures'))} |",

@@ -20,6 +20,10 @@ else:  # pragma: no cover - Python 3.10
 
 TIERS = ("contract", "model", "scenarios")
 DEFAULT_TIERS = ("contract", "model")  # scenarios: on request, it runs Spark
+DEFAULT_TEST_TIMEOUT = 600
+"""Seconds each phase of a suite test may take (`--test-timeout`, `conformance.time_bound`); 0 is no bound."""
+MAX_TEST_TIMEOUT = 7 * 24 * 3600
+"""A week: beyond it the bound means nothing, and `setitimer` takes any float, so a typo's 10**20 is refused."""
 
 
 class SettingsError(ValueError):
@@ -39,6 +43,7 @@ class CertifySettings:
     capabilities: dict[str, Any] = field(default_factory=dict)
     shrink_seconds: int = 30
     storage_under_test: str | None = None
+    test_timeout: int = DEFAULT_TEST_TIMEOUT
 
     @property
     def contracts(self) -> tuple[str, ...]:
@@ -58,6 +63,7 @@ class CertifySettings:
             "capability_overrides": dict(self.capabilities),
             "shrink_seconds": self.shrink_seconds,
             "storage_under_test": self.storage_under_test,
+            "test_timeout": self.test_timeout,
         }
 
 
@@ -85,6 +91,7 @@ def read_pyproject(directory: Path) -> dict[str, Any]:
         "capabilities",
         "shrink-seconds",
         "storage-under-test",
+        "test-timeout",
     }
     if unknown:
         raise SettingsError(f"{path}: unknown key(s) in [tool.statecert]: {sorted(unknown)}")
@@ -155,6 +162,12 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
     if shrink_seconds < 0:
         where_from = source("shrink_seconds", "shrink-seconds", "--shrink-seconds")
         raise SettingsError(f"{where_from}: must be at least 0, got {shrink_seconds}")
+    test_timeout = integer("test_timeout", "test-timeout", "--test-timeout", DEFAULT_TEST_TIMEOUT)
+    if not 0 <= test_timeout <= MAX_TEST_TIMEOUT:
+        where_from = source("test_timeout", "test-timeout", "--test-timeout")
+        raise SettingsError(
+            f"{where_from}: must lie in 0..{MAX_TEST_TIMEOUT} seconds (0: no bound), got {test_timeout}"
+        )
     if not 0 <= seed < 2**64:
         raise SettingsError(f"{source('seed', 'seed', '--seed')}: must lie in 0..2**64-1, got {seed}")
     storage = pick("storage", "storage", "filesystem")
@@ -200,6 +213,7 @@ def resolve(cli: dict[str, Any], directory: Path) -> CertifySettings:
         capabilities=dict(capabilities),
         shrink_seconds=shrink_seconds,
         storage_under_test=storage_under_test,
+        test_timeout=test_timeout,
     )
 
 

@@ -289,6 +289,9 @@ CAPABILITIES = "[tool.statecert.capabilities]\n"
         ("seed = 1.5", "[tool.statecert] seed: expected an integer, got 1.5"),
         ("max-examples = true", "[tool.statecert] max-examples: expected an integer, got True"),
         ("shrink-seconds = -1", "[tool.statecert] shrink-seconds: must be at least 0, got -1"),
+        ('test-timeout = "10m"', "[tool.statecert] test-timeout: expected an integer, got '10m'"),
+        ("test-timeout = 1e9", "[tool.statecert] test-timeout: expected an integer, got 1000000000.0"),
+        ("test-timeout = 604801", "[tool.statecert] test-timeout: must lie in 0..604800 seconds"),
         (CAPABILITIES + "teleportation = false", "[tool.statecert.capabilities]: unknown capability 'teleportation'"),
         (CAPABILITIES + 'ttl = "false"', "[tool.statecert.capabilities]: ttl must be true or false, got 'false'"),
         (CAPABILITIES + "timers = 0", "[tool.statecert.capabilities]: timers must be true or false, got 0"),
@@ -313,6 +316,56 @@ def test_a_bad_pyproject_setting_is_one_line_naming_the_file_and_key(
     assert code == 2 and len(lines) == 1, output
     assert f"pyproject.toml {problem}" in lines[0], lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pyproject.toml"], "a refused run left files behind"
+
+
+HANG_TIMEOUT = "5"
+"""`--test-timeout` of the runs certifying a backend that hangs: each hang costs that much."""
+
+
+def test_a_test_the_backend_hangs_in_fails_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A timer service holding a `threading.Lock` while its callbacks run deadlocks when a callback registers or
+    deletes a timer. `statecert certify` hung on it for ever, with no report. Now each test it hangs in fails past
+    `--test-timeout`, naming where the test's thread waits, and the next test runs; in a hypothesis property too,
+    whose failing example is not shrunk (shrinking would run the hanging example again, with no bound left)."""
+    hanging = [
+        "test_timers_registered_by_callbacks_fire_in_the_same_advance",
+        "test_a_timer_deleted_by_a_callback_never_fires",
+    ]
+    passing = "test_due_timers_fire_once_in_timestamp_order_with_their_key_current"
+    code, report, output = certify(
+        "tests.hanging_backends:timer_callbacks_deadlock",
+        *("--tier", "contract", "--max-examples", "5", "--test-timeout", HANG_TIMEOUT),
+        *("--report", str(tmp_path / "r.json"), "--", "-k", " or ".join([*hanging, passing])),
+        tmpdir=tmp_path,
+    )
+    assert code == 1, output
+    outcomes = {t["id"]: (t["outcome"], t["message"]) for t in report["tests"]}
+    for tid, (outcome, message) in outcomes.items():
+        if tid.split("::")[1].split("[")[0] == passing:
+            assert outcome == "passed", f"{tid}: a test after a hang must run as usual, got {outcome}: {message}"
+            continue
+        assert outcome == "failed", f"{tid}: expected a failure past --test-timeout, got {outcome}"
+        assert f"call did not end within {HANG_TIMEOUT} s (--test-timeout)" in message, message
+        assert "hanging_backends.py" in message, f"{tid}: the message must say where the test waited: {message}"
+    assert {tid.split("::")[1].split("[")[0] for tid in outcomes} == {*hanging, passing}, sorted(outcomes)
+    assert {"TM-4", "TM-5"} <= failed_requirements(report), sorted(failed_requirements(report))
+
+
+def test_a_hang_in_a_thread_of_the_backend_ends_the_run_once_the_report_is_written(tmp_path: Path) -> None:
+    """A backend whose asynchronous parts wait on its own uploader threads for the snapshot taken before, which
+    KB-SNAP-5 lets run later, leaves an uploader thread waiting for ever: the interpreter would wait for it at exit.
+    The test fails past `--test-timeout`, naming the uploader's wait, and the run ends with the report written."""
+    code, report, output = certify(
+        "tests.hanging_backends:uploads_wait_for_earlier_snapshots",
+        *("--tier", "contract", "--max-examples", "5", "--test-timeout", HANG_TIMEOUT),
+        *("--report", str(tmp_path / "r.json"), "--", "-k", "test_concurrent_snapshots_each_reflect_their_own_point"),
+        tmpdir=tmp_path,
+    )
+    assert code == 1, output
+    assert "KB-SNAP-5" in failed_requirements(report), sorted(failed_requirements(report))
+    (test,) = report["tests"]
+    assert "thread 'uploader_0' in upload (hanging_backends.py:" in test["message"], test["message"]
+    assert "ran past --test-timeout; ending beside threads ['uploader_0']" in output, output
 
 
 def test_declared_unsupported_capability_is_checked_not_skipped(tmp_path: Path) -> None:
@@ -404,6 +457,8 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         ),
         (["--storage-under-test", "bogus"], "unknown checkpoint storage 'bogus'"),
         (["hashmap", "--shrink-seconds", "-1"], "--shrink-seconds: must be at least 0"),
+        (["hashmap", "--test-timeout", "-5"], "--test-timeout: must lie in 0..604800 seconds (0: no bound), got -5"),
+        (["hashmap", "--test-timeout", "10e20"], "argument --test-timeout: invalid int value: '10e20'"),
         (["hashmap", "--storage", "bogus"], "--storage: storage must be filesystem, jobmanager or an fsspec URL"),
         (["hashmap", "--storage", "nosuchproto://x"], "--storage: no file system for nosuchproto://"),
         (["hashmap", "--storage", "ftp://host.invalid/x"], "--storage: cannot reach ftp://host.invalid/x: "),
