@@ -21,6 +21,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from statecert.conformance.time_bound import TimeBoundExceeded
+
 
 class Interleaving:
     """The turn-taking of two member threads: `run(here, beside)` calls `here` in the calling thread (the task
@@ -53,6 +55,8 @@ class Interleaving:
             sys.settrace(self._trace)
             try:
                 results[index] = function()
+            except TimeBoundExceeded:
+                raise  # the test's time is up (in the caller's thread): not the function's failure
             except BaseException as exc:  # raised in the caller's thread below
                 raised.append(exc)
             finally:
@@ -63,8 +67,12 @@ class Interleaving:
         thread.start()
         try:
             member(0, here)
-        finally:
+        except TimeBoundExceeded:
+            raise  # the other member may be what hangs: waiting for it would hang the test past its bound
+        except BaseException:
             thread.join()
+            raise
+        thread.join()
         if raised:
             raise raised[0]
         return results[0], results[1]

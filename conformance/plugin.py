@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import platform
 import re
 import shutil
@@ -28,7 +29,7 @@ from statecert.conformance.expected_failures import load_expected_failures, test
 from statecert.conformance.report import Report, TestResult, root_cause
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
 from statecert.conformance.suite_inventory import SUITE_DIR, SUITE_PACKAGE, UncollectedTest, uncollected_tests
-from statecert.conformance.time_bound import TimeBoundExceeded, time_bound
+from statecert.conformance.time_bound import TimeBoundExceeded, standard_error_descriptor, time_bound
 from statecert.spec import SPEC_VERSION
 from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
@@ -99,6 +100,9 @@ class CertificationSession:
         self.hypothesis_home = ""
         self.report_paths: tuple[Path, Path] | None = None
         """The JSON report and the Markdown certificate, once the run wrote them."""
+        self.stderr_fd: int | None = None
+        """Where the stacks go when a test outlives its bound and the process must end (`time_bound`): the
+        standard error as it was when pytest was configured, before its capture took descriptor 2."""
         self.timed_out: list[str] = []
         """Tests a phase of which ran past `--test-timeout`: the thread it hung in may hang yet."""
         self.started = time.time()
@@ -226,6 +230,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION] = session
     session.hypothesis_home = configure_hypothesis(settings)
+    session.stderr_fd = standard_error_descriptor()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = _session(config)
+    if session is not None and session.stderr_fd is not None:
+        os.close(session.stderr_fd)
+        session.stderr_fd = None
 
 
 def configure_hypothesis(settings: CertifySettings) -> str:
@@ -395,7 +407,7 @@ def _bounded(item: pytest.Item, phase: str) -> contextlib.AbstractContextManager
     session = _session(item.config)
     if session is None or not _in_suite(item):
         return contextlib.nullcontext()
-    return time_bound(session.settings.test_timeout, phase)
+    return time_bound(session.settings.test_timeout, phase, stderr=session.stderr_fd)
 
 
 def violated_requirements(requirements: tuple[str, ...], message: str) -> tuple[str, ...]:

@@ -58,27 +58,39 @@ def where_threads_are(frame: FrameType | None) -> str:
     return "; ".join(parts)
 
 
-def _end_the_process_after(seconds: int) -> bool:
-    """Have `faulthandler` print every thread's stack and end the process with status 1 in `seconds`, unless
-    cancelled; False when the process has no standard error to print to (pythonw), and so no such bound."""
-    stderr = sys.__stderr__  # the process's own: pytest's capture, or certify's, may stand in for sys.stderr
-    if stderr is None:
+def standard_error_descriptor() -> int | None:
+    """A duplicate of the process's standard error descriptor, for stacks printed past a bound: pytest's capture
+    puts a file of its own on descriptor 2 while a test runs, and a process that ends loses it (pytest's faulthandler
+    plugin keeps one so, at configure time). None when there is none (pythonw)."""
+    try:
+        return os.dup(sys.__stderr__.fileno()) if sys.__stderr__ is not None else None
+    except (ValueError, OSError):  # a standard error without a file descriptor
+        return None
+
+
+def _end_the_process_after(seconds: int, stderr: int | None) -> bool:
+    """Have `faulthandler` print every thread's stack to `stderr` (a descriptor; None: the process's standard error
+    as it is then) and end the process with status 1 in `seconds`, unless cancelled; False when there is nowhere
+    to print, and so no such bound."""
+    file = sys.__stderr__ if stderr is None else stderr
+    if file is None:
         return False
     try:
-        faulthandler.dump_traceback_later(seconds, exit=True, file=stderr)
+        faulthandler.dump_traceback_later(seconds, exit=True, file=file)
     except (ValueError, OSError):  # a standard error without a file descriptor
         return False
     return True
 
 
 @contextmanager
-def time_bound(seconds: int, phase: str, grace: int = GRACE_SECONDS) -> Iterator[None]:
+def time_bound(seconds: int, phase: str, grace: int = GRACE_SECONDS, stderr: int | None = None) -> Iterator[None]:
     """Run the block under a bound of `seconds` (0: none); past it, `TimeBoundExceeded` is raised in the block, and
-    `grace` seconds later still the process ends."""
+    `grace` seconds later still the process ends, its threads' stacks printed to `stderr` (a file descriptor,
+    `standard_error_descriptor()`; None: the process's standard error)."""
     if seconds <= 0:
         yield
         return
-    hard = _end_the_process_after(seconds + grace)
+    hard = _end_the_process_after(seconds + grace, stderr)
     alarm = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
     previous = None
     if alarm:

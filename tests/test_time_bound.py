@@ -9,9 +9,11 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any
 
 import pytest
 
+from statecert.conformance.interleaving import Interleaving
 from statecert.conformance.time_bound import TimeBoundExceeded, time_bound
 
 
@@ -68,3 +70,18 @@ def test_a_hang_no_signal_interrupts_ends_the_process_after_the_grace_period() -
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert "not ended" not in done.stdout
     assert "Timeout (0:00:02)!" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("hangs", [("here",), ("beside",), ("here", "beside")], ids=["here", "beside", "both"])
+def test_a_hang_in_either_member_of_an_interleaving_is_interrupted(hangs: tuple[str, ...]) -> None:
+    """The suite's `Interleaving` runs two calls in two threads: whichever hangs, the test's thread is interrupted,
+    and does not wait for the other member past the bound (when both hang, it once did, until faulthandler ended
+    the process)."""
+    release = threading.Event()
+    calls: dict[str, Any] = {"here": lambda: None, "beside": lambda: None}
+    calls.update({member: release.wait for member in hangs})
+    try:
+        with pytest.raises(TimeBoundExceeded), time_bound(1, "call", grace=5):
+            Interleaving(0).run(calls["here"], calls["beside"])
+    finally:
+        release.set()
