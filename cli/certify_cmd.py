@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +120,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     sys.path.insert(0, os.getcwd())  # a `module:attr` next to the user's project imports like with `python -m`
     from statecert.conformance.plugin import CertificationSession
     from statecert.conformance.settings import SettingsError, resolve
+    from statecert.conformance.time_bound import threads_holding_exit
     from statecert.spec.errors import StateCertError
 
     cli = {
@@ -196,7 +196,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     data = json.loads(report.read_text(encoding="utf-8"))
     print_summary(data, str(report), console)
     status = 0 if code == pytest.ExitCode.OK and data["verdict"] == "certified" else 1
-    running = _running_threads() if written.timed_out else []
+    running = threads_holding_exit() if written.timed_out else []
     if running:
         # a thread a hung test left behind may never end, and the interpreter waits for it at exit: the report is
         # written, so the run ends here
@@ -205,12 +205,6 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
-
-
-def _running_threads() -> list[str]:
-    """The threads besides this one that the interpreter's exit would wait for (not daemons) and that still run."""
-    me = threading.current_thread()
-    return [t.name for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
 
 
 def _usage_problem(stderr: str) -> str:

@@ -29,7 +29,14 @@ from statecert.conformance.expected_failures import load_expected_failures, test
 from statecert.conformance.report import Report, TestResult, root_cause
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
 from statecert.conformance.suite_inventory import SUITE_DIR, SUITE_PACKAGE, UncollectedTest, uncollected_tests
-from statecert.conformance.time_bound import TimeBoundExceeded, standard_error_descriptor, time_bound
+from statecert.conformance.time_bound import (
+    GRACE_SECONDS,
+    TimeBoundExceeded,
+    end_the_process_after,
+    standard_error_descriptor,
+    threads_holding_exit,
+    time_bound,
+)
 from statecert.spec import SPEC_VERSION
 from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
@@ -235,9 +242,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = _session(config)
-    if session is not None and session.stderr_fd is not None:
+    if session is None:
+        return
+    if session.stderr_fd is not None:
         os.close(session.stderr_fd)
         session.stderr_fd = None
+    if session.timed_out and threads_holding_exit():
+        # a thread a hung test left may never end, and the interpreter's exit would wait for it for ever: the report
+        # is written, so the process ends (status 1, every thread's stack printed) if it is still there a while on
+        end_the_process_after(GRACE_SECONDS, None)
 
 
 def configure_hypothesis(settings: CertifySettings) -> str:

@@ -68,7 +68,7 @@ def standard_error_descriptor() -> int | None:
         return None
 
 
-def _end_the_process_after(seconds: int, stderr: int | None) -> bool:
+def end_the_process_after(seconds: int, stderr: int | None) -> bool:
     """Have `faulthandler` print every thread's stack to `stderr` (a descriptor; None: the process's standard error
     as it is then) and end the process with status 1 in `seconds`, unless cancelled; False when there is nowhere
     to print, and so no such bound."""
@@ -82,6 +82,13 @@ def _end_the_process_after(seconds: int, stderr: int | None) -> bool:
     return True
 
 
+def threads_holding_exit() -> list[str]:
+    """The threads besides this one that the interpreter's exit waits for (not daemons) and that still run: after a
+    test ran past its bound, one may never end."""
+    me = threading.current_thread()
+    return [t.name for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+
+
 @contextmanager
 def time_bound(seconds: int, phase: str, grace: int = GRACE_SECONDS, stderr: int | None = None) -> Iterator[None]:
     """Run the block under a bound of `seconds` (0: none); past it, `TimeBoundExceeded` is raised in the block, and
@@ -90,7 +97,7 @@ def time_bound(seconds: int, phase: str, grace: int = GRACE_SECONDS, stderr: int
     if seconds <= 0:
         yield
         return
-    hard = _end_the_process_after(seconds + grace, stderr)
+    hard = end_the_process_after(seconds + grace, stderr)
     alarm = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
     previous = None
     if alarm:
