@@ -16,6 +16,7 @@ import faulthandler
 import os
 import signal
 import sys
+import sysconfig
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +26,9 @@ GRACE_SECONDS = 60
 """How long after its bound a phase that the signal did not end may go on before the process is ended."""
 INNER_FRAMES = 3
 """How many of each thread's innermost frames outside the standard library a timeout names."""
-_STDLIB = (os.path.dirname(os.__file__), os.path.dirname(threading.__file__))
+_STDLIB = sysconfig.get_paths()["stdlib"]
+_INSTALLED = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])
+"""Where installed packages live: below the standard library's directory in an interpreter without a venv."""
 _NOT_THE_BACKENDS = f"{os.sep}rich{os.sep}"
 """Where the frames of `statecert certify`'s progress bar live: its refresh thread takes part in no deadlock."""
 
@@ -47,7 +50,7 @@ def where_threads_are(frame: FrameType | None) -> str:
         calls: list[tuple[str, str, int]] = []
         f: FrameType | None = top
         while f is not None and len(calls) < INNER_FRAMES:
-            if not f.f_code.co_filename.startswith(_STDLIB):
+            if _not_the_standard_library(f.f_code.co_filename):
                 calls.append((f.f_code.co_filename, f.f_code.co_name, f.f_lineno))
             f = f.f_back
         if ident != me and calls and all(_NOT_THE_BACKENDS in path for path, _, _ in calls):
@@ -56,6 +59,10 @@ def where_threads_are(frame: FrameType | None) -> str:
         thread = "the test's thread" if ident == me else f"thread {names.get(ident, ident)!r}"
         parts.append(f"{thread} in {where or 'the standard library'}")
     return "; ".join(parts)
+
+
+def _not_the_standard_library(path: str) -> bool:
+    return not path.startswith(_STDLIB) or path.startswith(_INSTALLED)
 
 
 def standard_error_descriptor() -> int | None:

@@ -4,8 +4,10 @@ signal interrupts ends the process after the grace period."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import threading
 import time
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from statecert.conformance.interleaving import Interleaving
-from statecert.conformance.time_bound import TimeBoundExceeded, time_bound
+from statecert.conformance.time_bound import TimeBoundExceeded, _not_the_standard_library, time_bound
 
 
 def deadlocked_here() -> None:
@@ -85,3 +87,11 @@ def test_a_hang_in_either_member_of_an_interleaving_is_interrupted(hangs: tuple[
             Interleaving(0).run(calls["here"], calls["beside"])
     finally:
         release.set()
+
+
+def test_frames_of_installed_packages_are_named_though_they_lie_below_the_standard_library() -> None:
+    """Without a venv, `site-packages` lies inside the standard library's directory: a backend installed there must
+    still be named where it waits, not passed over as the standard library."""
+    installed = os.path.join(sysconfig.get_paths()["purelib"], "their_backend", "state.py")
+    standard = os.path.join(sysconfig.get_paths()["stdlib"], "threading.py")
+    assert _not_the_standard_library(installed) and not _not_the_standard_library(standard)
