@@ -3388,6 +3388,17 @@ class _AppendsUntilRefused(OperatorListStateImpl):
         self._state.elements.extend(self._state.serializer.serialize(v) for v in values)  # the bug
 
 
+# 229. `get_keys` and `get_keys_and_namespaces` of a restored state refuse it until the application registers it
+# again: the backend knows a state's namespace serializer only from its registration, and passes over the one its
+# snapshot names (KB-KEYS-1). The spec-only example did this (for states with a namespace) until the twenty-eighth
+# hunt; Flink's backends register a restored state's meta information while restoring.
+class _RestoredUnlistedUntilRegistered(HeapKeyedStateBackend):
+    def _namespace_serializer(self, state_name: str) -> Any:
+        if state_name not in self._namespace_serializers:
+            raise KeyError(f"state {state_name!r}: register it to read its namespaces")
+        return super()._namespace_serializer(state_name)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3705,6 +3716,7 @@ msgpack_default_converts = _factory(_with_default_serializer(_ConvertingMsgpack(
 msgpack_default_passes_surrogates = _factory(_with_default_serializer(_SurrogatePassingMsgpack()))
 reducing_stores_before_reducing = _factory(_with_state(ReducingStateImpl, _StoresBeforeReducing))
 operator_appends_until_refused = _factory(operator=_with_operator_list(_AppendsUntilRefused))
+restored_unlisted_until_registered = _factory(_RestoredUnlistedUntilRegistered)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3936,4 +3948,5 @@ CAUGHT_BY = {
     "msgpack_default_passes_surrogates": "SER-10",
     "reducing_stores_before_reducing": "KS-RED-1",
     "operator_appends_until_refused": "OS-5",
+    "restored_unlisted_until_registered": "KB-KEYS-1",
 }

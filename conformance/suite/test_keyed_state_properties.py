@@ -198,6 +198,62 @@ def test_equal_but_distinct_keys_are_different_keys(certification: Any, tmp_path
             assert not wrong, "KB-KEYS-1: " + "; ".join(wrong)
 
 
+def _listed_or_refused(listing: Any, *args: Any) -> Any:
+    """What `listing(*args)` yields, or "KeyError" when it raises it (KB-KEYS-1 lets a name no state has do either)."""
+    try:
+        return list(listing(*args))
+    except KeyError:
+        return "KeyError"
+
+
+@pytest.mark.requirement("KB-KEYS-1", "KB-RESTORE-1")
+@given(
+    entries=st.dictionaries(
+        st.tuples(st.text(max_size=6), st.integers(-(2**63), 2**63 - 1)), st.text(max_size=4), min_size=1, max_size=30
+    ),
+    absent=st.integers(-(2**63), 2**63 - 1),
+)
+def test_a_restored_state_lists_its_keys_before_it_is_registered_again(
+    certification: Any, tmp_path_factory: Any, entries: dict[tuple[str, int], str], absent: int
+) -> None:
+    """`get_keys` and `get_keys_and_namespaces` list a restored state's keys and namespaces before the application
+    registers the state again, and the same after it does: Flink's backends register a restored state's meta
+    information while restoring. A name no state has lists nothing or raises `KeyError`."""
+    windowed = ValueStateDescriptor("restored", serializer=StringSerializer())
+    by_namespace: dict[int, list[str]] = {}
+    for key, namespace in entries:
+        by_namespace.setdefault(namespace, []).append(key)
+    by_namespace.setdefault(absent, [])
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        for (key, namespace), value in entries.items():
+            backend.set_current_key(key)
+            backend.get_partitioned_state(namespace, windowed, LongSerializer()).update(value)
+        with restored_copy(certification, tmp_path_factory, backend) as restored:
+            for when in ("before the state is registered again", "after it is registered again"):
+                if when.startswith("after"):
+                    restored.get_or_create_state(windowed, LongSerializer())
+                pairs = sorted(restored.get_keys_and_namespaces("restored"))
+                assert pairs == sorted(entries), (
+                    f"KB-KEYS-1: after restore, {when}, get_keys_and_namespaces('restored'): expected "
+                    f"{sorted(entries)[:5]} ({len(entries)} pairs), got {pairs[:5]} ({len(pairs)} pairs)"
+                )
+                for namespace, keys in by_namespace.items():
+                    listed = sorted(restored.get_keys("restored", namespace))
+                    assert listed == sorted(keys), (
+                        f"KB-KEYS-1: after restore, {when}, get_keys('restored', {namespace}): expected "
+                        f"{sorted(keys)}, got {listed}"
+                    )
+            for keyed in (backend, restored):
+                unknown = [
+                    _listed_or_refused(keyed.get_keys, "never registered", absent),
+                    _listed_or_refused(keyed.get_keys_and_namespaces, ""),
+                ]
+                assert all(got in ([], "KeyError") for got in unknown), (
+                    f"KB-KEYS-1: get_keys('never registered', {absent}), get_keys_and_namespaces(''), of states no "
+                    f"backend has: expected nothing or KeyError, got {unknown}"
+                )
+
+
 @pytest.mark.requirement("KS-3", "KS-MAP-1", "KB-RESTORE-1")
 def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, tmp_path_factory: Any) -> None:
     descriptor = MapStateDescriptor("m", user_key_serializer=MsgpackSerializer(), user_value_serializer=NS)

@@ -621,9 +621,7 @@ class SpecOnlyKeyedBackend:
     def _namespace_serializer(self, name: str) -> Any:
         if name in self._states:
             return self._states[name].ns
-        if self._tables[name].namespace.serializer_id == VOID.serializer_id:
-            return VOID
-        raise KeyError(f"state {name!r}: register it to read its namespaces")
+        return restore_serializer(self._tables[name].namespace)  # restored, not registered again (KB-KEYS-1)
 
     def get_keys(self, state_name: str, namespace: Any) -> Iterator[Any]:
         self._check_open()
