@@ -218,30 +218,43 @@ def test_a_restored_state_lists_its_keys_before_it_is_registered_again(
 ) -> None:
     """`get_keys` and `get_keys_and_namespaces` list a restored state's keys and namespaces before the application
     registers the state again, and the same after it does: Flink's backends register a restored state's meta
-    information while restoring. A name no state has lists nothing or raises `KeyError`."""
+    information while restoring. A non-windowed state's keys are listed under the void namespace (KS-NS-1). A name
+    no state has lists nothing or raises `KeyError`."""
     windowed = ValueStateDescriptor("restored", serializer=StringSerializer())
-    by_namespace: dict[int, list[str]] = {}
+    plain = ValueStateDescriptor("plain", serializer=StringSerializer())
+    by_namespace: dict[Any, list[str]] = {}
     for key, namespace in entries:
         by_namespace.setdefault(namespace, []).append(key)
     by_namespace.setdefault(absent, [])
+    keys = sorted({key for key, _ in entries})
+    expected: dict[str, list[tuple[str, Any]]] = {
+        "restored": sorted(entries, key=repr),
+        "plain": [(key, VOID_NAMESPACE) for key in keys],
+    }
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         for (key, namespace), value in entries.items():
             backend.set_current_key(key)
             backend.get_partitioned_state(namespace, windowed, LongSerializer()).update(value)
+            backend.get_or_create_state(plain).update(value)
         with restored_copy(certification, tmp_path_factory, backend) as restored:
-            for when in ("before the state is registered again", "after it is registered again"):
+            for when in ("before the states are registered again", "after they are registered again"):
                 if when.startswith("after"):
                     restored.get_or_create_state(windowed, LongSerializer())
-                pairs = sorted(restored.get_keys_and_namespaces("restored"))
-                assert pairs == sorted(entries), (
-                    f"KB-KEYS-1: after restore, {when}, get_keys_and_namespaces('restored'): expected "
-                    f"{sorted(entries)[:5]} ({len(entries)} pairs), got {pairs[:5]} ({len(pairs)} pairs)"
-                )
-                for namespace, keys in by_namespace.items():
-                    listed = sorted(restored.get_keys("restored", namespace))
-                    assert listed == sorted(keys), (
-                        f"KB-KEYS-1: after restore, {when}, get_keys('restored', {namespace}): expected "
-                        f"{sorted(keys)}, got {listed}"
+                    restored.get_or_create_state(plain)
+                for name, want in expected.items():
+                    pairs = sorted(restored.get_keys_and_namespaces(name), key=repr)
+                    assert pairs == sorted(want, key=repr), (
+                        f"KB-KEYS-1: after restore, {when}, get_keys_and_namespaces({name!r}): expected "
+                        f"{sorted(want, key=repr)[:5]} ({len(want)} pairs), got {pairs[:5]} ({len(pairs)} pairs)"
+                    )
+                for name, namespace, want_keys in [
+                    *(("restored", namespace, sorted(ks)) for namespace, ks in by_namespace.items()),
+                    ("plain", VOID_NAMESPACE, keys),
+                ]:
+                    listed = sorted(restored.get_keys(name, namespace))
+                    assert listed == want_keys, (
+                        f"KB-KEYS-1: after restore, {when}, get_keys({name!r}, {namespace!r}): expected {want_keys}, "
+                        f"got {listed}"
                     )
             for keyed in (backend, restored):
                 unknown = [
