@@ -3399,6 +3399,29 @@ class _RestoredUnlistedUntilRegistered(HeapKeyedStateBackend):
         return super()._namespace_serializer(state_name)
 
 
+# 230. A map's `contains` asks `get(...) is not None`, the Python idiom for "present": a user value of None, which
+# the msgpack default writes and Flink's map state stores, is taken for absent (KS-MAP-1).
+class _ContainsByValue(MapStateImpl):
+    def contains(self, user_key: Any) -> bool:
+        return self.get(user_key) is not None
+
+
+# 231. Broadcast state takes `put(key, None)` for a removal, as a Python dict-backed cache often does: the entry a
+# user stored with a None value is gone, live and in the snapshot (OS-3).
+class _BroadcastNoneRemoves(BroadcastStateImpl):
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.remove(key)
+        else:
+            super().put(key, value)
+
+
+class _BroadcastNoneRemovesBackend(DefaultOperatorStateBackend):
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        state = super().get_broadcast_state(descriptor)
+        return _BroadcastNoneRemoves(self, state._state)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3717,6 +3740,8 @@ msgpack_default_passes_surrogates = _factory(_with_default_serializer(_Surrogate
 reducing_stores_before_reducing = _factory(_with_state(ReducingStateImpl, _StoresBeforeReducing))
 operator_appends_until_refused = _factory(operator=_with_operator_list(_AppendsUntilRefused))
 restored_unlisted_until_registered = _factory(_RestoredUnlistedUntilRegistered)
+map_contains_by_value = _factory(_with_state(MapStateImpl, _ContainsByValue))
+broadcast_none_removes = _factory(operator=_BroadcastNoneRemovesBackend)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3949,4 +3974,6 @@ CAUGHT_BY = {
     "reducing_stores_before_reducing": "KS-RED-1",
     "operator_appends_until_refused": "OS-5",
     "restored_unlisted_until_registered": "KB-KEYS-1",
+    "map_contains_by_value": "KS-MAP-1",
+    "broadcast_none_removes": "OS-3",
 }

@@ -325,7 +325,8 @@ EVERY_ROLE = [
 
 
 def _values_for(name: str, values: st.SearchStrategy[Any], keys: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """A user key role takes `keys`, the others `values`; None is no element or user value (KS-LIST-3, OS-5)."""
+    """A user key role takes `keys`, the others `values`, None left out: it is no element (KS-LIST-3, OS-5) and clears
+    a value (KS-VALUE-3); a user value of None has tests of its own (KS-MAP-1, OS-3)."""
     return (keys if name.endswith("user-key") else values).filter(lambda v: v is not None)
 
 

@@ -20,8 +20,10 @@ from statecert.spec.state import (
     VOID_NAMESPACE,
     AggregatingStateDescriptor,
     ListStateDescriptor,
+    ManualClock,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    TtlConfig,
     ValueStateDescriptor,
 )
 
@@ -265,6 +267,80 @@ def test_a_restored_state_lists_its_keys_before_it_is_registered_again(
                     f"KB-KEYS-1: get_keys('never registered', {absent}), get_keys_and_namespaces(''), of states no "
                     f"backend has: expected nothing or KeyError, got {unknown}"
                 )
+
+
+NONE_OR_PLAIN = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=4), st.booleans())
+"""Map user values, None half the time: the msgpack default writes None."""
+
+
+def _map_as_read(state: Any, user_keys: Any) -> dict[str, Any]:
+    """What each read of map state gives for `user_keys`, and its views, in a form compared by value."""
+    return {
+        "contains": {k: state.contains(k) for k in user_keys},
+        "get": {k: state.get(k) for k in user_keys},
+        "items": sorted(state.items(), key=repr),
+        "keys": sorted(state.keys(), key=repr),
+        "values": sorted(state.values(), key=repr),
+        "is_empty": state.is_empty(),
+    }
+
+
+def _map_expected(entries: dict[str, Any], user_keys: Any) -> dict[str, Any]:
+    return {
+        "contains": {k: k in entries for k in user_keys},
+        "get": {k: entries.get(k) for k in user_keys},
+        "items": sorted(entries.items(), key=repr),
+        "keys": sorted(entries, key=repr),
+        "values": sorted(entries.values(), key=repr),
+        "is_empty": not entries,
+    }
+
+
+@pytest.mark.requirement("KS-MAP-1", "KS-MAP-2", "KS-MAP-4", "KB-RESTORE-1")
+@pytest.mark.parametrize(
+    "ttl", [None, pytest.param(TtlConfig(100_000), marks=pytest.mark.capability("ttl"))], ids=["plain", "ttl"]
+)
+@given(entries=st.dictionaries(st.text(max_size=6), NONE_OR_PLAIN, min_size=1, max_size=20))
+def test_a_map_user_value_of_none_is_an_entry(
+    certification: Any, tmp_path_factory: Any, ttl: TtlConfig | None, entries: dict[str, Any]
+) -> None:
+    """`put(user_key, None)` with a user value serializer that writes None (the msgpack default) stores an entry:
+    `contains` is true, `get` gives None, the views list it and the map is not empty, live and after a restore, as
+    Flink's map state stores null user values. Removing the entries of None leaves the others; removing the last
+    leaves the map empty (KS-MAP-4). A backend that tells a user key's presence by `get(...) is not None`, or takes
+    a None value for expired, loses them."""
+    descriptor = MapStateDescriptor(
+        "m0", user_key_serializer=StringSerializer(), user_value_serializer=MsgpackSerializer(), ttl=ttl
+    )
+    clock = ManualClock(1_000_000)
+    asked = [*entries, "absent" if "absent" not in entries else "absent!"]
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local")), clock=clock) as backend:
+        backend.set_current_key("k")
+        state = backend.get_or_create_state(descriptor)
+        first = list(entries.items())[: len(entries) // 2]
+        for user_key, value in first:
+            state.put(user_key, value)
+        state.put_all(dict(list(entries.items())[len(first) :]))
+        expected = _map_expected(entries, asked)
+        got = _map_as_read(state, asked)
+        wrong = {read: (expected[read], got[read]) for read in expected if got[read] != expected[read]}
+        assert not wrong, f"KS-MAP-1: after put of {entries}, (expected, got) per read: {wrong}"
+        with restored_copy(certification, tmp_path_factory, backend, clock=clock) as restored:
+            restored.set_current_key("k")
+            state = restored.get_or_create_state(descriptor)
+            got = _map_as_read(state, asked)
+            wrong = {read: (expected[read], got[read]) for read in expected if got[read] != expected[read]}
+            assert not wrong, f"KB-RESTORE-1: after restore of {entries}, (expected, got) per read: {wrong}"
+            left = {k: v for k, v in entries.items() if v is not None}
+            for user_key in sorted(set(entries) - set(left)):
+                state.remove(user_key)
+            expected = _map_expected(left, asked)
+            got = _map_as_read(state, asked)
+            wrong = {read: (expected[read], got[read]) for read in expected if got[read] != expected[read]}
+            assert not wrong, (
+                f"KS-MAP-4: after restore of {entries} and removing the user keys of None, (expected, got) per "
+                f"read: {wrong}"
+            )
 
 
 @pytest.mark.requirement("KS-3", "KS-MAP-1", "KB-RESTORE-1")

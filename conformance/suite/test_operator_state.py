@@ -28,7 +28,7 @@ from statecert.conformance.helpers import (
     unreferenced_files,
 )
 from statecert.conformance.interleaving import Interleaving
-from statecert.conformance.suite.test_keyed_state_properties import one_java_hash
+from statecert.conformance.suite.test_keyed_state_properties import NONE_OR_PLAIN, one_java_hash
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -715,6 +715,40 @@ def test_list_state_keeps_its_elements_in_order_through_a_restore(
         with _restored(certification, tmp_path_factory, backend) as restored:
             got = list(getattr(restored, register)(SPLIT).get())
             assert got == model, f"OS-7: {mode} list state restored after {ops}: expected {model}, got {got}"
+
+
+@pytest.mark.requirement("OS-3")
+@pytest.mark.capability("operator_state")
+@given(entries=st.dictionaries(st.text(max_size=6), NONE_OR_PLAIN, min_size=1, max_size=20))
+def test_a_broadcast_user_value_of_none_is_an_entry_through_a_restore(
+    certification: Any, tmp_path_factory: Any, entries: dict[str, Any]
+) -> None:
+    """Broadcast state stores a user value of None, as keyed map state does (KS-MAP-1) and Flink's broadcast state
+    does: `contains` is true, `get` gives None and `items()` lists it, live and after a restore."""
+    descriptor = MapStateDescriptor("nullable", user_key_serializer=StringSerializer(), user_value_serializer=MSGPACK)
+    asked = [*entries, "absent" if "absent" not in entries else "absent!"]
+
+    def check(state: Any, when: str) -> None:
+        got = {
+            "contains": {k: state.contains(k) for k in asked},
+            "get": {k: state.get(k) for k in asked},
+            "items": sorted(state.items(), key=repr),
+        }
+        expected = {
+            "contains": {k: k in entries for k in asked},
+            "get": {k: entries.get(k) for k in asked},
+            "items": sorted(entries.items(), key=repr),
+        }
+        wrong = {read: (expected[read], got[read]) for read in expected if got[read] != expected[read]}
+        assert not wrong, f"OS-3: {when}, after put of {entries}, (expected, got) per read: {wrong}"
+
+    with operator_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        state = backend.get_broadcast_state(descriptor)
+        for user_key, value in entries.items():
+            state.put(user_key, value)
+        check(state, "live")
+        with _restored(certification, tmp_path_factory, backend) as restored:
+            check(restored.get_broadcast_state(descriptor), "restored")
 
 
 @pytest.mark.requirement("OS-3", "KS-3")
