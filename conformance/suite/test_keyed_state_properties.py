@@ -281,6 +281,7 @@ def _map_as_read(state: Any, user_keys: Any) -> dict[str, Any]:
         "items": sorted(state.items(), key=repr),
         "keys": sorted(state.keys(), key=repr),
         "values": sorted(state.values(), key=repr),
+        "iterator": sorted(state.iterator(), key=repr),
         "is_empty": state.is_empty(),
     }
 
@@ -292,6 +293,7 @@ def _map_expected(entries: dict[str, Any], user_keys: Any) -> dict[str, Any]:
         "items": sorted(entries.items(), key=repr),
         "keys": sorted(entries, key=repr),
         "values": sorted(entries.values(), key=repr),
+        "iterator": sorted(entries.items(), key=repr),
         "is_empty": not entries,
     }
 
