@@ -154,6 +154,8 @@ class CertificationSession:
             "spec_version": SPEC_VERSION,
             "date": datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(),
+            "platform": platform.platform(),
+            "libraries": {name: _installed_version(name) for name in REPRODUCING_LIBRARIES},
             "contracts": list(self.settings.contracts),
             "storage_under_test": None
             if self.storage_factory_name is None
@@ -171,6 +173,18 @@ class CertificationSession:
             },
             "options": self.settings.options(),
         }
+
+
+REPRODUCING_LIBRARIES = ("hypothesis", "pytest", "msgpack", "fsspec")
+"""The libraries a seed's run depends on, whose versions the report records: hypothesis draws a seed's examples by
+its own version's rules, pytest runs them, msgpack writes the default serializers' bytes and fsspec the files."""
+
+
+def _installed_version(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

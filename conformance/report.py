@@ -203,6 +203,11 @@ def _file(path: str | None) -> str:
     return f"`{path}`" if path else "-"
 
 
+def _versions(libraries: dict[str, str] | None) -> str:
+    """The libraries' versions a seed reproduces with, as `name version` pairs."""
+    return ", ".join(f"{name} {v}" for name, v in libraries.items()) if libraries else "-"
+
+
 def certificate(data: dict[str, Any]) -> str:
     """A certificate a person reads and archives: what was tested, with which options, and the verdict."""
     backend = data["backend"]
@@ -222,7 +227,8 @@ def certificate(data: dict[str, Any]) -> str:
         f"| checkpoint storage | {storage_line} |",
         f"| statecert | {data['statecert_version']}, spec {data['spec_version']} |",
         f"| date | {data['date']} |",
-        f"| python | {data['python']} |",
+        f"| python | {data['python']} on {data.get('platform', '-')} |",
+        f"| libraries | {_versions(data.get('libraries'))} |",
         f"| seed | {data['options']['seed']} |",
         f"| options | tiers {', '.join(data['options']['tiers'])}; storage {data['options']['storage']}; "
         f"max examples {data['options']['max_examples']}; "

@@ -4,8 +4,10 @@ rejected naming the requirement it violates, and settings, expected failures and
 from __future__ import annotations
 
 import getpass
+import importlib.metadata
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -623,7 +625,9 @@ def test_every_suite_module_has_a_rank_for_the_likely_root_cause() -> None:
 
 def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
     """Two runs with one seed give the same verdicts, failing tests and messages; neither leaves `.hypothesis/` in the
-    author's directory nor anything of statecert's in the temporary directory (pytest's own `pytest-of-*` aside)."""
+    author's directory nor anything of statecert's in the temporary directory (pytest's own `pytest-of-*` aside).
+    The report records what else a seed reproduces with: the platform and the versions of the libraries that draw
+    and run the examples (hypothesis draws a seed's examples by its own version's rules)."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     reports = []
@@ -657,6 +661,9 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
     assert cause and cause["test"].startswith("test_keyed_state_properties::"), cause
     assert "KS-MAP-2" in cause["requirements"]
     assert [t for t in reports[0]["requirements"]["KS-MAP-2"]["failing_tests"] if "KS-MAP-2" in t["message"]]
+    expected = {name: importlib.metadata.version(name) for name in ("hypothesis", "pytest", "msgpack", "fsspec")}
+    assert reports[0]["libraries"] == expected, f"libraries: expected {expected}, got {reports[0]['libraries']}"
+    assert reports[0]["platform"] == platform.platform(), reports[0]["platform"]
     assert not (tmp_path / ".hypothesis").exists(), "certify left an example database in the author's directory"
     left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith("pytest-of-"))
     assert left == [], f"certify left {left} in its temporary directory"

@@ -59,6 +59,8 @@ def test_the_certificate_says_with_which_configuration_and_known_bugs_the_backen
         "spec_version": "0",
         "date": "2026-11-27",
         "python": "3",
+        "platform": "Linux-6-x86_64",
+        "libraries": {"hypothesis": "6.100.0", "pytest": "8.0.0"},
         "contracts": ["state backend"],
         "backend": {"name": "b", "factory": "m:f", "version": "1", "capabilities": {}},
         "storage_under_test": None,
@@ -79,6 +81,8 @@ def test_the_certificate_says_with_which_configuration_and_known_bugs_the_backen
     assert "| configuration | `state.changelog.enabled=true` |" in rows, rows[:20]
     assert "| capability overrides | `ttl=False` |" in rows, rows[:20]
     assert "| expected failures | `known-bugs.toml` |" in rows, rows[:20]
+    assert "| python | 3 on Linux-6-x86_64 |" in rows, rows[:20]
+    assert "| libraries | hypothesis 6.100.0, pytest 8.0.0 |" in rows, rows[:20]
     header["options"] = {**header["options"], "backend_config": {}, "expected_failures": None}
     rows = certificate(Report(header, REQUIREMENTS, [passed]).to_dict()).splitlines()
     assert "| configuration | - |" in rows and "| expected failures | - |" in rows, rows[:20]
