@@ -9,6 +9,7 @@ import io
 import os
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,22 @@ COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 REJECTED = (StateCertError, ValueError, TypeError)
 
-STATE_NAMES = ("", " ", "a", "a:b", "a/b", "../a", "state:a", "ünï", "計数", "😀", "a\nb", "n" * 1000)
-"""State names a backend may meet (KS-2): empty, non-ASCII, with separators a format or a path might split at, long."""
+STATE_NAMES = (
+    *("", " ", "a", "a:b", "a/b", "../a", "state:a", "ünï", "計数", "😀", "a\nb", "n" * 1000),
+    *("A", "a.", "CON", "\u00e9", "e\u0301"),
+)
+"""State names a backend may meet (KS-2): empty, non-ASCII, with separators a format or a path might split at, long;
+and names a file system would take for others or refuse, for a backend keeping a file per state: "a" and "A" (a
+case-insensitive one, as macOS's and Windows' are by default), "a." ("a" on Windows, which drops a trailing dot),
+"CON" (a device on Windows), and "é" composed and decomposed (one name on a file system that normalizes Unicode)."""
 
 
 def shown_name(name: str) -> str:
-    """A state name as an assertion message shows it: a long one by its length."""
-    return repr(name) if len(name) < 20 else f"'{name[0]}' * {len(name)}"
+    """A state name as an assertion message shows it: a long one by its length, one not in Unicode's composed form
+    (NFC) by its code points, so that "é" composed and decomposed read apart."""
+    if len(name) >= 20:
+        return f"'{name[0]}' * {len(name)}"
+    return repr(name) if unicodedata.is_normalized("NFC", name) else ascii(name)
 
 
 """What "rejected" means where the spec names no error type (ERR-3)."""

@@ -22,6 +22,7 @@ import re
 import shutil
 import struct
 import tempfile
+import unicodedata
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -3422,6 +3423,43 @@ class _BroadcastNoneRemovesBackend(DefaultOperatorStateBackend):
         return _BroadcastNoneRemoves(self, state._state)
 
 
+# 232. A backend keeping a file per state finds a state's file by the state's name, and the file system takes one
+# name for another: macOS's by default (case-insensitive, normalization-insensitive, case-preserving) holds "A" in
+# the file of "a" and "é" decomposed in the file of "é" composed, so two states share one (KS-2). Linux's file
+# systems tell the names apart, so the bug shows on the author's Mac, not in Linux CI; a registry of states that
+# finds names as that file system does stands for it here.
+class _NamesAsOnMacOS(dict[str, Any]):
+    @staticmethod
+    def _folded(name: str) -> str:
+        return unicodedata.normalize("NFD", name).casefold()
+
+    def _on_disk(self, name: Any) -> Any:
+        folded = self._folded(name) if isinstance(name, str) else name
+        return next((k for k in self if self._folded(k) == folded), name)
+
+    def __getitem__(self, name: str) -> Any:
+        return super().__getitem__(self._on_disk(name))
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(self._on_disk(name), value)
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(self._on_disk(name))
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(self._on_disk(name), default)
+
+
+class _StateFilesOnMacOS(HeapKeyedStateBackend):
+    @property  # type: ignore[override]
+    def _stores(self) -> Any:
+        return self.__dict__["_stores_on_disk"]
+
+    @_stores.setter
+    def _stores(self, stores: Any) -> None:
+        self.__dict__["_stores_on_disk"] = _NamesAsOnMacOS(stores)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3742,6 +3780,7 @@ operator_appends_until_refused = _factory(operator=_with_operator_list(_AppendsU
 restored_unlisted_until_registered = _factory(_RestoredUnlistedUntilRegistered)
 map_contains_by_value = _factory(_with_state(MapStateImpl, _ContainsByValue))
 broadcast_none_removes = _factory(operator=_BroadcastNoneRemovesBackend)
+state_files_on_macos = _factory(_StateFilesOnMacOS)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -3976,4 +4015,5 @@ CAUGHT_BY = {
     "restored_unlisted_until_registered": "KB-KEYS-1",
     "map_contains_by_value": "KS-MAP-1",
     "broadcast_none_removes": "OS-3",
+    "state_files_on_macos": "KS-2",
 }
