@@ -229,11 +229,15 @@ class ByteSerializer(_JavaFixedWidthInt):
 
 
 class DoubleSerializer(BaseSerializer):
+    """IEEE-754 binary64, big-endian; every NaN written as the one Java's `doubleToLongBits` gives (IF-1), as Flink's
+    `DoubleSerializer` writes it: a NaN computed (`inf - inf`, sign bit set on x86) and `float("nan")` are one key."""
+
     serializer_id = "double"
     _STRUCT = struct.Struct(">d")
+    _NAN = bytes.fromhex("7ff8000000000000")
 
     def serialize(self, value: float) -> bytes:
-        return self._STRUCT.pack(value)
+        return self._NAN if value != value else self._STRUCT.pack(value)
 
     def deserialize(self, data: bytes) -> float:
         if len(data) != self._STRUCT.size:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from statecert.reference.serializers import (
     BytesSerializer,
     DoubleSerializer,
     EnumSerializer,
+    JavaDoubleSerializer,
     LongSerializer,
     MsgpackSerializer,
     RecordSerializer,
@@ -390,3 +393,29 @@ def test_msgpack_default_walks_plain_data_as_deep_as_msgpack_writes_it(serialize
         serializer.serialize(_nested(depth, [msgpack.ExtType(5, b"x")]))
     with pytest.raises(ValueError, match="not a msgpack value"):
         serializer.deserialize(msgpack.packb(_nested(depth, [msgpack.Timestamp(1, 0)]), use_bin_type=True))
+
+
+NAN_BITS = st.integers(1, 2**52 - 1).flatmap(
+    lambda payload: st.sampled_from([0x7FF0000000000000, 0xFFF0000000000000]).map(lambda high: high | payload)
+)
+"""The bits of every NaN: exponent all ones, a payload other than 0, either sign."""
+
+
+@pytest.mark.requirement("IF-1", "KG-1")
+@given(bits=NAN_BITS)
+def test_every_nan_is_written_as_java_writes_it_and_is_one_key(bits: int) -> None:
+    """`double` and `java-double` write every NaN as Java's `doubleToLongBits` does (7ff8000000000000), as Flink's
+    `DoubleSerializer` writes it: a NaN computed (`inf - inf` has its sign bit set on x86) and `float("nan")` are one
+    key, of one key group, and a NaN of any bits reads back as NaN."""
+    nan = struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+    for serializer in (DoubleSerializer(), JavaDoubleSerializer()):
+        written = serializer.serialize(nan)
+        expected = bytes.fromhex("7ff8000000000000")
+        assert written == expected, (
+            f"{serializer}.serialize(NaN {bits:016x}): expected {expected.hex()}, got {written.hex()}"
+        )
+        assert serializer.key_hash(nan) == serializer.key_hash(math.nan), f"{serializer}.key_hash(NaN {bits:016x})"
+        read = serializer.deserialize(bits.to_bytes(8, "big"))
+        assert math.isnan(read), f"{serializer}.deserialize({bits:016x}) = {read!r}"
+    computed = math.inf - math.inf
+    assert DoubleSerializer().serialize(computed) == DoubleSerializer().serialize(math.nan)
