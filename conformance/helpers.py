@@ -42,6 +42,7 @@ KEYS = StringSerializer()
 COUNT = ValueStateDescriptor("count", serializer=LongSerializer())
 
 REJECTED = (StateCertError, ValueError, TypeError)
+"""What "rejected" means where the spec names no error type (ERR-3)."""
 
 STATE_NAMES = (
     *("", " ", "a", "a:b", "a/b", "../a", "state:a", "ünï", "計数", "😀", "a\nb", "n" * 1000),
@@ -60,8 +61,6 @@ def shown_name(name: str) -> str:
         return f"'{name[0]}' * {len(name)}"
     return repr(name) if unicodedata.is_normalized("NFC", name) else ascii(name)
 
-
-"""What "rejected" means where the spec names no error type (ERR-3)."""
 
 LOCAL_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("statecert_local_dir", default=None)
 """The running test's local working directory, handed to every backend the suite creates (KB-LOCAL-1)."""
