@@ -3460,6 +3460,19 @@ class _StateFilesOnMacOS(HeapKeyedStateBackend):
         self.__dict__["_stores_on_disk"] = _NamesAsOnMacOS(stores)
 
 
+# 233. Restore checks that each key decodes and hashes into its key group, and each namespace and map user key
+# decodes, but not that their bytes are those the serializer writes for what they decode to: a key written in a
+# msgpack format the serializer never picks (an int as int64) is restored where no lookup finds it, and listed by
+# `get_keys` all the same (FMT-15). The reference did this until the twenty-eighth hunt.
+class _AnyEncodingRestored(EntryValidator):
+    def _in_its_encoding(self, *args: Any) -> None:
+        pass
+
+
+class _RestoresKeysInAnyEncoding(HeapKeyedStateBackend):
+    entry_validator = _AnyEncodingRestored
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3781,6 +3794,7 @@ restored_unlisted_until_registered = _factory(_RestoredUnlistedUntilRegistered)
 map_contains_by_value = _factory(_with_state(MapStateImpl, _ContainsByValue))
 broadcast_none_removes = _factory(operator=_BroadcastNoneRemovesBackend)
 state_files_on_macos = _factory(_StateFilesOnMacOS)
+restores_keys_in_any_encoding = _factory(_RestoresKeysInAnyEncoding)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -4016,4 +4030,5 @@ CAUGHT_BY = {
     "map_contains_by_value": "KS-MAP-1",
     "broadcast_none_removes": "OS-3",
     "state_files_on_macos": "KS-2",
+    "restores_keys_in_any_encoding": "FMT-15",
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import crc32c
+import msgpack
 import pytest
 
 from statecert.conformance.helpers import (
@@ -30,7 +31,7 @@ from statecert.conformance.helpers import (
     with_stream_replaced,
 )
 from statecert.reference.format.canonical import CanonicalHeader
-from statecert.reference.serializers import LongSerializer, StringSerializer
+from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import CheckpointFormatError, StateMigrationError
@@ -496,3 +497,101 @@ def test_golden_savepoint_of_every_older_format_version_restores(
         s.dispose()
     assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}
     assert sorted(offsets) == [0, 1]
+
+
+MSGPACK_KEYS = MsgpackSerializer()
+BY_WINDOW = ValueStateDescriptor("by-window", serializer=LongSerializer())
+BY_ID = MapStateDescriptor("by-id", user_key_serializer=MsgpackSerializer(), user_value_serializer=LongSerializer())
+
+
+def _in_a_wider_format(data: bytes) -> bytes:
+    """The msgpack value of `data` written in a format msgpack never picks for it (an int as int64, a str as
+    str32): bytes that decode to the same value and are not what the serializer writes for it."""
+    value: int | str = msgpack.unpackb(data)
+    if isinstance(value, int):
+        return b"\xd3" + value.to_bytes(8, "big", signed=True)
+    encoded = value.encode()
+    return b"\xdb" + len(encoded).to_bytes(4, "big") + encoded
+
+
+def _msgpack_keyed_savepoint(reference_backend: Any, tmp_path: Path) -> tuple[KeyGroupsStateHandle, dict[str, Any]]:
+    """A canonical savepoint of the reference backend keyed by msgpack values (ints and texts), with value state in
+    msgpack namespaces and map state under msgpack user keys; and what each holds."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "c"), file_state_size_threshold=0)
+    expected: dict[str, Any] = {"by-window": {}, "by-id": {}}
+    with keyed_backend(reference_backend, key_serializer=MSGPACK_KEYS) as backend:
+        ids = backend.get_or_create_state(BY_ID)
+        for i, key in enumerate([1, 200, -5, "a", "key"]):
+            backend.set_current_key(key)
+            for window in (7, "w"):
+                backend.get_partitioned_state(window, BY_WINDOW, MsgpackSerializer()).update(i)
+                expected["by-window"][(key, window)] = i
+            ids.put_all({3: i, "id": -i})
+            expected["by-id"][key] = sorted([(3, i), ("id", -i)], key=repr)
+        handle = backend.snapshot(
+            1, 0, location_for(storage), CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
+        ).run()
+    assert isinstance(handle, KeyGroupsStateHandle)
+    return handle, expected
+
+
+def _found_by_lookups(backend: Any, expected: dict[str, Any]) -> dict[str, Any]:
+    """What lookups by the written keys, namespaces and user keys find, and how often the listings name each."""
+    ids = backend.get_or_create_state(BY_ID)
+    got: dict[str, Any] = {"by-window": {}, "by-id": {}}
+    for key, window in expected["by-window"]:
+        backend.set_current_key(key)
+        got["by-window"][(key, window)] = backend.get_partitioned_state(window, BY_WINDOW, MsgpackSerializer()).value()
+    for key in expected["by-id"]:
+        backend.set_current_key(key)
+        got["by-id"][key] = sorted(((u, ids.get(u)) for u in (3, "id")), key=repr)
+        got[f"by-id listed for {key!r}"] = sorted(ids.items(), key=repr)
+    got["by-window listed"] = sorted(backend.get_keys_and_namespaces("by-window"), key=repr)
+    return got
+
+
+@pytest.mark.requirement("FMT-15", "KB-RESTORE-1")
+@pytest.mark.capability("canonical_savepoints")
+@pytest.mark.parametrize("field", ["key", "namespace", "map user key"])
+def test_a_key_namespace_or_user_key_in_another_encoding_is_refused_or_found(
+    state_backend: Any, reference_backend: Any, tmp_path: Path, field: str
+) -> None:
+    """A canonical stream whose first entry holds its key, namespace or map user key in a msgpack format the
+    serializer never writes for that value (an int as int64, a text as str32), in the right key group: the bytes
+    decode, and a lookup, which serializes what it looks for, never finds them. Restoring it raises
+    CheckpointFormatError naming the stream, or restores the entry where lookups find it; never an entry that is
+    listed and not found, which is a smaller state."""
+    savepoint, expected = _msgpack_keyed_savepoint(reference_backend, tmp_path)
+    state, position = {"key": ("by-window", 1), "namespace": ("by-window", 2), "map user key": ("by-id", 3)}[field]
+
+    def damaged(header: CanonicalHeader, blocks: dict[int, list[list[Any]]]) -> CanonicalHeader:
+        entry = first_canonical_entry(header, blocks, state)
+        if position == 3:
+            entry[3][0][0] = _in_a_wider_format(entry[3][0][0])
+        else:
+            entry[position] = _in_a_wider_format(entry[position])
+        return header
+
+    hostile = rewritten_canonical_stream(savepoint, tmp_path / "hostile-stream", damaged)
+    try:
+        with keyed_backend(state_backend, key_serializer=MSGPACK_KEYS, restore=[hostile]) as restored:
+            got = _found_by_lookups(restored, expected)
+    except CheckpointFormatError as e:
+        assert "hostile-stream" in str(e), f"FMT-8: the error names the stream {hostile.delegate}: {e}"
+        return
+    want = {
+        **expected,
+        **{f"by-id listed for {key!r}": items for key, items in expected["by-id"].items()},
+        "by-window listed": sorted(expected["by-window"], key=repr),
+    }
+    wrong = {what: _differences(want[what], got[what]) for what in want if got[what] != want[what]}
+    assert not wrong, (
+        f"FMT-15: restored with a {field} in another encoding, neither refused nor found: (expected, got) {wrong}"
+    )
+
+
+def _differences(want: Any, got: Any) -> Any:
+    """(expected, got) of the entries of two mappings that differ, or of two values."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return {k: (want.get(k), got.get(k)) for k in {**want, **got} if want.get(k) != got.get(k)}
+    return (want, got)

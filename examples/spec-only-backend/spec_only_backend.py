@@ -137,9 +137,14 @@ class Table:
             else:
                 pairs = [("value", payload)]
             try:
-                ns.deserialize(ns_bytes)
+                found = [(ns, ns_bytes)]
+                if self.kind is StateKind.MAP:
+                    found += [(serializers["user_key"], k) for k in payload]
                 for role, data in pairs:
                     serializers[role].deserialize(self.value_bytes(role, data)[1])
+                for serializer, data in found:  # what lookups find by: only in the bytes they serialize (FMT-15)
+                    if serializer.serialize(serializer.deserialize(data)) != data:
+                        raise ValueError(f"{data.hex()[:32]} is not in its serializer's encoding: never found")
             except (ValueError, TypeError, LookupError, ArithmeticError, struct.error) as exc:
                 raise CheckpointFormatError(
                     self.source, f"key group {group}: state {self.name!r}: an entry cannot be read ({exc!r})"
@@ -727,6 +732,8 @@ class SpecOnlyKeyedBackend:
             raise CheckpointFormatError(source, f"key group {group}: a key cannot be read ({exc!r})") from None
         if home != group:
             raise CheckpointFormatError(source, f"key group {group} holds a key of key group {home}")
+        if self._key_serializer.serialize(decoded) != key:  # set_current_key would never find it (FMT-15)
+            raise CheckpointFormatError(source, f"key group {group} holds a key not in its serializer's encoding")
 
     # lifecycle (KB-LIFE-1, KB-LIFE-2)
     def _check_open(self) -> None:

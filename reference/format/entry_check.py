@@ -49,6 +49,22 @@ class EntryValidator:
             self._source, f"key group {key_group}: state {state.name!r}: {what} cannot be read ({exc!r})"
         )
 
+    def _in_its_encoding(
+        self, key_group: int, meta: StateMetaInfo, what: str, serializer: Any, stored: bytes, decoded: Any
+    ) -> None:
+        """Bytes a lookup finds by (a key, a namespace, a map user key) must be those the serializer writes for what
+        they decode to (FMT-15): others (a msgpack int in a wider format, a NaN of other bits) would never be found."""
+        try:
+            written = serializer.serialize(decoded)
+        except DECODE_ERRORS as exc:
+            raise self._fail(key_group, meta, what, exc) from None
+        if written != stored:
+            raise CheckpointFormatError(
+                self._source,
+                f"key group {key_group}: state {meta.name!r}: {what} is not in the encoding its serializer writes "
+                f"({stored.hex()[:32]}, written as {written.hex()[:32]}): it would never be found",
+            )
+
     def _value(self, key_group: int, index: int, role: str, stored: bytes) -> None:
         meta = self._states[index]
         if meta.ttl and role != "user_key":  # map user keys are never TTL-wrapped (IF-5)
@@ -60,7 +76,12 @@ class EntryValidator:
         serializer = self._values[index].get(role)
         if serializer is not None:
             try:
-                serializer.deserialize(stored)
+                if role == "user_key":
+                    self._in_its_encoding(
+                        key_group, meta, "a map user key", serializer, stored, serializer.deserialize(stored)
+                    )
+                else:
+                    serializer.deserialize(stored)
             except DECODE_ERRORS as exc:
                 raise self._fail(key_group, meta, f"a {role} value", exc) from None
 
@@ -72,6 +93,7 @@ class EntryValidator:
             try:
                 decoded = self._keys.deserialize(key)
                 home = assign_to_key_group(self._keys.key_hash(decoded), self._max_parallelism)
+                self._in_its_encoding(key_group, meta, "a key", self._keys, key, decoded)
             except DECODE_ERRORS as exc:
                 raise self._fail(key_group, meta, "a key", exc) from None
         if home != key_group:
@@ -82,7 +104,8 @@ class EntryValidator:
         ns_serializer = self._namespaces[index]
         if ns_serializer is not None:
             try:
-                ns_serializer.deserialize(namespace)
+                decoded_namespace = ns_serializer.deserialize(namespace)
+                self._in_its_encoding(key_group, meta, "a namespace", ns_serializer, namespace, decoded_namespace)
             except DECODE_ERRORS as exc:
                 raise self._fail(key_group, meta, "a namespace", exc) from None
         if meta.kind is StateKind.LIST:
