@@ -149,15 +149,26 @@ class BroadcastStateImpl:
         self._state.positions = {}
 
 
-def check_elements(name: str, snapshot: SerializerSnapshot, elements: list[bytes], source: str) -> None:
-    """Every restored element decodes with the serializer that wrote it, when this process knows it (FMT-8)."""
+def check_elements(
+    name: str, mode: OperatorStateMode, snapshot: SerializerSnapshot, elements: list[bytes], source: str
+) -> None:
+    """Every restored element decodes with the serializer that wrote it, when this process knows it (FMT-8); a
+    broadcast entry's user key is in the bytes its serializer writes, the ones a lookup finds (FMT-15)."""
     try:
         serializer = restore_serializer(snapshot)
     except StateCertError:
         return  # a serializer of the user's own: checked when the state is registered
     for element in elements:
         try:
-            serializer.deserialize(element)
+            decoded = serializer.deserialize(element)
+            if mode is OperatorStateMode.BROADCAST and isinstance(serializer, TupleSerializer):
+                written = serializer.fields[0].serialize(decoded[0])
+                if written != msgpack.unpackb(element)[0]:
+                    raise CheckpointFormatError(
+                        source,
+                        f"operator state {name!r}: a broadcast user key is not in the encoding its serializer writes "
+                        f"(written as {written.hex()[:32]}): it would never be found",
+                    )
         except DECODE_ERRORS as exc:
             raise CheckpointFormatError(
                 source, f"operator state {name!r}: an element cannot be read ({exc!r})"
@@ -175,7 +186,7 @@ class DefaultOperatorStateBackend:
             if handle.snapshot_format != CANONICAL_FORMAT:
                 raise StateMigrationError(f"unsupported operator state format {handle.snapshot_format!r}")
             for name, (mode, snap, elements) in read_operator_states(handle).items():
-                check_elements(name, snap, elements, describe(handle.delegate))
+                check_elements(name, mode, snap, elements, describe(handle.delegate))
                 if name in self._restored and self._restored[name][0] is not mode:
                     raise CheckpointFormatError(
                         describe(handle.delegate),

@@ -3473,6 +3473,21 @@ class _RestoresKeysInAnyEncoding(HeapKeyedStateBackend):
     entry_validator = _AnyEncodingRestored
 
 
+# 234. Restored broadcast entries are decoded, but their user keys are not checked to be in the bytes the key
+# serializer writes: a user key written in a msgpack format the serializer never picks (1 as int64) is listed by
+# `items()` and never found by `get` (FMT-15). The reference did this until the twenty-eighth hunt.
+class _BroadcastKeysInAnyEncodingBackend(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        from statecert.reference import operator_state
+
+        original = operator_state.check_elements
+        operator_state.check_elements = lambda name, mode, *rest: original(name, OperatorStateMode.SPLIT, *rest)
+        try:
+            super().__init__(params)
+        finally:
+            operator_state.check_elements = original
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3795,6 +3810,7 @@ map_contains_by_value = _factory(_with_state(MapStateImpl, _ContainsByValue))
 broadcast_none_removes = _factory(operator=_BroadcastNoneRemovesBackend)
 state_files_on_macos = _factory(_StateFilesOnMacOS)
 restores_keys_in_any_encoding = _factory(_RestoresKeysInAnyEncoding)
+broadcast_keys_in_any_encoding = _factory(operator=_BroadcastKeysInAnyEncodingBackend)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -4031,4 +4047,5 @@ CAUGHT_BY = {
     "broadcast_none_removes": "OS-3",
     "state_files_on_macos": "KS-2",
     "restores_keys_in_any_encoding": "FMT-15",
+    "broadcast_keys_in_any_encoding": "FMT-15",
 }

@@ -263,3 +263,28 @@ def test_an_operator_stream_with_changed_bytes_is_refused(state_backend: Any, tm
         with operator_backend(state_backend, (handle,)) as restored:
             got = [v - mark for v in restored.get_list_state(OFFSETS).get()]
         raise AssertionError(f"FMT-12: an operator stream with byte {position} changed restored as {got}")
+
+
+@pytest.mark.requirement("FMT-15", "OS-3")
+@pytest.mark.capability("operator_state")
+def test_a_broadcast_user_key_in_another_encoding_is_refused_or_found(state_backend: Any, tmp_path: Path) -> None:
+    """The broadcast entry of user key 1 with its key written as msgpack int64, a format msgpack never picks for 1:
+    the bytes decode, and `get(1)`, which serializes what it looks for, never finds them. Restoring the stream
+    raises CheckpointFormatError naming it, or restores the entry where `get` and `contains` find it; never an entry
+    `items()` lists and `get` does not find."""
+    stream = _intact()
+    wider = b"\xd3" + (1).to_bytes(8, "big", signed=True)
+    stream.elements["rules"][0] = msgpack.packb([wider, b"x"], use_bin_type=True)
+    handle = _stream_file(tmp_path / "damaged-operator-stream", *stream.encode())
+    try:
+        with operator_backend(state_backend, (handle,)) as restored:
+            rules = restored.get_broadcast_state(RULES)
+            got = (rules.get(1), rules.contains(1), sorted(map(repr, rules.items())))
+    except CheckpointFormatError as e:
+        assert "damaged-operator-stream" in str(e), f"OS-8: the error names the stream: {e}"
+        return
+    expected = ("x", True, sorted(map(repr, [(1, "x"), ("k", "y")])))
+    assert got == expected, (
+        f"FMT-15: a broadcast user key in another encoding, neither refused nor found: (get(1), contains(1), items()) "
+        f"expected {expected}, got {got}"
+    )

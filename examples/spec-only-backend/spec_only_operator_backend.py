@@ -87,10 +87,13 @@ class _Element:
         return [element] if len(self.serializers) == 1 else _pair(element)
 
     def check(self, elements: list[bytes]) -> None:
-        """Every element decodes with these serializers (OS-8); ValueError otherwise."""
+        """Every element decodes with these serializers (OS-8), and a broadcast user key is in the bytes its
+        serializer writes, the ones `get` looks for (FMT-15); ValueError otherwise."""
         for element in elements:
-            for serializer, part in zip(self.serializers, self._parts(element), strict=True):
-                serializer.deserialize(part)
+            parts = self._parts(element)
+            decoded = [serializer.deserialize(part) for serializer, part in zip(self.serializers, parts, strict=True)]
+            if len(parts) == 2 and self.serializers[0].serialize(decoded[0]) != parts[0]:
+                raise ValueError("a broadcast user key is not in its serializer's encoding: get() never finds it")
 
 
 def _fields(name: str, snapshot: SerializerSnapshot) -> list[SerializerSnapshot]:

@@ -64,8 +64,8 @@ def _read_canonical(handle: KeyGroupsStateHandle, max_parallelism: int) -> None:
 
 
 def _read_operator(handle: OperatorStateHandle) -> None:
-    for name, (_, serializer, elements) in read_operator_states(handle).items():
-        check_elements(name, serializer, elements, describe(handle.delegate))
+    for name, (mode, serializer, elements) in read_operator_states(handle).items():
+        check_elements(name, mode, serializer, elements, describe(handle.delegate))
 
 
 def _stat(handle: FileStateHandle) -> None:
