@@ -28,7 +28,12 @@ from statecert.conformance.helpers import (
     unreferenced_files,
 )
 from statecert.conformance.interleaving import Interleaving
-from statecert.conformance.suite.test_keyed_state_properties import NONE_OR_PLAIN, one_java_hash
+from statecert.conformance.suite.test_keyed_state_properties import (
+    NONE_OR_PLAIN,
+    map_as_read,
+    map_expected,
+    one_java_hash,
+)
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.operator_state import DefaultOperatorStateBackend
 from statecert.reference.serializers import LongSerializer, MsgpackSerializer, StringSerializer
@@ -717,6 +722,10 @@ def test_list_state_keeps_its_elements_in_order_through_a_restore(
             assert got == model, f"OS-7: {mode} list state restored after {ops}: expected {model}, got {got}"
 
 
+BROADCAST_READS = ("contains", "get", "items")
+"""The reads broadcast state offers of those of map state (OS-3)."""
+
+
 @pytest.mark.requirement("OS-3")
 @pytest.mark.capability("operator_state")
 @given(entries=st.dictionaries(st.text(max_size=6), NONE_OR_PLAIN, min_size=1, max_size=20))
@@ -729,16 +738,8 @@ def test_a_broadcast_user_value_of_none_is_an_entry_through_a_restore(
     asked = [*entries, "absent" if "absent" not in entries else "absent!"]
 
     def check(state: Any, when: str) -> None:
-        got = {
-            "contains": {k: state.contains(k) for k in asked},
-            "get": {k: state.get(k) for k in asked},
-            "items": sorted(state.items(), key=repr),
-        }
-        expected = {
-            "contains": {k: k in entries for k in asked},
-            "get": {k: entries.get(k) for k in asked},
-            "items": sorted(entries.items(), key=repr),
-        }
+        got = map_as_read(state, asked, BROADCAST_READS)
+        expected = map_expected(entries, asked, BROADCAST_READS)
         wrong = {read: (expected[read], got[read]) for read in expected if got[read] != expected[read]}
         assert not wrong, f"OS-3: {when}, after put of {entries}, (expected, got) per read: {wrong}"
 
