@@ -833,16 +833,20 @@ class _BroadcastByEquality(BroadcastStateImpl):
         return list(self._load().items())
 
 
-class _BroadcastByEqualityBackend(DefaultOperatorStateBackend):
-    def get_broadcast_state(self, descriptor: Any) -> Any:
-        state = super().get_broadcast_state(descriptor)
-        return _BroadcastByEquality(self, state._state)
-
-
 # 53. Operator list state's update() appends the new elements instead of replacing the old ones (OS-7).
 class _UpdateAppends(OperatorListStateImpl):
     def update(self, values: Any) -> None:
         self.add_all(values)
+
+
+def _with_broadcast(broadcast_class: type[BroadcastStateImpl]) -> type[DefaultOperatorStateBackend]:
+    """The reference operator backend whose broadcast states behave as `broadcast_class`."""
+
+    class Operator(DefaultOperatorStateBackend):
+        def get_broadcast_state(self, descriptor: Any) -> Any:
+            return broadcast_class(self, super().get_broadcast_state(descriptor)._state)
+
+    return Operator
 
 
 def _with_operator_list(
@@ -2385,12 +2389,6 @@ class _BroadcastByHash(BroadcastStateImpl):
         return self._slot(super()._element_key(element))
 
 
-class _BroadcastByHashBackend(DefaultOperatorStateBackend):
-    def get_broadcast_state(self, descriptor: Any) -> Any:
-        state = super().get_broadcast_state(descriptor)
-        return _BroadcastByHash(self, state._state)
-
-
 # 164. Timers told apart by their key's stable `key_hash` (with the namespace's bytes and the time), as a timer set
 # indexed by hash and never comparing keys might: the timers of string keys "Aa" and "BB" at one namespace and time
 # are one timer, so one key's never fires and deleting it deletes the other's (TM-3, TM-4). The timer tests' keys
@@ -3417,12 +3415,6 @@ class _BroadcastNoneRemoves(BroadcastStateImpl):
             super().put(key, value)
 
 
-class _BroadcastNoneRemovesBackend(DefaultOperatorStateBackend):
-    def get_broadcast_state(self, descriptor: Any) -> Any:
-        state = super().get_broadcast_state(descriptor)
-        return _BroadcastNoneRemoves(self, state._state)
-
-
 # 232. A backend keeping a file per state finds a state's file by the state's name, and the file system takes one
 # name for another: macOS's by default (case-insensitive, normalization-insensitive, case-preserving) holds "A" in
 # the file of "a" and "é" decomposed in the file of "é" composed, so two states share one (KS-2). Linux's file
@@ -3615,7 +3607,7 @@ timers_fire_with_stale_key = _factory(_with_timer_queue(_StaleKeyQueue))
 timers_forget_restored = _factory(_with_timer_queue(_ForgetsRestoredQueue))
 timers_delete_keeps_due = _factory(_with_timer_queue(_DeleteKeepsDueQueue))
 timers_past_wait_for_later_time = _factory(_with_timer_service(_FiresOnlyWhenTimeMoves))
-broadcast_keys_by_equality = _factory(operator=_BroadcastByEqualityBackend)
+broadcast_keys_by_equality = _factory(operator=_with_broadcast(_BroadcastByEquality))
 operator_update_appends = _factory(operator=_with_operator_list(_UpdateAppends))
 operator_restore_skips_element_check = _factory(operator=_SkipsElementCheckBackend)
 value_serializer_not_reconfigured = _factory(_ValueSerializerNotReconfigured)
@@ -3737,7 +3729,7 @@ ttl_expiry_wraps = _factory(_with_ttl_policy(_WrappingExpiry))
 float_keys_cached = _factory(_FloatKeysCached)
 operator_element_lengths_in_16_bits = _factory(operator=_OperatorElementLengthsIn16Bits)
 timer_key_groups_by_bit_mask = _factory(_with_timer_queue(_MaskedTimerKeyGroups))
-broadcast_user_keys_by_hash = _factory(operator=_BroadcastByHashBackend)
+broadcast_user_keys_by_hash = _factory(operator=_with_broadcast(_BroadcastByHash))
 timers_by_key_hash = _factory(_with_timer_queue(_TimersByKeyHash))
 namespaces_by_hash = _factory(_with_state(ValueStateImpl, _NamespacesByHash))
 ttl_age_as_distance = _factory(_with_ttl_policy(_AgeAsDistance))
@@ -3807,7 +3799,7 @@ reducing_stores_before_reducing = _factory(_with_state(ReducingStateImpl, _Store
 operator_appends_until_refused = _factory(operator=_with_operator_list(_AppendsUntilRefused))
 restored_unlisted_until_registered = _factory(_RestoredUnlistedUntilRegistered)
 map_contains_by_value = _factory(_with_state(MapStateImpl, _ContainsByValue))
-broadcast_none_removes = _factory(operator=_BroadcastNoneRemovesBackend)
+broadcast_none_removes = _factory(operator=_with_broadcast(_BroadcastNoneRemoves))
 state_files_on_macos = _factory(_StateFilesOnMacOS)
 restores_keys_in_any_encoding = _factory(_RestoresKeysInAnyEncoding)
 broadcast_keys_in_any_encoding = _factory(operator=_BroadcastKeysInAnyEncodingBackend)
