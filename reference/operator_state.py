@@ -74,6 +74,12 @@ class OperatorListStateImpl:
         self._state.elements.clear()
 
 
+def user_key_bytes(element: bytes) -> bytes:
+    """The user key's bytes of a broadcast element, the msgpack pair `[user key bytes, user value bytes]` (IF-6)."""
+    key_bytes: bytes = msgpack.unpackb(element)[0]
+    return key_bytes
+
+
 class BroadcastStateImpl:
     """A map every subtask holds in full (OS-3); stored as serialized (key, value) pairs, told apart by the key's
     bytes (KS-3), so `1`, `True` and `1.0` under a msgpack key serializer are three entries."""
@@ -90,8 +96,7 @@ class BroadcastStateImpl:
 
     def _element_key(self, element: bytes) -> bytes:
         """What an element is found under in `_positions`: its user key's bytes, as `_key_bytes` gives them."""
-        key_bytes: bytes = msgpack.unpackb(element)[0]
-        return key_bytes
+        return user_key_bytes(element)
 
     def _positions(self) -> dict[bytes, int]:
         """The user keys' positions, built once from the elements (a restored stream naming a user key twice keeps
@@ -163,7 +168,7 @@ def check_elements(
             decoded = serializer.deserialize(element)
             if mode is OperatorStateMode.BROADCAST and isinstance(serializer, TupleSerializer):
                 written = serializer.fields[0].serialize(decoded[0])
-                if written != msgpack.unpackb(element)[0]:
+                if written != user_key_bytes(element):
                     raise CheckpointFormatError(
                         source,
                         f"operator state {name!r}: a broadcast user key is not in the encoding its serializer writes "
