@@ -3480,6 +3480,41 @@ class _BroadcastKeysInAnyEncodingBackend(DefaultOperatorStateBackend):
             operator_state.check_elements = original
 
 
+# 235. TTL: `add_all` appends by writing the whole list back, every element stamped with the write's time, as a
+# backend that stores a list as one value easily does: elements that should expire live on after every batch (a
+# bigger state instead of expiry). Flink's `TtlListState.addAll` stamps only the values it is given (TTL-4); the
+# suite's TTL tests and model added one element at a time until the twenty-ninth hunt, and certified it.
+class _AddAllRestampsTtl(ListStateImpl):
+    def add_all(self, values: Any) -> None:
+        encoded = self._encode_all(values)
+        if not encoded:
+            return
+        key, key_group = self._entry_key()
+        if self._ttl.enabled:
+            stored = self.store.get_list(key_group, key) or []
+            kept = [self._ttl.wrap(self._ttl.payload(e)) for e in stored if not self._ttl.expired(e)]
+            self.store.set_list(key_group, key, kept + encoded)
+        else:
+            self.store.append_list(key_group, key, encoded)
+
+
+# 236. TTL: `put_all` rewrites the whole map, every entry stamped with the write's time: entries the batch did not
+# touch live on (TTL-4; Flink's `TtlMapState.putAll` stamps only the entries it puts).
+class _PutAllRestampsTtl(MapStateImpl):
+    def put(self, user_key: Any, value: Any) -> None:
+        MapStateImpl.put_all(self, {user_key: value})  # one entry at a time, as the reference
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        if entries and self._ttl.enabled:
+            key, key_group = self._entry_key()
+            stored = self.store.map_items(key_group, key)
+            kept = {u: self._ttl.wrap(self._ttl.payload(e)) for u, e in stored if not self._ttl.expired(e)}
+            kept.update({self._kser.serialize(k): self._ttl.wrap(self._vser.serialize(v)) for k, v in entries.items()})
+            self.store.map_put(key_group, key, kept)
+        else:
+            super().put_all(entries)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3803,6 +3838,8 @@ broadcast_none_removes = _factory(operator=_with_broadcast(_BroadcastNoneRemoves
 state_files_on_macos = _factory(_StateFilesOnMacOS)
 restores_keys_in_any_encoding = _factory(_RestoresKeysInAnyEncoding)
 broadcast_keys_in_any_encoding = _factory(operator=_BroadcastKeysInAnyEncodingBackend)
+ttl_list_add_all_restamps = _factory(_with_state(ListStateImpl, _AddAllRestampsTtl))
+ttl_map_put_all_restamps = _factory(_with_state(MapStateImpl, _PutAllRestampsTtl))
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -4040,4 +4077,6 @@ CAUGHT_BY = {
     "state_files_on_macos": "KS-2",
     "restores_keys_in_any_encoding": "FMT-15",
     "broadcast_keys_in_any_encoding": "FMT-15",
+    "ttl_list_add_all_restamps": "TTL-4",
+    "ttl_map_put_all_restamps": "TTL-4",
 }

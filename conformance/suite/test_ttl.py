@@ -214,7 +214,11 @@ def test_a_map_read_refreshes_the_entries_it_returns(
 
 @pytest.mark.requirement("TTL-4")
 @pytest.mark.capability("ttl")
-def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:
+@pytest.mark.parametrize("writes", ["add, put", "add_all, put_all"])
+def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock, writes: str) -> None:
+    """A write stamps what it writes, one element or entry or several at once; what was there keeps its timestamp
+    (Flink's `TtlListState.addAll` and `TtlMapState.putAll` wrap only the values they are given)."""
+    batch = writes == "add_all, put_all"
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")
         lst = backend.get_or_create_state(descriptor("list", TtlConfig(100), "tl"))
@@ -222,11 +226,23 @@ def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClo
         lst.add(1)
         mp.put("old", 1)
         clock.advance(60)
-        lst.add(2)
-        mp.put("new", 2)
+        if batch:
+            lst.add_all([2, 3])
+            mp.put_all({"new": 2, "newer": 3})
+        else:
+            lst.add(2)
+            mp.put("new", 2)
+        fresh_elements, fresh_entries = ([2, 3], {"new": 2, "newer": 3}) if batch else ([2], {"new": 2})
         clock.advance(60)
-        assert lst.get() == [2], f"TTL-4: expected the fresh list element only, got {lst.get()!r}"
-        assert list(mp.items()) == [("new", 2)], f"TTL-4: expected the fresh map entry only, got {list(mp.items())}"
+        got_elements, got_entries = lst.get(), dict(mp.items())
+        assert got_elements == fresh_elements, (
+            f"TTL-4: element 1 added at 0 ms, then {writes} at 60 ms (100 ms TTL): at 120 ms expected the elements "
+            f"{fresh_elements} only, got {got_elements!r}"
+        )
+        assert got_entries == fresh_entries, (
+            f"TTL-4: entry 'old' put at 0 ms, then {writes} at 60 ms (100 ms TTL): at 120 ms expected the entries "
+            f"{fresh_entries} only, got {got_entries}"
+        )
         clock.advance(100)
         assert lst.get() is None and list(mp.items()) == [], "TTL-4: expired list elements or map entries returned"
 

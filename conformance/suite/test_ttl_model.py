@@ -1,12 +1,12 @@
-"""Model-based tier for state with a time-to-live: random programs of writes, reads, clears, map iterations stopped at
-any entry, list merges, clock steps, checkpoints (completed, aborted or never confirmed), recoveries from the latest
-checkpoint not aborted (at parallelism 1 to 3 for a backend with rescaling; the model rolls back, the clock does not)
-and round trips through the reference backend by canonical savepoint, checked against a model that keeps each entry's
-last-access timestamp (chapter TTL). Each program draws its update type; a read updates the model as TTL-2 says it
-refreshes: only with `ON_READ_AND_WRITE`, and only what it returns. Certifying through the changelog backend
-(`--changelog`), a recovery replays the changes logged since the last materialization, so this also checks that
-replay leaves each timestamp as the live program did (CL-4), also when a restore keeps only some of a log's key groups
-(KB-RESTORE-2)."""
+"""Model-based tier for state with a time-to-live: random programs of writes (of one element or entry, and of several
+at once), reads, clears, map iterations stopped at any entry, list merges, clock steps, checkpoints (completed,
+aborted or never confirmed), recoveries from the latest checkpoint not aborted (at parallelism 1 to 3 for a backend
+with rescaling; the model rolls back, the clock does not) and round trips through the reference backend by canonical
+savepoint, checked against a model that keeps each entry's last-access timestamp (chapter TTL). Each program draws
+its update type; a read updates the model as TTL-2 says it refreshes: only with `ON_READ_AND_WRITE`, and only what it
+returns. Certifying through the changelog backend (`--changelog`), a recovery replays the changes logged since the
+last materialization, so this also checks that replay leaves each timestamp as the live program did (CL-4), also when
+a restore keeps only some of a log's key groups (KB-RESTORE-2)."""
 
 from __future__ import annotations
 
@@ -193,6 +193,15 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self.lists.setdefault(self._where(), []).append((v, self.clock.now_ms()))
 
         @precondition(lambda self: self.kind == "list")
+        @rule(dt=TICKS, vs=st.lists(st.integers(0, 99), max_size=2))
+        def list_add_all(self, dt: int, vs: list[int]) -> None:
+            """Stamps only the elements it adds (TTL-4): those already there keep their timestamps."""
+            self.clock.advance(dt)
+            self._state().add_all(vs)
+            if vs:
+                self.lists.setdefault(self._where(), []).extend((v, self.clock.now_ms()) for v in vs)
+
+        @precondition(lambda self: self.kind == "list")
         @rule(dt=TICKS)
         def list_read(self, dt: int) -> None:
             self.clock.advance(dt)
@@ -233,6 +242,16 @@ def make_machine(new_backend: Any, kind: str) -> type[RuleBasedStateMachine]:
             self.clock.advance(dt)
             self._state().put(uk, v)
             self.maps.setdefault(self._where(), {})[uk] = (v, self.clock.now_ms())
+
+        @precondition(lambda self: self.kind == "map")
+        @rule(dt=TICKS, entries=st.dictionaries(st.sampled_from(USER_KEYS), st.integers(0, 99), max_size=2))
+        def map_put_all(self, dt: int, entries: dict[str, int]) -> None:
+            """Stamps only the entries it puts (TTL-4): the map's other entries keep their timestamps."""
+            self.clock.advance(dt)
+            self._state().put_all(entries)
+            if entries:
+                model = self.maps.setdefault(self._where(), {})
+                model.update({uk: (v, self.clock.now_ms()) for uk, v in entries.items()})
 
         @precondition(lambda self: self.kind == "map")
         @rule(dt=TICKS, uk=st.sampled_from(USER_KEYS))
