@@ -3515,6 +3515,35 @@ class _PutAllRestampsTtl(MapStateImpl):
             super().put_all(entries)
 
 
+# 237. One current namespace for the whole backend, as it has one current key: `set_current_namespace` on any
+# windowed state selects the namespace of every windowed state, so a state written after another state's namespace
+# was selected writes into that one (KS-NS-2). The suite selected a namespace right before each access, or used one
+# namespaced state at a time, until the twenty-ninth hunt, and certified it.
+class _NamespaceSharedByStates(HeapKeyedStateBackend):
+    def _create_state(self, descriptor: Any, store: Any, ns: Any, serializers: Any) -> Any:
+        state = super()._create_state(descriptor, store, ns, serializers)
+        if state.namespace_serializer.serializer_id != "void-namespace":
+            del state.__dict__["_ns_bytes"]
+            state.__class__ = _shared_namespace_state(type(state))
+        return state
+
+
+@functools.cache
+def _shared_namespace_state(state_class: type[Any]) -> type[Any]:
+    """`state_class` reading and selecting its namespace on the backend (`_current_namespace`)."""
+
+    def get(state: Any) -> bytes | None:
+        namespace = getattr(state._backend, "_current_namespace", None)
+        return None if namespace is None else bytes(state.namespace_serializer.serialize(namespace))
+
+    def select(state: Any, namespace_bytes: bytes | None) -> None:
+        state._backend._current_namespace = (
+            None if namespace_bytes is None else state.namespace_serializer.deserialize(namespace_bytes)
+        )
+
+    return type(f"Shared{state_class.__name__}", (state_class,), {"_ns_bytes": property(get, select)})
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3840,6 +3869,7 @@ restores_keys_in_any_encoding = _factory(_RestoresKeysInAnyEncoding)
 broadcast_keys_in_any_encoding = _factory(operator=_BroadcastKeysInAnyEncodingBackend)
 ttl_list_add_all_restamps = _factory(_with_state(ListStateImpl, _AddAllRestampsTtl))
 ttl_map_put_all_restamps = _factory(_with_state(MapStateImpl, _PutAllRestampsTtl))
+namespace_shared_by_states = _factory(_NamespaceSharedByStates)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -4079,4 +4109,5 @@ CAUGHT_BY = {
     "broadcast_keys_in_any_encoding": "FMT-15",
     "ttl_list_add_all_restamps": "TTL-4",
     "ttl_map_put_all_restamps": "TTL-4",
+    "namespace_shared_by_states": "KS-NS-2",
 }

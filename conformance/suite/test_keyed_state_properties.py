@@ -500,6 +500,73 @@ def test_partitioned_state_selects_the_namespace_asked_for_at_every_call(
     )
 
 
+# Three states of three kinds, each in a namespace of its own (the same namespace serializer): what each writes and
+# reads, as its value, its list's elements and its map's entry under "u".
+OWN_NAMESPACE_STATES = (
+    ValueStateDescriptor("own-v", serializer=LongSerializer()),
+    ListStateDescriptor("own-l", element_serializer=LongSerializer()),
+    MapStateDescriptor("own-m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer()),
+)
+OWN_NAMESPACE_WRITES: tuple[Callable[[Any, int], None], ...] = (
+    lambda state, v: state.update(v),
+    lambda state, v: state.add(v),
+    lambda state, v: state.put("u", v),
+)
+OWN_NAMESPACE_READS: tuple[Callable[[Any], Any], ...] = (
+    lambda state: state.value(),
+    lambda state: state.get(),
+    lambda state: state.get("u"),
+)
+NAMESPACE_STEPS = st.lists(
+    st.tuples(st.sampled_from(["namespace", "write", "read"]), st.integers(0, 2), st.sampled_from(["w1", "w2", ""])),
+    max_size=25,
+)
+
+
+@pytest.mark.requirement("KS-NS-2", "KS-3")
+@given(steps=NAMESPACE_STEPS)
+def test_each_state_keeps_a_current_namespace_of_its_own(
+    certification: Any, tmp_path_factory: Any, steps: list[tuple[str, int, str]]
+) -> None:
+    """Three states (value, list, map) of one key, each created in namespace "w1"; then steps that select a
+    namespace of one state, write to one state (the step's index as the value) or read one, checked against a model in
+    which each state has its own current namespace; last, every state's every namespace is read. A backend holding
+    one current namespace for all its states (as it holds one current key) writes and reads in the namespace that was
+    selected last on any state."""
+    current = ["w1", "w1", "w1"]
+    stored: dict[tuple[int, str], Any] = {}  # (state, namespace) -> value, list of elements, or the map's "u"
+    done: list[str] = []
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k")
+        states = [backend.get_partitioned_state("w1", d, NS) for d in OWN_NAMESPACE_STATES]
+        for step, (what, which, namespace) in enumerate(steps):
+            state, name = states[which], OWN_NAMESPACE_STATES[which].name
+            if what == "namespace":
+                state.set_current_namespace(namespace)
+                current[which] = namespace
+                done.append(f"{name}.set_current_namespace({namespace!r})")
+            elif what == "write":
+                OWN_NAMESPACE_WRITES[which](state, step)
+                at = (which, current[which])
+                stored[at] = [*stored.get(at, []), step] if which == 1 else step
+                done.append(f"{name} <- {step}")
+            else:
+                got, expected = OWN_NAMESPACE_READS[which](state), stored.get((which, current[which]))
+                assert got == expected, (
+                    f"KS-NS-2: after {done}, reading {name} (its namespace {current[which]!r}): expected "
+                    f"{expected!r}, got {got!r}"
+                )
+                done.append(f"read {name}")
+        for which, state in enumerate(states):
+            for namespace in ("w1", "w2", ""):
+                state.set_current_namespace(namespace)
+                got, expected = OWN_NAMESPACE_READS[which](state), stored.get((which, namespace))
+                assert got == expected, (
+                    f"KS-NS-2: after {done}, {OWN_NAMESPACE_STATES[which].name} in namespace {namespace!r}: "
+                    f"expected {expected!r}, got {got!r}"
+                )
+
+
 def check_folds_in_order(
     certification: Any, tmp_path_factory: Any, descriptor: Any, values: list[str], requirement: str
 ) -> None:

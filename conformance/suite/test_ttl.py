@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecert.conformance.capabilities import declared, supports
 from statecert.conformance.helpers import (
@@ -214,11 +216,7 @@ def test_a_map_read_refreshes_the_entries_it_returns(
 
 @pytest.mark.requirement("TTL-4")
 @pytest.mark.capability("ttl")
-@pytest.mark.parametrize("writes", ["add, put", "add_all, put_all"])
-def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock, writes: str) -> None:
-    """A write stamps what it writes, one element or entry or several at once; what was there keeps its timestamp
-    (Flink's `TtlListState.addAll` and `TtlMapState.putAll` wrap only the values they are given)."""
-    batch = writes == "add_all, put_all"
+def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClock) -> None:
     with ttl_backend(state_backend, clock) as backend:
         backend.set_current_key("k")
         lst = backend.get_or_create_state(descriptor("list", TtlConfig(100), "tl"))
@@ -226,25 +224,67 @@ def test_ttl_per_list_element_and_map_entry(state_backend: Any, clock: ManualClo
         lst.add(1)
         mp.put("old", 1)
         clock.advance(60)
-        if batch:
-            lst.add_all([2, 3])
-            mp.put_all({"new": 2, "newer": 3})
-        else:
-            lst.add(2)
-            mp.put("new", 2)
-        fresh_elements, fresh_entries = ([2, 3], {"new": 2, "newer": 3}) if batch else ([2], {"new": 2})
+        lst.add(2)
+        mp.put("new", 2)
         clock.advance(60)
-        got_elements, got_entries = lst.get(), dict(mp.items())
-        assert got_elements == fresh_elements, (
-            f"TTL-4: element 1 added at 0 ms, then {writes} at 60 ms (100 ms TTL): at 120 ms expected the elements "
-            f"{fresh_elements} only, got {got_elements!r}"
-        )
-        assert got_entries == fresh_entries, (
-            f"TTL-4: entry 'old' put at 0 ms, then {writes} at 60 ms (100 ms TTL): at 120 ms expected the entries "
-            f"{fresh_entries} only, got {got_entries}"
-        )
+        assert lst.get() == [2], f"TTL-4: expected the fresh list element only, got {lst.get()!r}"
+        assert list(mp.items()) == [("new", 2)], f"TTL-4: expected the fresh map entry only, got {list(mp.items())}"
         clock.advance(100)
         assert lst.get() is None and list(mp.items()) == [], "TTL-4: expired list elements or map entries returned"
+
+
+# Batches of writes: the milliseconds before each, and its values (list elements; map entries under "u<value>").
+BATCHES = st.lists(
+    st.tuples(st.integers(0, 60), st.lists(st.integers(0, 9), min_size=1, max_size=3, unique=True)),
+    min_size=1,
+    max_size=5,
+)
+
+
+@pytest.mark.requirement("TTL-1", "TTL-4")
+@pytest.mark.capability("ttl")
+@given(batches=BATCHES, one_at_a_time=st.booleans())
+def test_every_element_and_entry_expires_a_ttl_after_its_own_write(
+    state_backend: Any, batches: list[tuple[int, list[int]]], one_at_a_time: bool
+) -> None:
+    """Batches of writes at drawn times, each an `add_all` and a `put_all` (or an `add` and a `put` per value), then
+    the clock moves on in steps: at each step the list holds exactly the elements, in order, and the map exactly the
+    entries whose own write is less than a TTL ago (`ON_CREATE_AND_WRITE`: the reads refresh nothing)."""
+    ttl = 100
+    clock = ManualClock(1_700_000_000_000)
+    calls = "add, put" if one_at_a_time else "add_all, put_all"
+    with ttl_backend(state_backend, clock) as backend:
+        backend.set_current_key("k")
+        lst = backend.get_or_create_state(descriptor("list", TtlConfig(ttl), "tl"))
+        mp = backend.get_or_create_state(descriptor("map", TtlConfig(ttl), "tm"))
+        elements: list[tuple[int, int]] = []  # (written at, value), in order
+        entries: dict[str, tuple[int, int]] = {}  # user key -> (value, written at)
+        for wait, values in batches:
+            clock.advance(wait)
+            if one_at_a_time:
+                for v in values:
+                    lst.add(v)
+                    mp.put(f"u{v}", v)
+            else:
+                lst.add_all(values)
+                mp.put_all({f"u{v}": v for v in values})
+            elements += [(clock.now_ms(), v) for v in values]
+            entries.update({f"u{v}": (v, clock.now_ms()) for v in values})
+        for _ in range(7):
+            now = clock.now_ms()
+            alive = [v for at, v in elements if at + ttl > now]
+            got = lst.get()
+            assert (got or []) == alive and (got is None) == (not alive), (
+                f"TTL-4: list elements written by {calls} after these waits (ms) and values {batches}, {ttl} ms TTL: "
+                f"{now - elements[-1][0]} ms after the last write expected {alive or None}, got {got!r}"
+            )
+            alive_entries = {u: v for u, (v, at) in entries.items() if at + ttl > now}
+            got_entries = dict(mp.items())
+            assert got_entries == alive_entries, (
+                f"TTL-4: map entries written by {calls} after these waits (ms) and values {batches}, {ttl} ms TTL: "
+                f"{now - elements[-1][0]} ms after the last write expected {alive_entries}, got {got_entries}"
+            )
+            clock.advance(20)
 
 
 @pytest.mark.requirement("TTL-4", "KS-MERGE-1")
