@@ -3544,6 +3544,51 @@ def _shared_namespace_state(state_class: type[Any]) -> type[Any]:
     return type(f"Shared{state_class.__name__}", (state_class,), {"_ns_bytes": property(get, select)})
 
 
+# 238. Every `get_or_create_state` and `get_partitioned_state` call hands out a new value-state handle that caches
+# the value it last read or wrote for its (key, namespace), to spare a lookup and a deserialization, and forgets it
+# only on its own writes: a handle serves the value another handle of the same state has since overwritten
+# (KB-STATE-1; Flink's backends keep one state object per name). The suite used one handle per state, or fresh
+# handles that had cached nothing, until the twenty-ninth hunt, and certified it.
+class _CachingValueHandle:
+    def __init__(self, state: ValueStateImpl) -> None:
+        self._state = state
+        self._cached_at: Any = None
+        self._cached: Any = None
+
+    def _at(self) -> Any:
+        return self._state._backend.current_key_bytes_and_group(), self._state._ns_bytes
+
+    def value(self) -> Any:
+        if self._state._ttl_enabled:
+            return self._state.value()
+        at = self._at()
+        if at == self._cached_at:
+            return copy.deepcopy(self._cached)
+        value = self._state.value()
+        if self._state._get_bytes() is not None:  # a stored value, not the default
+            self._cached_at, self._cached = at, copy.deepcopy(value)
+        return value
+
+    def update(self, value: Any) -> None:
+        self._state.update(value)
+        self._cached_at = None
+        if value is not None and not self._state._ttl_enabled:
+            self._cached_at, self._cached = self._at(), self._state.value()
+
+    def clear(self) -> None:
+        self._state.clear()
+        self._cached_at = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+
+class _CachingHandles(HeapKeyedStateBackend):
+    def get_or_create_state(self, descriptor: Any, namespace_serializer: Any = None) -> Any:
+        state = super().get_or_create_state(descriptor, namespace_serializer)
+        return _CachingValueHandle(state) if isinstance(state, ValueStateImpl) else state
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3870,6 +3915,7 @@ broadcast_keys_in_any_encoding = _factory(operator=_BroadcastKeysInAnyEncodingBa
 ttl_list_add_all_restamps = _factory(_with_state(ListStateImpl, _AddAllRestampsTtl))
 ttl_map_put_all_restamps = _factory(_with_state(MapStateImpl, _PutAllRestampsTtl))
 namespace_shared_by_states = _factory(_NamespaceSharedByStates)
+value_handles_cache_reads = _factory(_CachingHandles)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -4110,4 +4156,5 @@ CAUGHT_BY = {
     "ttl_list_add_all_restamps": "TTL-4",
     "ttl_map_put_all_restamps": "TTL-4",
     "namespace_shared_by_states": "KS-NS-2",
+    "value_handles_cache_reads": "KB-STATE-1",
 }

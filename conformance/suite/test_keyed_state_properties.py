@@ -525,6 +525,7 @@ NAMESPACE_STEPS = st.lists(
 
 @pytest.mark.requirement("KS-NS-2", "KS-3")
 @given(steps=NAMESPACE_STEPS)
+@example(steps=[("namespace", 0, "w2"), ("write", 1, "w1")])  # the list written after the value's namespace moved
 def test_each_state_keeps_a_current_namespace_of_its_own(
     certification: Any, tmp_path_factory: Any, steps: list[tuple[str, int, str]]
 ) -> None:
@@ -565,6 +566,49 @@ def test_each_state_keeps_a_current_namespace_of_its_own(
                     f"KS-NS-2: after {done}, {OWN_NAMESPACE_STATES[which].name} in namespace {namespace!r}: "
                     f"expected {expected!r}, got {got!r}"
                 )
+
+
+HANDLE_STEPS = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(["write", "read"]), st.sampled_from(["k0", "k1"])), max_size=25
+)
+
+
+@pytest.mark.requirement("KB-STATE-1", "KS-2")
+@pytest.mark.parametrize("kind", [0, 1, 2], ids=["value", "list", "map"])
+@given(steps=HANDLE_STEPS)
+@example(steps=[(1, "write", "k1"), (0, "write", "k1"), (1, "read", "k1")])  # handle 1 read after handle 0 wrote
+def test_every_handle_of_a_state_reads_what_any_of_them_wrote(
+    certification: Any, tmp_path_factory: Any, kind: int, steps: list[tuple[int, str, str]]
+) -> None:
+    """Three handles of one state: from `get_or_create_state` twice and `get_partitioned_state` once (in one
+    namespace). Steps write through one handle (the step's index as the value) or read through one, for one of two
+    keys, checked against one model of the state: every handle reads what any handle last wrote. A backend handing
+    out a new handle per call, each caching what it last read or wrote, serves a value another handle overwrote."""
+    descriptor, write, read = OWN_NAMESPACE_STATES[kind], OWN_NAMESPACE_WRITES[kind], OWN_NAMESPACE_READS[kind]
+    stored: dict[str, Any] = {}
+    done: list[str] = []
+    with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
+        backend.set_current_key("k0")
+        handles = [
+            backend.get_or_create_state(descriptor, NS),
+            backend.get_or_create_state(descriptor, NS),
+            backend.get_partitioned_state("w", descriptor, NS),
+        ]
+        for handle in handles:
+            handle.set_current_namespace("w")
+        for step, (which, what, key) in enumerate(steps):
+            backend.set_current_key(key)
+            if what == "write":
+                write(handles[which], step)
+                stored[key] = [*stored.get(key, []), step] if kind == 1 else step
+                done.append(f"handle {which} <- {step} (key {key})")
+            else:
+                got = read(handles[which])
+                assert got == stored.get(key), (
+                    f"KB-STATE-1: {descriptor.name!r} after {done}, read through handle {which} for key {key!r}: "
+                    f"expected {stored.get(key)!r}, got {got!r}"
+                )
+                done.append(f"read handle {which} (key {key})")
 
 
 def check_folds_in_order(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from statecert.conformance.capabilities import declared, supports
@@ -244,6 +244,7 @@ BATCHES = st.lists(
 @pytest.mark.requirement("TTL-1", "TTL-4")
 @pytest.mark.capability("ttl")
 @given(batches=BATCHES, one_at_a_time=st.booleans())
+@example(batches=[(0, [0, 1]), (60, [2])], one_at_a_time=False)  # a batch re-stamping the first one's values
 def test_every_element_and_entry_expires_a_ttl_after_its_own_write(
     state_backend: Any, batches: list[tuple[int, list[int]]], one_at_a_time: bool
 ) -> None:
