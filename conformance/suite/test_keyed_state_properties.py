@@ -500,23 +500,30 @@ def test_partitioned_state_selects_the_namespace_asked_for_at_every_call(
     )
 
 
-# Three states of three kinds, each in a namespace of its own (the same namespace serializer): what each writes and
-# reads, as its value, its list's elements and its map's entry under "u".
-OWN_NAMESPACE_STATES = (
+# A state of each of three kinds (one namespace serializer), how a step writes to it and reads it (its value, its
+# list's elements, its map's entry under "u"), and what a write leaves in a model of it.
+THREE_STATES = (
     ValueStateDescriptor("own-v", serializer=LongSerializer()),
     ListStateDescriptor("own-l", element_serializer=LongSerializer()),
     MapStateDescriptor("own-m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer()),
 )
-OWN_NAMESPACE_WRITES: tuple[Callable[[Any, int], None], ...] = (
+WRITE_OF_KIND: tuple[Callable[[Any, int], None], ...] = (
     lambda state, v: state.update(v),
     lambda state, v: state.add(v),
     lambda state, v: state.put("u", v),
 )
-OWN_NAMESPACE_READS: tuple[Callable[[Any], Any], ...] = (
+READ_OF_KIND: tuple[Callable[[Any], Any], ...] = (
     lambda state: state.value(),
     lambda state: state.get(),
     lambda state: state.get("u"),
 )
+
+
+def written(kind: int, before: Any, value: int) -> Any:
+    """The model of `THREE_STATES[kind]` after `WRITE_OF_KIND[kind]` wrote `value` to what held `before`."""
+    return [*(before or []), value] if kind == 1 else value
+
+
 NAMESPACE_STEPS = st.lists(
     st.tuples(st.sampled_from(["namespace", "write", "read"]), st.integers(0, 2), st.sampled_from(["w1", "w2", ""])),
     max_size=25,
@@ -539,20 +546,20 @@ def test_each_state_keeps_a_current_namespace_of_its_own(
     done: list[str] = []
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         backend.set_current_key("k")
-        states = [backend.get_partitioned_state("w1", d, NS) for d in OWN_NAMESPACE_STATES]
+        states = [backend.get_partitioned_state("w1", d, NS) for d in THREE_STATES]
         for step, (what, which, namespace) in enumerate(steps):
-            state, name = states[which], OWN_NAMESPACE_STATES[which].name
+            state, name = states[which], THREE_STATES[which].name
             if what == "namespace":
                 state.set_current_namespace(namespace)
                 current[which] = namespace
                 done.append(f"{name}.set_current_namespace({namespace!r})")
             elif what == "write":
-                OWN_NAMESPACE_WRITES[which](state, step)
+                WRITE_OF_KIND[which](state, step)
                 at = (which, current[which])
-                stored[at] = [*stored.get(at, []), step] if which == 1 else step
+                stored[at] = written(which, stored.get(at), step)
                 done.append(f"{name} <- {step}")
             else:
-                got, expected = OWN_NAMESPACE_READS[which](state), stored.get((which, current[which]))
+                got, expected = READ_OF_KIND[which](state), stored.get((which, current[which]))
                 assert got == expected, (
                     f"KS-NS-2: after {done}, reading {name} (its namespace {current[which]!r}): expected "
                     f"{expected!r}, got {got!r}"
@@ -561,9 +568,9 @@ def test_each_state_keeps_a_current_namespace_of_its_own(
         for which, state in enumerate(states):
             for namespace in ("w1", "w2", ""):
                 state.set_current_namespace(namespace)
-                got, expected = OWN_NAMESPACE_READS[which](state), stored.get((which, namespace))
+                got, expected = READ_OF_KIND[which](state), stored.get((which, namespace))
                 assert got == expected, (
-                    f"KS-NS-2: after {done}, {OWN_NAMESPACE_STATES[which].name} in namespace {namespace!r}: "
+                    f"KS-NS-2: after {done}, {THREE_STATES[which].name} in namespace {namespace!r}: "
                     f"expected {expected!r}, got {got!r}"
                 )
 
@@ -584,7 +591,7 @@ def test_every_handle_of_a_state_reads_what_any_of_them_wrote(
     namespace). Steps write through one handle (the step's index as the value) or read through one, for one of two
     keys, checked against one model of the state: every handle reads what any handle last wrote. A backend handing
     out a new handle per call, each caching what it last read or wrote, serves a value another handle overwrote."""
-    descriptor, write, read = OWN_NAMESPACE_STATES[kind], OWN_NAMESPACE_WRITES[kind], OWN_NAMESPACE_READS[kind]
+    descriptor, write, read = THREE_STATES[kind], WRITE_OF_KIND[kind], READ_OF_KIND[kind]
     stored: dict[str, Any] = {}
     done: list[str] = []
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
@@ -600,7 +607,7 @@ def test_every_handle_of_a_state_reads_what_any_of_them_wrote(
             backend.set_current_key(key)
             if what == "write":
                 write(handles[which], step)
-                stored[key] = [*stored.get(key, []), step] if kind == 1 else step
+                stored[key] = written(kind, stored.get(key), step)
                 done.append(f"handle {which} <- {step} (key {key})")
             else:
                 got = read(handles[which])
