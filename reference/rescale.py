@@ -40,11 +40,19 @@ def restricted(handles: Sequence[KeyedStateHandle], key_group_range: KeyGroupRan
 
 
 def operator_handles_for_subtasks(operator: OperatorState, parallelism: int) -> list[tuple[OperatorStateHandle, ...]]:
-    """Redistribute operator state: split lists evenly in order (OS-1), union to all (OS-2), broadcast by copy
-    (OS-3). At unchanged parallelism every subtask keeps its own handles."""
+    """Redistribute operator state: split lists evenly in order (OS-1), union to all on every restore (OS-2),
+    broadcast by copy (OS-3). At unchanged parallelism every subtask keeps its own split and broadcast state and
+    still gets every subtask's union elements, as Flink's `RoundRobinOperatorStateRepartitioner` gives them; only
+    without union state are the old handles returned as they are."""
     check_parallelism(parallelism, operator.max_parallelism)
     old = [operator.subtask_states.get(i, OperatorSubtaskState()) for i in range(operator.parallelism)]
-    if parallelism == operator.parallelism:
+    unchanged = parallelism == operator.parallelism
+    if unchanged and not any(
+        part.mode is OperatorStateMode.UNION
+        for st in old
+        for handle in st.managed_operator_state
+        for part in handle.states.values()
+    ):
         return [st.managed_operator_state for st in old]
     # per new subtask: delegate -> state name -> (mode, offsets)
     plan: list[dict[StreamStateHandle, dict[str, tuple[OperatorStateMode, list[int]]]]] = [
@@ -59,7 +67,9 @@ def operator_handles_for_subtasks(operator: OperatorState, parallelism: int) -> 
     for old_index, subtask in enumerate(old):
         for handle in subtask.managed_operator_state:
             for name, part in sorted(handle.states.items()):
-                if part.mode is OperatorStateMode.SPLIT_DISTRIBUTE:
+                if part.mode is OperatorStateMode.SPLIT_DISTRIBUTE and unchanged:
+                    give(old_index, handle.delegate, name, part.mode, list(part.offsets))
+                elif part.mode is OperatorStateMode.SPLIT_DISTRIBUTE:
                     split[name].extend((handle.delegate, o) for o in part.offsets)
                 elif part.mode is OperatorStateMode.UNION:
                     for i in range(parallelism):

@@ -3589,6 +3589,27 @@ class _CachingHandles(HeapKeyedStateBackend):
         return _CachingValueHandle(state) if isinstance(state, ValueStateImpl) else state
 
 
+# 239. Union list state restored from the subtask's own old stream only: the one handle that also carries split or
+# broadcast state is taken for the subtask's whole old state, and the union elements the other handles bring are
+# dropped, as an assignment that hands every subtask its own handles back at unchanged parallelism gives them (the
+# reference's did until OS-2 said "on every restore"): after a restart from a checkpoint each subtask reads only
+# what it wrote itself (OS-2; Flink's RoundRobinOperatorStateRepartitioner broadcasts union state at unchanged
+# parallelism too).
+class _UnionFromOwnStream(DefaultOperatorStateBackend):
+    def __init__(self, params: OperatorBackendParameters) -> None:
+        super().__init__(params)
+        own = [
+            h
+            for h in params.restore_state
+            if any(part.mode is not OperatorStateMode.UNION for part in h.states.values())
+        ]
+        if len(own) != 1:
+            return
+        for name, (mode, _, elements) in read_operator_states(own[0]).items():
+            if mode is OperatorStateMode.UNION:
+                self._restored[name] = (mode, self._restored[name][1], elements)
+
+
 def _by_key_group(keyed: type[ByKeyGroupKeyedStateBackend]) -> Any:
     backend_class = type("Broken", (ByKeyGroupStateBackend,), {"create_keyed_state_backend": lambda _, p: keyed(p)})
     return lambda config: backend_class()
@@ -3916,6 +3937,7 @@ ttl_list_add_all_restamps = _factory(_with_state(ListStateImpl, _AddAllRestampsT
 ttl_map_put_all_restamps = _factory(_with_state(MapStateImpl, _PutAllRestampsTtl))
 namespace_shared_by_states = _factory(_NamespaceSharedByStates)
 value_handles_cache_reads = _factory(_CachingHandles)
+union_from_own_stream = _factory(operator=_UnionFromOwnStream)
 configure_drops_explicit_settings = lambda config: _ConfigWins().configure(config).configure({})  # noqa: E731
 
 CAUGHT_BY = {
@@ -4157,4 +4179,5 @@ CAUGHT_BY = {
     "ttl_map_put_all_restamps": "TTL-4",
     "namespace_shared_by_states": "KS-NS-2",
     "value_handles_cache_reads": "KB-STATE-1",
+    "union_from_own_stream": "OS-2",
 }

@@ -260,12 +260,71 @@ def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, stora
 
 
 @pytest.mark.requirement("OS-2")
-@pytest.mark.capability("operator_state", "rescaling")
-@pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5)])
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (3, 3),
+        pytest.param(3, 2, marks=pytest.mark.capability("rescaling")),
+        pytest.param(2, 5, marks=pytest.mark.capability("rescaling")),
+    ],
+)
 def test_union_list_goes_to_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     unions = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["union"]
     expected = sorted([*range(old), *[-1] * old])
     assert unions == [expected] * new, f"OS-2: {old}->{new}: expected {expected} in every subtask, got {unions}"
+
+
+def _union_checkpoint(state_backend: Any, storage: Any, unions: list[list[int]], splits: list[list[int]]) -> Any:
+    """A checkpoint of one subtask per entry of `unions`, subtask i holding union elements `unions[i]` and split
+    elements `splits[i]`; the loaded operator state."""
+    subtasks = create_subtasks(state_backend, KEYS, len(unions), 128)
+    for s, union, split in zip(subtasks, unions, splits):
+        s.operator.get_union_list_state(UNION).add_all(union)
+        s.operator.get_list_state(SPLIT).add_all(split)
+    pointer = take_snapshot(subtasks, location_for(storage), 1, 128)
+    for s in subtasks:
+        s.dispose()
+    return storage.load_checkpoint(pointer).operator("op")
+
+
+PER_SUBTASK = st.lists(st.integers(-3, 3), max_size=4)  # few values: equal elements across subtasks are common
+
+
+@pytest.mark.requirement("OS-2", "OS-7")
+@pytest.mark.capability("operator_state")
+@pytest.mark.parametrize(
+    "change",
+    [
+        "same",
+        pytest.param("higher", marks=pytest.mark.capability("rescaling")),
+        pytest.param("lower", marks=pytest.mark.capability("rescaling")),
+    ],
+)
+@given(data=st.data())
+def test_union_list_reaches_every_subtask_on_every_restore(
+    tmp_path_factory: Any, certification: Any, change: str, data: st.DataObject
+) -> None:
+    """Generated per-subtask union elements (beside split elements) restored at the same, a higher and a lower
+    parallelism: every new subtask reads every old subtask's union elements, a restart from a checkpoint at unchanged
+    parallelism included (OS-2), and at unchanged parallelism each subtask keeps its own split elements (OS-7)."""
+    old = data.draw(st.integers(2 if change == "lower" else 1, 4), label="old parallelism")
+    new = {"same": old, "higher": old + data.draw(st.integers(1, 3), label="added"), "lower": old - 1}[change]
+    unions = data.draw(st.lists(PER_SUBTASK, min_size=old, max_size=old), label="union elements per subtask")
+    splits = data.draw(st.lists(PER_SUBTASK, min_size=old, max_size=old), label="split elements per subtask")
+    storage = FileSystemCheckpointStorage(str(tmp_path_factory.mktemp("union")))
+    backend = certification.new_backend(tmp_path_factory.mktemp("local"))
+    restored = read_back(backend, _union_checkpoint(backend, storage, unions, splits), new)
+    expected = sorted(e for union in unions for e in union)
+    assert restored["union"] == [expected] * new, (
+        f"OS-2: union list state of {old} subtasks {unions} restored at parallelism {new}: expected every subtask "
+        f"to read {expected}, got {restored['union']}"
+    )
+    if change == "same":
+        assert restored["split"] == splits, (
+            f"OS-7: split list state {splits} restored at the same parallelism {old}: expected each subtask's own "
+            f"elements in order, got {restored['split']}"
+        )
 
 
 @pytest.mark.requirement("OS-3")
