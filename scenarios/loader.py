@@ -217,6 +217,7 @@ def _job(path: Path, table: Any) -> JobConfig:
             "start_from": str,
             "changelog": bool,
             "window_ms": int,
+            "union_state": bool,
         },
     )
     start_from = r.get("start_from", None)
@@ -234,6 +235,7 @@ def _job(path: Path, table: Any) -> JobConfig:
         start_from=(path.parent / start_from).resolve() if start_from else None,
         changelog=r.get("changelog", False),
         window_ms=r.get("window_ms", 0, _between(0, 10**9), "0 (no windows) or a window size in ms"),
+        union_state=r.get("union_state", False),
     )
     if job.window_ms and job.stages != 2:
         r.fail("job.window_ms", f"windows run in 2-stage jobs, got stages = {job.stages}")

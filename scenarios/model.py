@@ -42,6 +42,7 @@ class JobConfig:
     start_from: Path | None = None  # a savepoint to start the first run from (e.g. a golden one)
     changelog: bool = False  # the first run's backend wrapped in the changelog backend (CL-1)
     window_ms: int = 0  # > 0: the operator aggregates in event-time tumbling windows of this size (TM)
+    union_state: bool = False  # keyed subtasks keep union list state; every restore must give each all of it (OS-2)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from statecert.reference.simulator.checkers import check_outputs
 from statecert.reference.simulator.inputs import generate_inputs
 from statecert.reference.simulator.record import Record
 from statecert.reference.tumbling_windows import check_windows, expected_windows
+from statecert.reference.union_markers import UnionRestore, union_problems
 from statecert.scenarios.model import Scenario
 
 Output = tuple[str, int, int]  # key, source offset, the key's running total
@@ -23,7 +24,8 @@ Output = tuple[str, int, int]  # key, source offset, the key's running total
 class RunResult:
     """One job run. `end_offsets`: per source split, where its input ended (all of it, or a stop-with-savepoint).
     `final_state`: per key the total in the run's last completed checkpoint or savepoint. `checker_violations`:
-    what the runner's own checkers found wrong in the run (the simulator's, SIM-9), each a sentence."""
+    what the runner's own checkers found wrong in the run (the simulator's, SIM-9), each a sentence.
+    `union_restores`: with `job.union_state`, each keyed subtask's restore and the union elements it read (OS-2)."""
 
     backend: str
     parallelism: int
@@ -37,6 +39,7 @@ class RunResult:
     final_state: dict[Any, int] | None = None
     oracle_mismatches: list[str] = field(default_factory=list)  # from a runner's own oracle (Spark DataFrames)
     checker_violations: list[str] = field(default_factory=list)
+    union_restores: list[UnionRestore] = field(default_factory=list)
 
 
 @dataclass
@@ -118,6 +121,8 @@ def evaluate(scenario: Scenario, result: ScenarioResult) -> list[str]:
     failovers = sum(r.failovers for r in runs)
     if not expect.failovers.holds(failovers):
         failures.append(f"expected {expect.failovers} failovers, got {failovers}")
+    if scenario.job.union_state:
+        failures += _union_state(runs)
     if expect.job_failed:
         return failures
     inputs = inputs_of(scenario)
@@ -138,6 +143,14 @@ def evaluate(scenario: Scenario, result: ScenarioResult) -> list[str]:
             failures.append(f"final state differs from the oracle for {len(wrong)} key(s): {shown}")
         failures += last.oracle_mismatches
     return failures
+
+
+def _union_state(runs: list[RunResult]) -> list[str]:
+    """Every keyed subtask's restore gave it every old subtask's union elements (OS-2), and there was one."""
+    restores = [r for run in runs for r in run.union_restores]
+    if not restores:
+        return ["OS-2: expected at least one restore of the keyed subtasks' union list state, got none"]
+    return union_problems(restores)
 
 
 def expected_window_results(scenario: Scenario, inputs: list[list[Record]]) -> dict[tuple[str, int], int]:

@@ -73,6 +73,7 @@ def job_spec(scenario: Scenario, run_index: int, run: RunSettings) -> JobSpec:
         faults=_faults(events, c.interval_ms, scenario.job.sources),
         storage=scenario.job.storage,
         window_ms=scenario.job.window_ms,
+        union_state=scenario.job.union_state,
     )
     config = dict(scenario.config)
     config.pop(catalog.STATE_BACKEND.key, None)  # the run's backend (an override, "other") is in `spec` already
@@ -145,4 +146,5 @@ def _run_result(scenario: Scenario, plan: RunSettings, sim: Simulation, checks: 
         job_failed=sim.failed,
         final_state=final_totals(final, sim.backend, aggregate, scenario.job.stages) if final else None,
         checker_violations=report_violations(checks),
+        union_restores=list(sim.union_restores),
     )

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecert.reference.simulator.checkers import check_outputs
+from statecert.reference.union_markers import UnionRestore, marker, union_problems
 from statecert.scenarios.catalog import library, library_paths, resolve
 from statecert.scenarios.loader import load_scenario
 from statecert.scenarios.model import Action, Phase
@@ -40,6 +43,7 @@ def test_the_library_has_at_least_twelve_scenarios_and_every_one_loads() -> None
         "relocated-savepoint",
         "incremental-chain",
         "worker-killed",
+        "union-state-restart",
     ):
         assert wanted in names, f"library scenario {wanted} missing"
 
@@ -136,6 +140,26 @@ def test_every_library_scenario_passes_on_the_simulator_with_mini_batch(tmp_path
     scenario = load_scenario(path)
     result = run_on_simulator(scenario, tmp_path, "hashmap", mini_batch=True)
     assert result.passed, f"{scenario.name} on sim/hashmap with mini-batch: {result.failures}"
+
+
+@pytest.mark.requirement("OS-2")
+@given(st.integers(1, 6), st.integers(1, 50), st.data())
+def test_the_union_state_check_fails_on_any_restore_missing_or_doubling_a_marker(
+    parallelism: int, checkpoint_id: int, data: st.DataObject
+) -> None:
+    """The scenarios' union list check (`job.union_state`) passes every old subtask's marker once, in any order,
+    and fails a restore that lost one (an assignment keeping each subtask's own) or read one twice."""
+    expected = [marker(j, checkpoint_id) for j in range(parallelism)]
+    shuffled = data.draw(st.permutations(expected), label="read in any order")
+    assert union_problems([UnionRestore(checkpoint_id, parallelism, 0, tuple(shuffled))]) == []
+    wrong = data.draw(
+        st.sampled_from([shuffled[:i] + shuffled[i + 1 :] for i in range(parallelism)] + [[*shuffled, shuffled[0]]]),
+        label="one marker lost or doubled",
+    )
+    problems = union_problems([UnionRestore(checkpoint_id, parallelism, 0, tuple(wrong))])
+    assert len(problems) == 1 and problems[0].startswith("OS-2"), (
+        f"OS-2: union_problems of a restore reading {wrong} (expected {expected}): expected one problem, got {problems}"
+    )
 
 
 @pytest.mark.requirement("SCN-3")

@@ -78,6 +78,21 @@ def test_stop_with_savepoint_and_rescale_on_spark(spark: Any, tmp_path: Path) ->
     assert [r.parallelism for r in result.runs] == [2, 4, 1]
 
 
+@pytest.mark.requirement("OS-2", "SCN-6")
+def test_union_state_reaches_every_subtask_after_a_task_failure_on_spark(spark: Any, tmp_path: Path) -> None:
+    """A task retry restores its subtask from checkpoint storage at unchanged parallelism: it reads every old
+    subtask's union marker, as every subtask does after the rescaled resume."""
+    result = run(spark, tmp_path, "union-state-restart", "hashmap")
+    assert result.passed, result.failures
+    first, rescaled = result.runs
+    assert first.failovers >= 1 and any(r.parallelism == first.parallelism for r in first.union_restores), (
+        f"OS-2: expected a restore at unchanged parallelism {first.parallelism}, got {first.union_restores}"
+    )
+    assert {r.subtask for r in rescaled.union_restores} == {0, 1}, (
+        f"OS-2: expected both subtasks of the rescaled run to restore union state, got {rescaled.union_restores}"
+    )
+
+
 @pytest.mark.requirement("SCN-6", "SCN-7")
 def test_checkpoint_storage_at_a_url_keeps_nothing_on_the_driver_disk(spark: Any, tmp_path: Path) -> None:
     """`checkpoint_dir` holds every checkpoint and savepoint (here a `file://` URL standing for shared storage),
@@ -152,10 +167,10 @@ def test_a_cached_backend_is_reused_only_when_no_failover_came_between(tmp_path:
         inputs=worker.InputSpec(1, 1, 1, 1, 0.0),
         ranges={},
     )
-    cached = worker._restore(task, 0, attempt=0)
+    cached, _ = worker._restore(task, 0, attempt=0)
     worker._CACHE[(task.job_id, 0)] = worker._Cached(2, 1, task.restarts, cached)
     later = dataclasses.replace(task, restarts=task.restarts + 1) if failover_since else task
-    restored = worker._restore(later, 0, attempt=0)  # takes the cache entry, reused or disposed
+    restored, _ = worker._restore(later, 0, attempt=0)  # takes the cache entry, reused or disposed
     try:
         assert (restored is cached) is not failover_since, (
             f"restarts {task.restarts} -> {later.restarts}: expected the cached backend "

@@ -68,6 +68,7 @@ class JobSpec:
     window_ms: int = 0  # > 0: the counters aggregate in event-time tumbling windows of this size (TM)
     mini_batch_size: int = 0  # > 0: keyed tasks bundle up to this many records per state access (SIM-15)
     mini_batch_latency_ms: float = 0.0  # > 0: a bundle is applied once its first record waited this long
+    union_state: bool = False  # the counters keep union list state (OS-2): each restore records what it read
     keys_per_source: int = 10
     key_skew: float = 1.0  # 1 draws keys uniformly; above 1 a few keys get most records (index = n * u**skew)
     records_per_source: int = 300
@@ -116,6 +117,7 @@ _JOB_KEYS: dict[str, type] = {
     "window_ms": int,
     "mini_batch_size": int,
     "mini_batch_latency_ms": float,
+    "union_state": bool,
 }
 _NETWORK_KEYS: dict[str, type] = {
     "latency_ms": float,

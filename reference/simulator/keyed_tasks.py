@@ -33,6 +33,7 @@ from statecert.reference.simulator.tasks import (
     unpack,
 )
 from statecert.reference.tumbling_windows import TumblingWindowOperator
+from statecert.reference.union_markers import UNION_MARKERS, UnionRestore, marker
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.metadata import OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
@@ -437,12 +438,16 @@ class KeyedTask:
         output.update([pack(r) for r in progress.output])
         self.sim.in_flight_bytes += sum(len(r.key) + 16 for r in [*recorded, *progress.output])
         self.sim.persisted_output_records += len(progress.output)
+        self.before_operator_snapshot(n)
         operator = self.operator.snapshot(n, int(self.sim.env.now), location, progress.options).run()
         self.channel_state.update([])
         output.update([])
         keyed = self.keyed_handles.pop(n)
         state = OperatorSubtaskState((keyed,) if keyed else (), (operator,) if operator else ())
         return self.sim.ack_later(self.attempt, n, (self.operator_id, self.index), state)
+
+    def before_operator_snapshot(self, n: int) -> None:
+        """What a stage writes into its operator state for checkpoint `n`, beside channel and output state."""
 
     def dispose(self) -> None:
         self.keyed.dispose()
@@ -462,6 +467,15 @@ class CounterTask(KeyedTask):
         self.txns: dict[int, list[SinkPart]] = {}
         self.window = TumblingWindowOperator(self.keyed, self.sim.spec.window_ms) if self.sim.spec.window_ms else None
         self.watermarks: dict[int, int] = {}  # per input channel, since this attempt started
+        self.union = self.operator.get_union_list_state(UNION_MARKERS) if self.sim.spec.union_state else None
+        if self.union is not None and self.sim.restoring is not None:
+            checkpoint_id, parallelism = self.sim.restoring
+            restored = UnionRestore(checkpoint_id, parallelism, self.index, tuple(self.union.get()))
+            self.sim.union_restores.append(restored)
+
+    def before_operator_snapshot(self, n: int) -> None:
+        if self.union is not None:  # this subtask's marker only: what it restored from the others is not its own
+            self.union.update([marker(self.index, n)])
 
     def update(self, records: RecordBatch) -> None:
         if self.window is None:

@@ -28,7 +28,7 @@ from statecert.reference.coordinator.recovery import recover_from_storage
 from statecert.reference.coordinator.settings import CheckpointingMode, JobStatus
 from statecert.reference.format.paths import is_within
 from statecert.reference.loader import load_state_backend
-from statecert.reference.rescale import keyed_handles_for_subtask
+from statecert.reference.rescale import keyed_handles_for_subtask, operator_handles_for_subtasks
 from statecert.reference.shared_state_registry import shared_files, subtask_shared_files
 from statecert.reference.simulator.checkers import CheckResult, check_output_columns
 from statecert.reference.simulator.cuts import cut_violations, source_offsets
@@ -48,6 +48,7 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.reference.tumbling_windows import WindowCheck, check_windows, expected_windows
+from statecert.reference.union_markers import UnionRestore
 from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.handles import ChangelogStateBackendHandle, IncrementalKeyedStateHandle
 from statecert.spec.keyed_backend import SnapshotType
@@ -173,6 +174,10 @@ class Simulation:
         self.max_pending = 0
         self.ended_at: dict[int, float] = {}
         self.violations: list[str] = []
+        # union list state (OS-2): the checkpoint the tasks being started restore from (its id and the counters'
+        # parallelism in it), and each counter's restore with the union elements it read
+        self.restoring: tuple[int, int] | None = None
+        self.union_restores: list[UnionRestore] = []
         self._checked_cuts: set[str] = set()  # the snapshots whose consistent cut was checked
 
     def _draw_inputs(self) -> list[npt.NDArray[np.int64]]:
@@ -294,8 +299,12 @@ class Simulation:
         operators = {op.operator_id: op for op in restore.operators} if restore else {}
         source_op = operators.get("source")
 
-        def operator_handles(op: Any, i: int) -> tuple[Any, ...]:
-            return op.subtask_states[i].managed_operator_state if op and i in op.subtask_states else ()
+        def operator_shares(op: Any, parallelism: int) -> list[tuple[Any, ...]]:
+            """Each subtask's operator state, assigned by mode as Flink assigns it (OS-1..OS-3)."""
+            return operator_handles_for_subtasks(op, parallelism) if op else [()] * parallelism
+
+        counters = operators.get("counter")
+        self.restoring = (restore.checkpoint_id, counters.parallelism) if restore and counters else None
 
         created = contextlib.ExitStack()  # the tasks started so far, disposed if a later one cannot start
 
@@ -305,6 +314,7 @@ class Simulation:
 
         def keyed_stage(kind: type[KeyedTask], stage: str) -> list[Any]:
             op, p = operators.get(stage), self.spec.parallelism
+            shares = operator_shares(op, p)
             return [
                 started(
                     kind(
@@ -312,7 +322,7 @@ class Simulation:
                         i,
                         self.attempt,
                         keyed_handles_for_subtask(op, p, i) if op else (),
-                        operator_handles(op, i),
+                        shares[i],
                         key_group_range_for_operator(self.spec.max_parallelism, p, i),
                     )
                 )
@@ -321,10 +331,8 @@ class Simulation:
 
         self.in_flight = 0
         with created:
-            sources = [
-                started(SourceTask(self, s, self.attempt, operator_handles(source_op, s)))
-                for s in range(self.spec.sources)
-            ]
+            source_shares = operator_shares(source_op, self.spec.sources)
+            sources = [started(SourceTask(self, s, self.attempt, source_shares[s])) for s in range(self.spec.sources)]
             routers = keyed_stage(RouterTask, "router") if self.spec.stages == 3 else []
             counters = keyed_stage(CounterTask, "counter")
             created.pop_all()

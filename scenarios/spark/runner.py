@@ -37,6 +37,7 @@ from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.reference.storage.literal_paths import remove_tree
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.reference.union_markers import UnionRestore
 from statecert.scenarios.loader import scenario_restart, scenario_settings
 from statecert.scenarios.model import Action, Event, Scenario
 from statecert.scenarios.plan import RunSettings, backend_config, expected_error, resume_pointer, run_settings
@@ -81,6 +82,7 @@ class _Run:
     committed: list[StagedOutput] = field(default_factory=list)  # as the workers sent it: rows made when checked
     completed: list[int] = field(default_factory=list)
     failovers: int = 0
+    union_restores: list[UnionRestore] = field(default_factory=list)  # the subtasks' restores of union state (OS-2)
     restarts: int = 0  # job failovers (every subtask restores from checkpoint storage), not Spark task retries
     failover_requested: bool = False
     job_failed: bool = False
@@ -263,6 +265,7 @@ class _Run:
             mini_batch=self.mini_batch,
             key_names=self.key_names,
             restarts=self.restarts,
+            union_state=self.scenario.job.union_state,
         )
         try:
             results = run_epoch_job(task, self.splits, self.markers)
@@ -283,6 +286,7 @@ class _Run:
             self._roll_back()
             return
         acks = sorted((r for r in results if r[0] == "ack"), key=lambda r: r[1])
+        self.union_restores += [r[5] for r in acks if r[5] is not None]
         self.staged[checkpoint_id] = [r[3] for r in acks]
         try:
             with worker.failing_writes(task.failing_writes):  # the outage reaches the driver's writes too
@@ -476,6 +480,7 @@ def _run_result(scenario: Scenario, run: _Run, spark: Any, with_oracle: bool) ->
         end_offsets=dict(last.offsets),
         completed_checkpoints=len(run.completed),
         failovers=run.failovers,
+        union_restores=run.union_restores,
         job_failed=run.job_failed,
         final_state=final_state,
         oracle_mismatches=mismatches,

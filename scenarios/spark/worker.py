@@ -27,18 +27,20 @@ from pyspark.serializers import CPickleSerializer
 from statecert.reference.checkpointing import create_keyed_backend
 from statecert.reference.keyed_aggregate import KeyedAggregate
 from statecert.reference.loader import load_state_backend
-from statecert.reference.rescale import keyed_handles_for_subtask
+from statecert.reference.rescale import keyed_handles_for_subtask, operator_handles_for_subtasks
 from statecert.reference.simulator.inputs import generate_inputs
 from statecert.reference.simulator.record import Record
 from statecert.reference.storage.faulty_fs import FaultRule
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.reference.tumbling_windows import TumblingWindowOperator, split_watermark
+from statecert.reference.union_markers import UNION_MARKERS, UnionRestore, marker
 from statecert.scenarios.spark.input_table import EPOCH_COLUMNS, aggregate_names
 from statecert.scenarios.spark.staged_output import StagedOutput, keys_at
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters
 from statecert.spec.keygroups import key_group_range_for_operator
-from statecert.spec.metadata import OperatorSubtaskState
+from statecert.spec.metadata import CheckpointMetadata, OperatorSubtaskState
+from statecert.spec.operator_backend import OperatorBackendParameters
 
 OPERATOR = "counter"
 
@@ -87,6 +89,7 @@ class EpochTask:
     mini_batch: bool = False  # running totals: the epoch's records per key with one state read and one write
     key_names: Any = None  # a Spark broadcast of the input's key names, in order of id (`input_table`)
     restarts: int = 0  # the job's failovers so far: a backend cached before the latest one is not reused
+    union_state: bool = False  # the subtasks keep union list state (OS-2): each restore reports what it read
 
 
 @dataclass
@@ -194,7 +197,9 @@ def _fault(task: EpochTask, subtask: int, phase: str, attempt: int) -> None:
             raise InjectedTaskFailure(f"injected failure of subtask {subtask} in the {phase} phase")
 
 
-def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
+def _restore(task: EpochTask, subtask: int, attempt: int) -> tuple[Any, CheckpointMetadata | None]:
+    """The subtask's keyed backend, and the checkpoint it was restored from when it was restored from storage
+    (None when it was this worker's cached backend or started empty)."""
     key = (task.job_id, subtask)
     cached = _CACHE.pop(key, None)
     usable = (
@@ -207,13 +212,14 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
     )
     if usable:
         assert cached is not None
-        return cached.keyed
+        return cached.keyed, None
     if cached is not None:
         cached.keyed.dispose()
     handles: tuple[Any, ...] = ()
+    metadata = None
     if task.restore_pointer is not None:
-        op = load_checkpoint_metadata(task.restore_pointer).operator(OPERATOR)
-        handles = keyed_handles_for_subtask(op, task.parallelism, subtask)
+        metadata = load_checkpoint_metadata(task.restore_pointer)
+        handles = keyed_handles_for_subtask(metadata.operator(OPERATOR), task.parallelism, subtask)
     backend = load_state_backend(job_config=task.backend_config)
     params = KeyedBackendParameters(
         task.job_id,
@@ -223,17 +229,44 @@ def _restore(task: EpochTask, subtask: int, attempt: int) -> Any:
         key_group_range_for_operator(task.max_parallelism, task.parallelism, subtask),
         handles,
     )
-    return create_keyed_backend(backend, params)
+    return create_keyed_backend(backend, params), metadata
+
+
+def _restored_union(task: EpochTask, subtask: int, metadata: CheckpointMetadata) -> UnionRestore:
+    """The union list state this subtask reads from `metadata`, assigned as Flink assigns it (OS-2)."""
+    op = metadata.operator(OPERATOR)
+    handles = operator_handles_for_subtasks(op, task.parallelism)[subtask]
+    params = OperatorBackendParameters(task.job_id, OPERATOR, handles)
+    with load_state_backend(job_config=task.backend_config).create_operator_state_backend(params) as operator:
+        elements = tuple(operator.get_union_list_state(UNION_MARKERS).get())
+    return UnionRestore(metadata.checkpoint_id, op.parallelism, subtask, elements)
+
+
+def _union_snapshot(task: EpochTask, subtask: int) -> tuple[Any, ...]:
+    """This subtask's union list state for the epoch's checkpoint: its own marker (what it restored from the others
+    is theirs to write), as the operator state handle it acknowledges."""
+    params = OperatorBackendParameters(task.job_id, OPERATOR, ())
+    with load_state_backend(job_config=task.backend_config).create_operator_state_backend(params) as operator:
+        operator.get_union_list_state(UNION_MARKERS).update([marker(subtask, task.checkpoint_id)])
+        handle = operator.snapshot(task.checkpoint_id, task.timestamp_ms, task.location, task.options).run()
+    return (handle,) if handle else ()
 
 
 def process_partition(task: EpochTask, subtask: int, records: EpochRecords) -> Iterator[tuple[Any, ...]]:
-    """One keyed subtask's epoch. Yields one result: ("ack", subtask, state, staged output, attempt),
+    """One keyed subtask's epoch. Yields one result: ("ack", subtask, state, staged output, attempt, the union list
+    restore or None),
     ("decline", subtask, reason) when its snapshot could not be written, or ("error", class name, message)
     for a documented error (e.g. a savepoint this backend cannot restore)."""
     attempt = _attempt()
     try:
-        keyed = _restore(task, subtask, attempt)
+        keyed, restored_from = _restore(task, subtask, attempt)
     except StateCertError as exc:
+        yield ("error", type(exc).__name__, str(exc))
+        return
+    try:
+        union = _restored_union(task, subtask, restored_from) if task.union_state and restored_from else None
+    except StateCertError as exc:
+        keyed.dispose()
         yield ("error", type(exc).__name__, str(exc))
         return
     try:
@@ -243,6 +276,7 @@ def process_partition(task: EpochTask, subtask: int, records: EpochRecords) -> I
         try:
             with failing_writes(task.failing_writes):
                 handle = snapshot.run()
+                operator_handles = _union_snapshot(task, subtask) if task.union_state else ()
         except OSError as exc:
             keyed.dispose()
             yield ("decline", subtask, f"{type(exc).__name__}: {exc}")
@@ -255,7 +289,8 @@ def process_partition(task: EpochTask, subtask: int, records: EpochRecords) -> I
         _CACHE[(task.job_id, subtask)] = _Cached(task.checkpoint_id, task.parallelism, task.restarts, keyed)
     else:
         keyed.dispose()
-    yield ("ack", subtask, OperatorSubtaskState((handle,) if handle else (), ()), staged, attempt)
+    state = OperatorSubtaskState((handle,) if handle else (), operator_handles)
+    yield ("ack", subtask, state, staged, attempt, union)
 
 
 def epoch_watermark(task: EpochTask) -> int:
