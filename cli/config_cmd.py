@@ -34,17 +34,21 @@ def rows() -> list[tuple[str, str, str, str, str, str]]:
     ]
 
 
+def markdown() -> str:
+    """The keys as a Markdown table, then the Flink keys statecert does not implement (the documentation's
+    configuration reference is this text)."""
+    lines = ["| key | type | default | deprecated (1.x) keys | read by | what |", "| --- | --- | --- | --- | --- | --- |"]
+    for key, kind, default, old, component, text in rows():
+        old_keys = ", ".join(f"`{k}`" for k in old.split(", ")) if old else ""
+        lines.append(f"| `{key}` | {kind} | {default} | {old_keys} | {component} | {text} |")
+    lines += ["", "Known Flink keys statecert does not implement:", ""]
+    lines += [f"- `{key}`: {reason}" for key, reason in sorted(UNSUPPORTED.items())]
+    return "\n".join(lines)
+
+
 def config(args: argparse.Namespace, console: Console) -> int:
     if args.markdown:
-        console.print("| key | type | default | deprecated (1.x) keys | read by | what |", markup=False)
-        console.print("| --- | --- | --- | --- | --- | --- |", markup=False)
-        for row in rows():
-            key, kind, default, old, component, text = row
-            old_keys = ", ".join(f"`{k}`" for k in old.split(", ")) if old else ""
-            console.print(f"| `{key}` | {kind} | {default} | {old_keys} | {component} | {text} |", markup=False)
-        console.print("\nKnown Flink keys statecert does not implement:\n", markup=False)
-        for key, reason in sorted(UNSUPPORTED.items()):
-            console.print(f"- `{key}`: {reason}", markup=False)
+        console.print(markdown(), markup=False, soft_wrap=True)
         return 0
     console.width = max(console.width, 200)  # a reference table: wide rather than folded key names
     table = Table(title=f"configuration keys statecert reads ({len(OPTIONS)}; Flink 2.x names)")

@@ -279,7 +279,7 @@ def _union_checkpoint(state_backend: Any, storage: Any, unions: list[list[int]],
     """A checkpoint of one subtask per entry of `unions`, subtask i holding union elements `unions[i]` and split
     elements `splits[i]`; the loaded operator state."""
     subtasks = create_subtasks(state_backend, KEYS, len(unions), 128)
-    for s, union, split in zip(subtasks, unions, splits):
+    for s, union, split in zip(subtasks, unions, splits, strict=True):
         s.operator.get_union_list_state(UNION).add_all(union)
         s.operator.get_list_state(SPLIT).add_all(split)
     pointer = take_snapshot(subtasks, location_for(storage), 1, 128)
