@@ -37,7 +37,10 @@ def rows() -> list[tuple[str, str, str, str, str, str]]:
 def markdown() -> str:
     """The keys as a Markdown table, then the Flink keys statecert does not implement (the documentation's
     configuration reference is this text)."""
-    lines = ["| key | type | default | deprecated (1.x) keys | read by | what |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| key | type | default | deprecated (1.x) keys | read by | what |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for key, kind, default, old, component, text in rows():
         old_keys = ", ".join(f"`{k}`" for k in old.split(", ")) if old else ""
         lines.append(f"| `{key}` | {kind} | {default} | {old_keys} | {component} | {text} |")

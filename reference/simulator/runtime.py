@@ -303,8 +303,8 @@ class Simulation:
             """Each subtask's operator state, assigned by mode as Flink assigns it (OS-1..OS-3)."""
             return operator_handles_for_subtasks(op, parallelism) if op else [()] * parallelism
 
-        counters = operators.get("counter")
-        self.restoring = (restore.checkpoint_id, counters.parallelism) if restore and counters else None
+        counter_state = operators.get("counter")
+        self.restoring = (restore.checkpoint_id, counter_state.parallelism) if restore and counter_state else None
 
         created = contextlib.ExitStack()  # the tasks started so far, disposed if a later one cannot start
 

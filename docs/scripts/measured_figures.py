@@ -1,0 +1,132 @@
+"""The measured figures pages: benchmarks (`benchmarks/results/figures.json`, written by `tox -e bench`), reliability
+(`docs/data/fuzz.json` and `docs/data/crash.*.json`, written by `tox -e fuzz` and `tox -e crash`) and mutation scores
+(`docs/data/mutation-*.json`, written by `tox -e mutation`). Each page says which run its figures come from; a
+figure no committed run measured is shown as not measured, never filled in by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks" / "results" / "figures.json"
+DATA = ROOT / "docs" / "data"
+
+
+def _summary() -> Any:
+    """`benchmarks/summary.py`, whose targets the benchmark page lists (it imports its sibling `figures`)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("benchmark_summary", ROOT / "benchmarks" / "summary.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"`{json.dumps(value)[:80]}`"
+    return f"{value:,.4g}" if isinstance(value, float) else f"{value:,}"
+
+
+def benchmarks_page() -> str:
+    lines = ["# Benchmarks", ""]
+    if not BENCHMARKS.exists():
+        return "\n".join([*lines, "No benchmark run is committed: `tox -e bench` writes one.", ""])
+    data = json.loads(BENCHMARKS.read_text())
+    machine = data.get("machine", {})
+    lines += [
+        f"From the `tox -e bench` run started {data.get('started', '(unknown)')} on {machine.get('cpus', '?')} "
+        f"cores, Python {machine.get('python', '?')} (`benchmarks/results/figures.json`, generated into this page "
+        "when the documentation is built). Ratios are measured in that one run against the raw engine or the peer "
+        "a user would pick instead.",
+        "",
+        "![targets against the measured figures](figures.png)",
+        "",
+        "| target | wanted | measured | verdict |",
+        "| --- | --- | --- | --- |",
+    ]
+    for target, value in _summary().rows(data):
+        wanted = f"{target.relation} {target.threshold:,.6g}"
+        if value is None:
+            lines.append(f"| {target.title} | {wanted} | not measured | |")
+            continue
+        verdict = "met" if target.met(value) else f"not met: {target.explanation(data) or 'see the figures below'}"
+        lines.append(f"| {target.title} | {wanted} | {value:,.4g} | {verdict} |")
+    for benchmark, figures in sorted(data.items()):
+        if isinstance(figures, dict) and benchmark != "machine":
+            lines += ["", f"## {benchmark}", "", "| figure | value |", "| --- | --- |"]
+            lines += [f"| {name} | {_number(value)} |" for name, value in sorted(figures.items())]
+    return "\n".join([*lines, ""])
+
+
+def reliability_page() -> str:
+    lines = [
+        "# Reliability: fuzzing and crash consistency",
+        "",
+        "Damaged and hostile checkpoints must give a documented error or exactly the state written (never a smaller "
+        "one), and a process killed at any file operation must leave only checkpoints that restore. Figures from "
+        "the runs committed under `docs/data/`, generated into this page when the documentation is built.",
+        "",
+        "## Fuzzing (`tox -e fuzz`)",
+        "",
+    ]
+    fuzz = DATA / "fuzz.json"
+    if fuzz.exists():
+        tallies = json.loads(fuzz.read_text())
+        outcomes = sorted({o for counts in tallies.values() for o in counts if o != "cases"})
+        lines += [
+            "| reader | cases | " + " | ".join(outcomes) + " |",
+            "| --- | --- | " + " | ".join("---" for _ in outcomes) + " |",
+        ]
+        for reader, counts in sorted(tallies.items()):
+            cells = " | ".join(str(counts.get(o, 0)) for o in outcomes)
+            lines.append(f"| {reader} | {counts.get('cases', sum(counts.values()))} | {cells} |")
+    else:
+        lines.append("No fuzz run is committed (`docs/data/fuzz.json`): `tox -e fuzz` writes one.")
+    lines += ["", "## Crash consistency (`tox -e crash`)", ""]
+    crashes = sorted(DATA.glob("crash.*.json"))
+    if crashes:
+        tallies = {k: v for path in crashes for k, v in json.loads(path.read_text()).items()}
+        outcomes = sorted({o for counts in tallies.values() for o in counts})
+        lines += [
+            "| backend | " + " | ".join(outcomes) + " |",
+            "| --- | " + " | ".join("---" for _ in outcomes) + " |",
+        ]
+        lines += [
+            f"| {backend} | " + " | ".join(str(counts.get(o, 0)) for o in outcomes) + " |"
+            for backend, counts in sorted(tallies.items())
+        ]
+    else:
+        lines.append("No crash run is committed (`docs/data/crash.*.json`): `tox -e crash` writes them.")
+    return "\n".join([*lines, ""])
+
+
+def mutation_page() -> str:
+    lines = [
+        "# Mutation scores",
+        "",
+        "How many mutants of each module the conformance suite (or, for the checkpoint file readers and writers, "
+        "the repository's format tests) kills: `tox -e mutation`, one report per target under `docs/data/`, "
+        "generated into this page when the documentation is built.",
+        "",
+    ]
+    reports = sorted(DATA.glob("mutation-*.json"))
+    if not reports:
+        return "\n".join([*lines, "No mutation run is committed: `tox -e mutation` writes the reports.", ""])
+    lines += ["| target | module | killed | survived | kill rate |", "| --- | --- | --- | --- | --- |"]
+    for path in reports:
+        report = json.loads(path.read_text())
+        for module, counts in sorted(report.get("by_module", {}).items()):
+            total = counts["killed"] + counts["survived"]
+            rate = f"{counts['killed'] / total:.1%}" if total else "-"
+            lines.append(f"| {report['backend']} | `{module}` | {counts['killed']} | {counts['survived']} | {rate} |")
+    sampled = [json.loads(p.read_text()) for p in reports]
+    notes = [f"`{r['backend']}`: a sample of {r['sampled']}" for r in sampled if r.get("sampled")]
+    if notes:
+        lines += ["", "Sampled runs: " + "; ".join(notes) + "."]
+    return "\n".join([*lines, ""])
