@@ -60,8 +60,8 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--report",
-        help="write the JSON report here, and a Markdown certificate beside it (default: pytest's base temporary "
-        "directory of the run, kept for its latest three runs)",
+        help="write the JSON report here, and a Markdown certificate beside it (default: "
+        "./statecert-report/<backend>.json, replaced by the next run of the same backend)",
     )
     p.add_argument("--xfail", help="TOML file of expected failures (known bugs), keyed by test id")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", help="configuration for the backend factory")
@@ -100,8 +100,7 @@ class _ProgressPlugin:
 
 
 class _ReportWritten:
-    """Learns where the run wrote its report: `--report`, or where the plugin chose (pytest's base temporary
-    directory of the run, which pytest removes after a few more runs)."""
+    """Learns where the run wrote its report: `--report`, or where the plugin chose (`./statecert-report/`)."""
 
     def __init__(self) -> None:
         self.path: Path | None = None
@@ -220,34 +219,67 @@ def _usage_problem(stderr: str) -> str:
     return "pytest refused the arguments after --"
 
 
+def _short(text: str, limit: int) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+
+
+def _configuration_line(data: dict[str, Any]) -> str:
+    """Which configuration was certified, and the optional capabilities it does not declare, with how to certify a
+    configuration that does (a backend such as `rocksdb` has incremental checkpoints behind a setting)."""
+    config = data["options"].get("backend_config") or {}
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "the backend's defaults"
+    declared = data["backend"]["capabilities"]
+    off = [name for name, value in declared.items() if not value]
+    line = f"configuration: {settings}"
+    if off:
+        line += f"; not declared, so not certified: {', '.join(off)}"
+        if "incremental_checkpoints" in off:
+            line += " (if a setting turns incremental checkpoints on, certify that configuration too, e.g. "
+            line += "--config execution.checkpointing.incremental=true)"
+    return line
+
+
 def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
+    """The verdict in a screen: what was certified; a failing run leads with the likely root cause and lists the
+    other violated requirements under it, one line each (the certificate has every message in full)."""
     backend, storage = data["backend"], data.get("storage_under_test")
     contracts = ", ".join(data["contracts"])
     console.print(f"certified contracts: {contracts}; spec {data['spec_version']}, seed {data['options']['seed']}")
     if backend["name"]:
         console.print(f"backend [bold]{backend['name']}[/bold] ({backend['factory']}, version {backend['version']})")
+        console.print(_configuration_line(data), markup=False, highlight=False, soft_wrap=True)
     if storage:
         name, factory, version = storage["requested"], storage["factory"], storage["version"]
         console.print(f"checkpoint storage [bold]{name}[/bold] ({factory}, version {version})")
-    table = Table(title="requirements")
     incomplete = data.get("incomplete")
     outcomes = ["passed", "failed", "expected-failure", *(["not-run"] if incomplete else [])]
     outcomes += ["unsupported", "skipped", "not-applicable"]
-    for column in ("chapter", *outcomes):
-        table.add_column(column)
-    for chapter, counts in data["chapters"].items():
-        table.add_row(chapter, *(str(counts.get(c, 0)) for c in outcomes))
-    console.print(table)
-    for rid, info in data["requirements"].items():
-        if info["outcome"] == "failed":
-            console.print(f"[red]VIOLATED {rid}[/red]: {info['text']}")
-            for test in info["failing_tests"]:
-                console.print(f"    {test['id']}: {test['message']}", markup=False, highlight=False, soft_wrap=True)
+    failed = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "failed"}
+    if failed:  # the table per chapter is in the certificate; the screen goes to the failures
+        totals = data["summary"]["requirements"]
+        console.print("requirements: " + ", ".join(f"{totals.get(o, 0)} {o}" for o in outcomes if totals.get(o)))
+    else:
+        table = Table(title="requirements")
+        for column in ("chapter", *outcomes):
+            table.add_column(column)
+        for chapter, counts in data["chapters"].items():
+            table.add_row(chapter, *(str(counts.get(c, 0)) for c in outcomes))
+        console.print(table)
     cause = data.get("likely_root_cause")
-    violated = sum(1 for info in data["requirements"].values() if info["outcome"] == "failed")
-    if cause and violated > 1:
+    if cause:
         console.print(f"[red]LIKELY ROOT CAUSE[/red] (the most basic failing test): {cause['test']}")
-        console.print(f"    {cause['message']}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"    {_short(cause['message'], 600)}", markup=False, highlight=False, soft_wrap=True)
+        if len(failed) > 1:
+            console.print(f"  {len(failed)} violated requirements, most likely its consequences:")
+    for rid, info in failed.items():
+        first = info["failing_tests"][0] if info["failing_tests"] else {"id": "?", "message": ""}
+        more = len(info["failing_tests"]) - 1
+        line = f"    VIOLATED {rid} {_short(info.get('title', ''), 60)}: {first['id']}"
+        line += f" (+{more} more)" if more > 0 else ""
+        if not cause or first["id"] != cause["test"]:
+            line += f": {_short(first['message'], 140)}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for entry in data["stale_expected_failures"]:
         console.print(f"[red]STALE expected failure[/red] (matches no test): {entry}")
     if incomplete:

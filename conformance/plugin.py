@@ -26,7 +26,7 @@ import pytest
 
 from statecert.conformance import capabilities as caps
 from statecert.conformance.expected_failures import load_expected_failures, test_id
-from statecert.conformance.report import Report, TestResult, root_cause
+from statecert.conformance.report import BASIS, Report, TestResult, root_cause
 from statecert.conformance.settings import CertifySettings, SettingsError, resolve
 from statecert.conformance.suite_inventory import SUITE_DIR, SUITE_PACKAGE, UncollectedTest, uncollected_tests
 from statecert.conformance.time_bound import (
@@ -40,6 +40,10 @@ from statecert.conformance.time_bound import (
 from statecert.spec import SPEC_VERSION
 from statecert.spec.errors import StateCertError
 from statecert.spec.requirements import load_requirements
+
+DEFAULT_REPORT_DIR = "statecert-report"
+UNSUPPORTED_BY_DESIGN = "unsupported by design"  # the skip reason of a test of a capability not declared
+NOT_APPLICABLE = "not applicable"  # the skip reason of a test of backends without a capability that is declared
 
 _SESSION = pytest.StashKey["CertificationSession"]()
 EXPLICIT_EXAMPLE_NOTE = re.compile(r"\n(?:Failing|Falsifying) explicit example:")
@@ -203,7 +207,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--statecert-report",
         default=None,
-        help="write the JSON report here (Markdown beside it); default: pytest's base temporary directory of the run",
+        help="write the JSON report here (Markdown beside it); default: ./statecert-report/<backend>.json",
     )
     group.addoption("--statecert-xfail", default=None, help="TOML file of expected failures")
     group.addoption(
@@ -377,6 +381,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = _session(config)
     if session is None:
         return
+    rank = {name: i for i, name in enumerate(BASIS)}
+    # the suite's modules run from the most basic contract to the most composite, so that --exitfirst stops in the
+    # chapter of the bug (state semantics before snapshots, snapshots before rescaling and savepoints)
+    items.sort(key=lambda item: rank.get(Path(str(item.path)).stem, len(BASIS)) if _in_suite(item) else -1)
     keep = []
     for item in items:
         if not _in_suite(item):
@@ -393,9 +401,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             lacking = caps.missing(session.capabilities, used) + caps.missing(session.capabilities, unsupported, False)
         except caps.UnknownCapabilityError as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
-        if lacking:
-            states = ", ".join(f"{n} {'not declared' if n in used else 'declared'}" for n in lacking)
-            item.add_marker(pytest.mark.skip(reason=f"unsupported by design: capability {states}"))
+        missing = [n for n in lacking if n in used]
+        if missing:
+            states = ", ".join(f"{n} not declared" for n in missing)
+            item.add_marker(pytest.mark.skip(reason=f"{UNSUPPORTED_BY_DESIGN}: capability {states}"))
+        elif lacking:  # a check of backends without a capability this backend declares
+            states = ", ".join(lacking)
+            reason = f"{NOT_APPLICABLE}: checks backends that do not declare {states}; this backend declares it"
+            item.add_marker(pytest.mark.skip(reason=reason))
         tid = test_id(item.path.stem, item.name)
         reason = session.expected_failures.get(tid)
         if reason is not None:
@@ -462,7 +475,14 @@ def pytest_runtest_makereport(
         if hasattr(report, "wasxfail"):
             outcome = "failed" if report.passed else "expected-failure"  # strict xfail that passed is a failure
         elif report.skipped:
-            outcome = "unsupported" if "unsupported by design" in str(report.longrepr) else "skipped"
+            skipped_because = str(report.longrepr)
+            outcome = (
+                "unsupported"
+                if UNSUPPORTED_BY_DESIGN in skipped_because
+                else "not-applicable"
+                if NOT_APPLICABLE in skipped_because
+                else "skipped"
+            )
         else:
             outcome = report.outcome
         message = ""
@@ -516,15 +536,13 @@ def _why_not_run(session: pytest.Session) -> str:
     return "; ".join(causes) or "pytest did not run them (interrupted, or selected away by a plugin)"
 
 
-def _default_report_path(config: pytest.Config) -> Path:
-    """Where a run given no `--statecert-report` writes its report: in pytest's base temporary directory of the run,
-    which pytest keeps for its latest runs (three by default) and then removes, so repeated runs do not pile reports
-    up; in the system's temporary directory when pytest's `tmpdir` plugin is off or its retention policy would remove
-    the directory at the end of this run."""
-    factory = getattr(config, "_tmp_path_factory", None)  # set by pytest's tmpdir plugin at configure time
-    if factory is not None and config.getini("tmp_path_retention_policy") == "all":
-        return Path(factory.getbasetemp()) / "statecert-report.json"
-    return Path(tempfile.gettempdir()) / f"statecert-{uuid.uuid4().hex}.json"
+def _default_report_path(cert: CertificationSession, config: pytest.Config) -> Path:
+    """Where a run given no `--statecert-report` writes its report: `./statecert-report/<what was certified>.json`
+    (and `.md`) in the directory the run started in, where nothing purges it; a later run of the same backend
+    replaces it."""
+    subject = "+".join(n for n in (cert.settings.backend, cert.settings.storage_under_test) if n)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", subject).strip("-.") or "certificate"
+    return Path(config.invocation_params.dir) / DEFAULT_REPORT_DIR / f"{name}.json"
 
 
 def report_paths(config: pytest.Config) -> tuple[Path, Path] | None:
@@ -560,7 +578,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "cause": _why_not_run(session),
         }
     report = Report(cert.header(), requirements, cert.results, cert.stale, unknown, not_run, cert.excluded, incomplete)
-    path = Path(cert.settings.report) if cert.settings.report else _default_report_path(session.config)
+    path = Path(cert.settings.report) if cert.settings.report else _default_report_path(cert, session.config)
     json_path, md_path = report.write(path)
     cert.report_paths = (json_path, md_path)
     if report.stale_expected_failures or unknown:

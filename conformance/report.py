@@ -17,6 +17,15 @@ ORDER = ("failed", "expected-failure", "not-run", "passed", "unsupported", "skip
 NOT_AN_OBLIGATION = (
     "not a backend obligation (arithmetic, reference implementation or CLI): checked by statecert's own test suite"
 )
+CHAPTER_NOT_AN_OBLIGATION = {
+    "RDB": "a rule of statecert's reference RocksDB backend, checked by statecert's own tests (tests/test_rocksdb*.py);"
+    " a backend with native snapshot files is held to RDB-2 to RDB-4 through the KB-SNAP and SP tests",
+    "COORD": "a rule of the checkpoint coordinator, checked by statecert's own tests; no backend implements it",
+    "SIM": "a rule of the barrier simulator, checked by statecert's own tests; no backend implements it",
+}
+"""Why a chapter no suite test checks is not applicable, where the general reason says too little."""
+DEFAULTS = "the backend's defaults"
+"""What the certificate says was configured when the run handed the backend no configuration."""
 
 
 # The suite's modules from the most basic contract to the most composite: a failure in an earlier module usually
@@ -75,6 +84,12 @@ class TestResult:
         return self.outcome
 
 
+def _cell(text: str, limit: int = 300) -> str:
+    """Text for one Markdown table cell: one line, pipes escaped, long reasons cut."""
+    one_line = " ".join(text.split()).replace("|", "\\|")
+    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+
+
 def _reason(result: TestResult, requirement: str) -> str:
     """Why a test gives a requirement its outcome: its message, or for a failure attributed to other requirements
     the note that the test stopped before it finished checking this one."""
@@ -127,10 +142,11 @@ class Report:
             elif not results and rid in self.excluded:
                 outcome, reason = self.excluded[rid]
                 reasons = [reason]
-            elif outcome == "not-applicable":
-                reasons = [NOT_AN_OBLIGATION]
+            elif outcome == "not-applicable" and not reasons:
+                reasons = [CHAPTER_NOT_AN_OBLIGATION.get(rid.split("-")[0], NOT_AN_OBLIGATION)]
             out[rid] = {
                 "chapter": requirement.chapter,
+                "title": requirement.title,
                 "text": requirement.text,
                 "outcome": outcome,
                 "tests": sorted([*(r.test_id for r in results), *missing[rid]]),
@@ -214,11 +230,25 @@ def certificate(data: dict[str, Any]) -> str:
     storage = data.get("storage_under_test")
     subject = backend["name"] or (storage["requested"] if storage else "?")
     storage_line = f"`{storage['requested']}` ({storage['factory']}, {storage['version']})" if storage else "-"
+    configured = data["options"].get("backend_config")
     lines = [
         f"# statecert certificate: {subject}",
         "",
         f"**Verdict: {data['verdict'].upper()}**",
         "",
+    ]
+    failed = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "failed"}
+    if data.get("likely_root_cause"):
+        cause = data["likely_root_cause"]
+        lines += ["## Likely root cause", "", f"`{cause['test']}`: {cause['message']}", ""]
+    if failed:
+        consequences = " (most likely consequences of the root cause)" if data.get("likely_root_cause") else ""
+        lines += [f"## Violated requirements{consequences}", ""]
+        for rid, info in failed.items():
+            lines.append(f"- **{rid}** {info.get('title', '')} ({info['chapter']})")
+            lines += [f"  - `{t['id']}`: {_cell(t['message'], 500)}" for t in info["failing_tests"]]
+        lines.append("")
+    lines += [
         "| | |",
         "| --- | --- |",
         f"| contracts certified | {', '.join(data.get('contracts', []))} |",
@@ -233,7 +263,7 @@ def certificate(data: dict[str, Any]) -> str:
         f"| options | tiers {', '.join(data['options']['tiers'])}; storage {data['options']['storage']}; "
         f"max examples {data['options']['max_examples']}; "
         f"test timeout {_seconds(data['options'].get('test_timeout'))} |",
-        f"| configuration | {_pairs(data['options'].get('backend_config'))} |",
+        f"| configuration | {_pairs(configured) if configured else DEFAULTS} |",
         f"| capability overrides | {_pairs(data['options'].get('capability_overrides'))} |",
         f"| expected failures | {_file(data['options'].get('expected_failures'))} |",
         "",
@@ -241,6 +271,9 @@ def certificate(data: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"- `{name}`: {value}" for name, value in backend["capabilities"].items()]
+    off = [name for name, value in backend["capabilities"].items() if not value]
+    if off:
+        lines += ["", f"Not declared, so not certified in this configuration: {', '.join(off)}."]
     lines += [
         "",
         "## Requirements by chapter",
@@ -250,7 +283,6 @@ def certificate(data: dict[str, Any]) -> str:
     ]
     for chapter, counts in data["chapters"].items():
         lines.append(f"| {chapter} | " + " | ".join(str(counts.get(o, 0)) for o in (*ORDER, "not-applicable")) + " |")
-    failed = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "failed"}
     if data.get("incomplete"):
         incomplete = data["incomplete"]
         lines += [
@@ -260,25 +292,25 @@ def certificate(data: dict[str, Any]) -> str:
             f"{len(incomplete['tests_not_run'])} of the {incomplete['selected']} tests this run's options select did "
             f"not run ({incomplete['cause']}): a part of the suite certifies nothing.",
         ]
-    if data.get("likely_root_cause"):
-        cause = data["likely_root_cause"]
-        lines += ["", "## Likely root cause", "", f"`{cause['test']}`: {cause['message']}"]
-    if failed:
-        lines += ["", "## Violated requirements", ""]
-        for rid, info in failed.items():
-            lines.append(f"- **{rid}** ({info['chapter']}): {info['text']}")
-            lines += [f"  - `{t['id']}`: {t['message']}" for t in info["failing_tests"]]
     expected = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "expected-failure"}
     if expected:
         lines += ["", "## Known bugs (expected failures)", ""]
         lines += [f"- **{rid}**: {info['reason']}" for rid, info in expected.items()]
-    unsupported = [rid for rid, info in data["requirements"].items() if info["outcome"] == "unsupported"]
+    unsupported = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "unsupported"}
     if unsupported:
-        lines += ["", "## Unsupported by design", "", ", ".join(unsupported)]
+        lines += ["", "## Unsupported by design", ""]
+        lines += [f"- **{rid}** {info.get('title', '')}: {info['reason']}" for rid, info in unsupported.items()]
     if data["stale_expected_failures"]:
         lines += ["", "## Stale expected failures (match no test)", ""]
         lines += [f"- `{entry}`" for entry in data["stale_expected_failures"]]
-    lines += ["", "## Every requirement", "", "| requirement | outcome | tests |", "| --- | --- | --- |"]
+    lines += [
+        "",
+        "## Every requirement",
+        "",
+        "| requirement | title | outcome | tests | why (when not passed) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for rid, info in data["requirements"].items():
-        lines.append(f"| {rid} | {info['outcome']} | {len(info['tests'])} |")
+        why = "" if info["outcome"] == "passed" else _cell(info.get("reason", ""))
+        lines.append(f"| {rid} | {_cell(info.get('title', ''))} | {info['outcome']} | {len(info['tests'])} | {why} |")
     return "\n".join(lines) + "\n"

@@ -9,11 +9,22 @@ from importlib import resources
 _REQUIREMENT = re.compile(r"^- \*\*(?P<id>[A-Z]+(?:-[A-Z]+)*-\d+)\*\* (?P<text>.+)$")
 
 
+_TITLE_END = re.compile(r"(?<=[a-z0-9)`'\"])(?:\. |: |; | \(| - )")
+
+
 @dataclass(frozen=True)
 class Requirement:
     id: str
     chapter: str
     text: str
+
+    @property
+    def title(self) -> str:
+        """A short title: the text's first clause, at most 80 characters (certificates list requirements by it)."""
+        ends = (m.start() for m in _TITLE_END.finditer(self.text) if self.text.count("`", 0, m.start()) % 2 == 0)
+        end = next(ends, None)
+        title = self.text[:end] if end is not None else self.text.rstrip(".")
+        return title if len(title) <= 80 else title[:79].rsplit(" ", 1)[0] + "…"
 
 
 def load_requirements() -> dict[str, Requirement]:

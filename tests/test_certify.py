@@ -3,7 +3,6 @@ rejected naming the requirement it violates, and settings, expected failures and
 
 from __future__ import annotations
 
-import getpass
 import importlib.metadata
 import json
 import os
@@ -669,21 +668,39 @@ def test_same_seed_same_report_and_nothing_left_behind(tmp_path: Path) -> None:
     assert left == [], f"certify left {left} in its temporary directory"
 
 
-def test_a_run_without_report_writes_it_where_pytest_keeps_its_latest_runs(tmp_path: Path) -> None:
-    """Without `--report` the report goes to pytest's base temporary directory of the run, named in the output;
-    pytest keeps those of its latest three runs, so repeated certifications do not pile reports up."""
+def test_a_check_of_backends_without_a_capability_is_not_applicable_to_one_that_declares_it(tmp_path: Path) -> None:
+    """TM-11 checks backends that do not declare timers; on `hashmap`, which declares them, it is not applicable
+    (with the reason), not "unsupported by design", which says a capability is missing."""
+    _, report, output = certify(
+        "hashmap",
+        "--report",
+        str(tmp_path / "r.json"),
+        "--",
+        "-k",
+        "test_timers_unsupported_fail_only_with_the_documented_error",
+    )
+    tm11 = report["requirements"]["TM-11"]
+    assert tm11["outcome"] == "not-applicable" and "declares" in tm11["reason"], (
+        f"statecert certify hashmap: expected TM-11 not-applicable because hashmap declares timers, got {tm11}; "
+        f"output:\n{output}"
+    )
+
+
+def test_a_run_without_report_writes_it_to_statecert_report_in_the_working_directory(tmp_path: Path) -> None:
+    """Without `--report` the report goes to `./statecert-report/<backend>.json` (the certificate beside it), named
+    in the output, where nothing purges it: pytest's temporary directories are removed after a few runs. A second
+    run of the same backend replaces it; nothing else is written into the working directory."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    named = []
-    for _ in range(4):
+    expected = tmp_path / "statecert-report" / "hashmap.json"
+    for run in range(2):
         code, _, output = certify("hashmap", "--", "-k", "test_descriptors_without", cwd=tmp_path, tmpdir=temporary)
         assert code == 1, output  # a part of the suite only: incomplete, not certified
-        found = re.search(r"report (\S+statecert-report\.json)", output)
-        assert found, f"no report named in the output:\n{output}"
-        named.append(Path(found[1]))
-        assert named[-1].is_file() and named[-1].with_suffix(".md").is_file(), f"{named[-1]} not written"
-        assert named[-1].is_relative_to(temporary / f"pytest-of-{getpass.getuser()}"), named[-1]
-    assert len(set(named)) == 4, f"the runs wrote one report over another: {named}"
-    kept = sorted(temporary.rglob("statecert-report.json"))
-    assert kept == sorted(named[1:]), f"after 4 runs, expected the latest 3 reports kept, found {kept}"
-    assert [p.name for p in tmp_path.iterdir()] == ["tmp"], "certify wrote into the working directory"
+        found = re.search(r"report (\S+\.json)", output)
+        assert found and Path(found[1]) == expected, (
+            f"statecert certify hashmap without --report, run {run + 1}: expected the report {expected} named in "
+            f"the output, got {found[1] if found else None}:\n{output}"
+        )
+        assert expected.is_file() and expected.with_suffix(".md").is_file(), f"{expected} not written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["statecert-report", "tmp"], "certify wrote elsewhere"
+    assert sorted(p.name for p in expected.parent.iterdir()) == ["hashmap.json", "hashmap.md"]

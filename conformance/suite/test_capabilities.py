@@ -86,8 +86,10 @@ def test_without_incremental_checkpoints_nothing_is_shared(state_backend: Any, t
         snapshot_now(backend, location_for(storage, 1))
         second = snapshot_now(backend, location_for(storage, 2))
     fs, shared = fsspec.core.url_to_fs(storage.create_checkpoint_storage("job").shared_dir)
-    assert not fs.exists(shared) or fs.find(shared) == []
-    assert dataclasses.is_dataclass(second)
+    assert not fs.exists(shared) or fs.find(shared) == [], (
+        "SB-3: expected not fs.exists(shared) or fs.find(shared) == []"
+    )
+    assert dataclasses.is_dataclass(second), "SB-3: expected dataclasses.is_dataclass(second)"
 
 
 @pytest.mark.requirement("SB-2")
@@ -95,5 +97,9 @@ def test_capability_manifest_is_typed(state_backend: Any) -> None:
     from statecert.conformance.capabilities import KNOWN, declared
 
     manifest = declared(state_backend)
-    assert {f.name for f in dataclasses.fields(manifest)} == KNOWN
-    assert manifest.native_savepoint_format is None or isinstance(manifest.native_savepoint_format, str)
+    assert {f.name for f in dataclasses.fields(manifest)} == KNOWN, (
+        "SB-2: {f.name for f in dataclasses.fields(manifest)}: expected KNOWN"
+    )
+    assert manifest.native_savepoint_format is None or isinstance(manifest.native_savepoint_format, str), (
+        "SB-2: expected manifest.native_savepoint_format is None or isinstance(manifest.native_savepoint_format, str)"
+    )

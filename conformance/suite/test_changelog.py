@@ -550,7 +550,9 @@ def test_failed_materializations_are_tolerated_up_to_the_limit(state_backend: An
         apply(backend, ("append", 0, 5))
         with pytest.raises(Exception) as failure:
             backend.snapshot(5, 0, _FailingMaterializations(location_for(storage, 5))).run()
-        assert "injected" in str(failure.value) or failure.value.__cause__ is not None
+        assert "injected" in str(failure.value) or failure.value.__cause__ is not None, (
+            "CL-8: expected 'injected' in str(failure.value) or failure.value.__cause__ is not None"
+        )
     for checkpoint_id, (handle, expected) in handles.items():
         assert restored(state_backend, handle) == expected, (
             f"CL-8: checkpoint {checkpoint_id}, taken while materializations failed, did not restore its state"
@@ -561,7 +563,7 @@ def test_failed_materializations_are_tolerated_up_to_the_limit(state_backend: An
 def test_materializations_and_segments_live_in_the_shared_scope(state_backend: Any, storage: Any) -> None:
     handles = [h for _, h, _ in checkpoints(state_backend, storage, [[("append", 1, 1)]] * 3, {1, 2, 3})]
     last = handles[-1]
-    assert isinstance(last, ChangelogStateBackendHandle)
+    assert isinstance(last, ChangelogStateBackendHandle), "CL-2: expected isinstance(last, ChangelogStateBackendHandle)"
     paths = [getattr(s.delegate, "path", None) for s in last.changelog]
     for part in last.materialized:
         paths += [getattr(getattr(part, "delegate", None), "path", None)]
@@ -575,7 +577,10 @@ def test_keys_of_a_void_namespace_restore(state_backend: Any, storage: Any) -> N
     *_, (_, handle, expected) = checkpoints(state_backend, storage, [[("set", 0, 1)], [("set", 1, 2)]], {1, 2})
     with keyed_backend(state_backend, restore=[handle]) as backend:
         backend.get_or_create_state(VALUE)
-        assert sorted(backend.get_keys("v", VOID_NAMESPACE)) == sorted(k for k, v in expected.items() if v[0])
+        assert sorted(backend.get_keys("v", VOID_NAMESPACE)) == sorted(k for k, v in expected.items() if v[0]), (
+            "CL-4, KB-KEYS-1: sorted(backend.get_keys('v', VOID_NAMESPACE)): expected sorted((k for k, v in "
+            "expected.items() if v[0]))"
+        )
 
 
 @pytest.mark.requirement("CL-4", "CL-6", "SER-5", "KB-RESTORE-3")

@@ -251,7 +251,7 @@ def test_an_operator_stream_with_changed_bytes_is_refused(state_backend: Any, tm
     with operator_backend(state_backend) as backend:
         backend.get_list_state(OFFSETS).add_all([mark + i for i in range(20)])
         handle = backend.snapshot(1, 0, location).run()
-    assert isinstance(handle.delegate, FileStateHandle), f"threshold 0 gave no file: {handle.delegate}"
+    assert isinstance(handle.delegate, FileStateHandle), f"OS-8, FMT-12: threshold 0 gave no file: {handle.delegate}"
     path = Path(handle.delegate.path.removeprefix("file://"))
     data = bytearray(path.read_bytes())
     position = data.find(LongSerializer().serialize(mark + 7))

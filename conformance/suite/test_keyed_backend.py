@@ -118,9 +118,11 @@ def test_snapshot_and_restore_give_the_same_entries(state_backend: Any, storage:
         fill(backend, range(50))
         before = contents(backend)
         handle = snapshot_now(backend, location_for(storage))
-    assert handle is not None and handle.key_group_range == KeyGroupRange(0, 127)
+    assert handle is not None and handle.key_group_range == KeyGroupRange(0, 127), (
+        "KB-1, KB-SNAP-1, KB-RESTORE-1: expected handle is not None and handle.key_group_range == KeyGroupRange(0, 127)"
+    )
     with restore(state_backend, handle) as restored:
-        assert contents(restored) == before
+        assert contents(restored) == before, "KB-1, KB-SNAP-1, KB-RESTORE-1: contents(restored): expected before"
 
 
 @pytest.mark.requirement("KB-KEY-2", "KB-KEY-1")
@@ -790,7 +792,7 @@ def test_backends_sharing_a_local_dir_keep_apart_and_clean_up(state_backend: Any
     assert leftovers == [], f"KB-LOCAL-1: disposed backends left files in their local dir: {leftovers[:5]}"
     for handle, before in zip(handles, expected, strict=True):
         with restore(state_backend, handle) as restored:
-            assert contents(restored) == before
+            assert contents(restored) == before, "KB-LOCAL-1: contents(restored): expected before"
 
 
 @pytest.mark.requirement("KB-LOCAL-1")
@@ -969,7 +971,10 @@ def test_a_snapshot_missing_a_state_file_fails_to_restore(
                     state.update(i)
             handles.append(snapshot_now(backend, location_for(storage, 1), 1))
     files = sorted(files_of(handles[0]))
-    assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handles[0]}"
+    assert files, (
+        "FMT-12, KB-RESTORE-1, KB-LOCAL-2: a snapshot of 200 keys with file_state_size_threshold=0 "
+        f"references no file: {handles[0]}"
+    )
     fs, path = fsspec.core.url_to_fs(files[0])
     fs.rm(path)
     before = set(local_dir.rglob("*"))
@@ -993,7 +998,7 @@ def test_a_restore_leaves_the_checkpoint_as_it_was(state_backend: Any, tmp_path:
         expected = contents(backend)
         handle = snapshot_now(backend, location_for(storage, 1), 1)
     files = sorted(files_of(handle))
-    assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    assert files, f"KB-RESTORE-1: a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
     written = {url: _bytes_at(url) for url in files}
     for attempt in ("first", "second"):
         with restore(state_backend, handle) as restored:
@@ -1026,7 +1031,10 @@ def test_state_registered_after_the_restored_checkpoint_was_deleted_holds_the_re
         fill(backend, range(200))
         expected = contents(backend)
         handle = snapshot_now(backend, location_for(first, 1), 1)
-    assert files_of(handle), f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    assert files_of(handle), (
+        "KB-RESTORE-6, KB-RESTORE-3, KB-SNAP-10: a snapshot of 200 keys with file_state_size_threshold=0 "
+        f"references no file: {handle}"
+    )
     full = CheckpointOptions(SnapshotType.CHECKPOINT, full=True)
     call = "restored from checkpoint 1, checkpoint 2 taken and completed, checkpoint 1 deleted, then the states read"
     with restore(state_backend, handle) as restored:
@@ -1064,7 +1072,9 @@ def test_a_state_file_with_changed_bytes_fails_to_restore(state_backend: Any, tm
             state.update(MARK + i)
         handle = snapshot_now(backend, location_for(storage, 1), 1)
     files = sorted(files_of(handle))
-    assert files, f"a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    assert files, (
+        f"FMT-12, KB-RESTORE-1: a snapshot of 200 keys with file_state_size_threshold=0 references no file: {handle}"
+    )
     target = LongSerializer().serialize(MARK + 7)
     fs, where, position = None, "", -1
     for url in files:
@@ -1076,7 +1086,7 @@ def test_a_state_file_with_changed_bytes_fails_to_restore(state_backend: Any, tm
     if position < 0:  # compressed or encoded otherwise: a byte in the middle of the largest file
         fs, where = fsspec.core.url_to_fs(max(files, key=lambda url: fsspec.core.url_to_fs(url)[0].size(url)))
         position = fs.size(where) // 2
-    assert fs is not None
+    assert fs is not None, "FMT-12, KB-RESTORE-1: fs: expected not None"
     data = bytearray(fs.cat_file(where))
     data[position] ^= 0x01
     fs.pipe_file(where, bytes(data))
@@ -1100,7 +1110,9 @@ def test_restore_into_fresh_backend_keeps_no_stale_entries(state_backend: Any, s
         handle = snapshot_now(backend, location_for(storage))
         fill(backend, range(10, 20))  # newer than the snapshot: must not come back
     with restore(state_backend, handle) as restored:
-        assert _keys(restored, "v") == sorted(f"k{i}" for i in range(10))
+        assert _keys(restored, "v") == sorted(f"k{i}" for i in range(10)), (
+            "KB-RESTORE-1: _keys(restored, 'v'): expected sorted((f'k{i}' for i in range(10)))"
+        )
 
 
 @pytest.mark.requirement("KB-RESTORE-3")
@@ -1113,7 +1125,7 @@ def test_unregistered_restored_state_survives_the_next_snapshot(state_backend: A
         middle.set_current_key("k1")  # touch nothing but the key
         handle2 = snapshot_now(middle, location_for(storage, 2))
     with restore(state_backend, handle2) as final:
-        assert contents(final) == expected
+        assert contents(final) == expected, "KB-RESTORE-3: contents(final): expected expected"
 
 
 @pytest.mark.requirement("KB-RESTORE-3", "KB-RESTORE-1")
@@ -1171,7 +1183,7 @@ def test_notifications_do_not_change_state(state_backend: Any) -> None:
         for checkpoint_id in (1, 7, 10**9):
             backend.notify_checkpoint_complete(checkpoint_id)
             backend.notify_checkpoint_aborted(checkpoint_id + 1)
-        assert contents(backend) == before
+        assert contents(backend) == before, "KB-NOTIFY-1: contents(backend): expected before"
 
 
 @pytest.mark.requirement("KB-LIFE-1", "KB-LIFE-2")
@@ -1221,7 +1233,10 @@ def test_backend_reports_what_it_was_created_with(state_backend: Any) -> None:
     with keyed_backend(state_backend, parallelism=3, index=1, max_parallelism=256) as backend:
         assert backend.number_of_key_groups == 256, f"KB-1: number_of_key_groups {backend.number_of_key_groups}"
         assert backend.key_group_range == KeyGroupRange(86, 170), f"KB-1: key_group_range {backend.key_group_range}"
-        assert backend.key_serializer.snapshot_configuration() == StringSerializer().snapshot_configuration()
+        assert backend.key_serializer.snapshot_configuration() == StringSerializer().snapshot_configuration(), (
+            "KB-1: backend.key_serializer.snapshot_configuration(): expected "
+            "StringSerializer().snapshot_configuration()"
+        )
 
 
 @pytest.mark.requirement("KB-1", "KG-4", "ERR-3")
@@ -1268,7 +1283,10 @@ def test_value_migrates_on_restore(state_backend: Any, storage: Any) -> None:
         assert restored.get_or_create_state(ValueStateDescriptor("p", serializer=v2)).value() == {
             "name": "ada",
             "visits": 0,
-        }
+        }, (
+            "SER-5: restored.get_or_create_state(ValueStateDescriptor('p', serializer=v2)).value(): expected "
+            "{'name': 'ada', 'visits': 0}"
+        )
 
 
 @pytest.mark.requirement("SER-3")
@@ -1280,9 +1298,9 @@ def test_reconfigured_value_serializer_reads_old_state(state_backend: Any, stora
     with restore(state_backend, handle) as restored:
         restored.set_current_key("k")
         state = restored.get_or_create_state(ValueStateDescriptor("e", serializer=EnumSerializer(["z", "a", "b"])))
-        assert state.value() == "b"
+        assert state.value() == "b", "SER-3: state.value(): expected 'b'"
         state.update("z")
-        assert state.value() == "z"
+        assert state.value() == "z", "SER-3: state.value(): expected 'z'"
 
 
 @pytest.mark.requirement("SER-7")
@@ -1382,14 +1400,14 @@ def test_ttl_duration_may_change(state_backend: Any, storage: Any) -> None:
         state = restored.get_or_create_state(
             ValueStateDescriptor("t", ttl=TtlConfig(2 * 10**9), serializer=LongSerializer())
         )
-        assert state.value() == 1
+        assert state.value() == 1, "TTL-5: state.value(): expected 1"
 
 
 @pytest.mark.requirement("SB-1", "SB-2")
 def test_backend_is_a_factory_declaring_capabilities(state_backend: Any) -> None:
     from statecert.spec.backend import StateBackend
 
-    assert isinstance(state_backend, StateBackend)
+    assert isinstance(state_backend, StateBackend), "SB-1, SB-2: expected isinstance(state_backend, StateBackend)"
     caps = state_backend.capabilities
     for name in (
         "async_snapshots",
@@ -1400,7 +1418,7 @@ def test_backend_is_a_factory_declaring_capabilities(state_backend: Any) -> None
         "ttl",
         "schema_evolution",
     ):
-        assert isinstance(getattr(caps, name), bool), f"capabilities.{name}"
+        assert isinstance(getattr(caps, name), bool), f"SB-1, SB-2: capabilities.{name}"
 
 
 @pytest.mark.requirement("SB-3")
@@ -1419,6 +1437,6 @@ def test_undeclared_incremental_checkpoints_do_not_pretend(state_backend: Any, t
         second = snapshot_now(backend, location_for(storage, 2))
     access = storage.create_checkpoint_storage("job")
     fs, shared = fsspec.core.url_to_fs(access.shared_dir)
-    assert not fs.exists(shared) or fs.ls(shared) == []
+    assert not fs.exists(shared) or fs.ls(shared) == [], "SB-3: expected not fs.exists(shared) or fs.ls(shared) == []"
     with restore(state_backend, second) as restored:
-        assert len(_keys(restored, "v")) == 31
+        assert len(_keys(restored, "v")) == 31, "SB-3: len(_keys(restored, 'v')): expected 31"

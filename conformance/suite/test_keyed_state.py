@@ -55,7 +55,9 @@ def test_every_kind_is_offered(backend: Any) -> None:
     backend.set_current_key("k")
     for descriptor in (VALUE, LIST, MAP, REDUCING, AGGREGATING):
         state = backend.get_or_create_state(descriptor)
-        assert hasattr(state, "clear"), f"get_or_create_state({descriptor.kind.value}) returned {state!r}"
+        assert hasattr(state, "clear"), (
+            f"KS-1, KB-STATE-1: get_or_create_state({descriptor.kind.value}) returned {state!r}"
+        )
 
 
 @pytest.mark.requirement("KS-2")
@@ -63,23 +65,25 @@ def test_same_name_gives_state_over_same_entries(backend: Any) -> None:
     backend.set_current_key("k")
     backend.get_or_create_state(VALUE).update(7)
     again = backend.get_or_create_state(ValueStateDescriptor("v", serializer=LongSerializer()))
-    assert again.value() == 7
+    assert again.value() == 7, "KS-2: again.value(): expected 7"
 
 
 @pytest.mark.requirement("KS-3", "KB-KEY-1")
 def test_keys_and_namespaces_are_isolated(backend: Any) -> None:
     state = backend.get_partitioned_state("w1", VALUE, NS)
     backend.set_current_key("a")
-    assert backend.get_current_key() == "a" and backend.current_key_group == key_group_of("a")
+    assert backend.get_current_key() == "a" and backend.current_key_group == key_group_of("a"), (
+        "KS-3, KB-KEY-1: expected backend.get_current_key() == 'a' and backend.current_key_group == key_group_of('a')"
+    )
     state.update(1)
     state.set_current_namespace("w2")
     state.update(2)
     backend.set_current_key("b")
-    assert state.value() is None, "key b sees key a's value"
+    assert state.value() is None, "KS-3, KB-KEY-1: key b sees key a's value"
     backend.set_current_key("a")
-    assert state.value() == 2
+    assert state.value() == 2, "KS-3, KB-KEY-1: state.value(): expected 2"
     state.set_current_namespace("w1")
-    assert state.value() == 1, "namespace w1 sees namespace w2's value"
+    assert state.value() == 1, "KS-3, KB-KEY-1: namespace w1 sees namespace w2's value"
 
 
 @pytest.mark.requirement("KS-4")
@@ -95,13 +99,17 @@ def test_clear_leaves_no_entry(backend: Any, descriptor: Any) -> None:
             "reducing": lambda: state.add(1),
             "aggregating": lambda: state.add(1),
         }[descriptor.kind.value]()
-    assert backend.num_state_entries(descriptor.name) == 2
+    assert backend.num_state_entries(descriptor.name) == 2, (
+        "KS-4: backend.num_state_entries(descriptor.name): expected 2"
+    )
     state.clear()
-    assert backend.num_state_entries(descriptor.name) == 1, "clear() of key b left its entry"
+    assert backend.num_state_entries(descriptor.name) == 1, "KS-4: clear() of key b left its entry"
     backend.set_current_key("a")
     state.clear()
-    assert backend.num_state_entries(descriptor.name) == 0
-    assert backend.num_state_entries() == 0
+    assert backend.num_state_entries(descriptor.name) == 0, (
+        "KS-4: backend.num_state_entries(descriptor.name): expected 0"
+    )
+    assert backend.num_state_entries() == 0, "KS-4: backend.num_state_entries(): expected 0"
 
 
 @pytest.mark.requirement("KS-4")
@@ -114,7 +122,9 @@ def test_entry_counts_are_per_state(backend: Any) -> None:
             lst.add("x")
     counts = (backend.num_state_entries("v"), backend.num_state_entries("l"), backend.num_state_entries())
     assert counts == (5, 2, 7), f"KS-4: num_state_entries('v'), ('l'), () gave {counts}, expected (5, 2, 7)"
-    assert backend.num_state_entries("never-registered") == 0
+    assert backend.num_state_entries("never-registered") == 0, (
+        "KS-4: backend.num_state_entries('never-registered'): expected 0"
+    )
 
 
 @pytest.mark.requirement("KS-NS-1")
@@ -137,11 +147,13 @@ def test_none_namespace_is_rejected(backend: Any, access: str) -> None:
 def test_value_state_update_value_and_clear_by_none(backend: Any) -> None:
     backend.set_current_key("k")
     state = backend.get_or_create_state(ValueStateDescriptor("d", serializer=LongSerializer(), default=42))
-    assert state.value() == 42
+    assert state.value() == 42, "KS-VALUE-1, KS-VALUE-3: state.value(): expected 42"
     state.update(5)
-    assert state.value() == 5
+    assert state.value() == 5, "KS-VALUE-1, KS-VALUE-3: state.value(): expected 5"
     state.update(None)
-    assert state.value() == 42 and backend.num_state_entries("d") == 0
+    assert state.value() == 42 and backend.num_state_entries("d") == 0, (
+        "KS-VALUE-1, KS-VALUE-3: expected state.value() == 42 and backend.num_state_entries('d') == 0"
+    )
 
 
 @pytest.mark.requirement("KS-VALUE-2")
@@ -150,24 +162,26 @@ def test_default_is_a_fresh_copy(backend: Any) -> None:
     state = backend.get_or_create_state(ValueStateDescriptor("d", serializer=MsgpackSerializer(), default=[1]))
     first = state.value()
     first.append(2)
-    assert state.value() == [1], "mutating a returned default changed the default"
+    assert state.value() == [1], "KS-VALUE-2: mutating a returned default changed the default"
 
 
 @pytest.mark.requirement("KS-LIST-1", "KS-LIST-2")
 def test_list_state_order_update_and_empty(backend: Any) -> None:
     backend.set_current_key("k")
     state = backend.get_or_create_state(LIST)
-    assert state.get() is None
+    assert state.get() is None, "KS-LIST-1, KS-LIST-2: state.get(): expected None"
     state.add("a")
     state.add_all(["b", "c"])
-    assert state.get() == ["a", "b", "c"]
+    assert state.get() == ["a", "b", "c"], "KS-LIST-1, KS-LIST-2: state.get(): expected ['a', 'b', 'c']"
     state.update(["z"])
-    assert state.get() == ["z"]
+    assert state.get() == ["z"], "KS-LIST-1, KS-LIST-2: state.get(): expected ['z']"
     state.update([])
-    assert state.get() is None and backend.num_state_entries("l") == 0
+    assert state.get() is None and backend.num_state_entries("l") == 0, (
+        "KS-LIST-1, KS-LIST-2: expected state.get() is None and backend.num_state_entries('l') == 0"
+    )
     state.add("x")
     state.clear()
-    assert state.get() is None
+    assert state.get() is None, "KS-LIST-1, KS-LIST-2: state.get(): expected None"
 
 
 READS = {
@@ -251,21 +265,32 @@ def test_list_rejects_none_and_stays_unchanged(backend: Any, op: str) -> None:
             state.add(None)
         else:
             getattr(state, op)(["x", None])
-    assert state.get() == ["keep"], f"list changed after a rejected {op}"
+    assert state.get() == ["keep"], f"KS-LIST-3: list changed after a rejected {op}"
 
 
 @pytest.mark.requirement("KS-MAP-1", "KS-MAP-2", "KS-MAP-3")
 def test_map_state_operations(backend: Any) -> None:
     backend.set_current_key("k")
     state = backend.get_or_create_state(MAP)
-    assert state.get("a") is None and not state.contains("a")
+    got = (state.get("a"), state.contains("a"))
+    assert got == (None, False), f"KS-MAP-1: get('a'), contains('a') of an empty map: expected (None, False), got {got}"
     state.put("a", 1)
     state.put_all({"b": 2, "c": 3})
-    assert state.get("a") == 1 and state.contains("b")
-    assert sorted(state.items()) == [("a", 1), ("b", 2), ("c", 3)]
-    assert sorted(state.keys()) == ["a", "b", "c"] and sorted(state.values()) == [1, 2, 3]
+    got = (state.get("a"), state.contains("b"))
+    assert got == (1, True), (
+        f"KS-MAP-1: put('a', 1), put_all(b, c), then get('a'), contains('b'): expected (1, True), got {got}"
+    )
+    items = sorted(state.items())
+    assert items == [("a", 1), ("b", 2), ("c", 3)], (
+        f"KS-MAP-3: put('a', 1), put_all({{'b': 2, 'c': 3}}), then items(): expected a, b, c, got {items}"
+    )
+    got = (sorted(state.keys()), sorted(state.values()))
+    assert got == (["a", "b", "c"], [1, 2, 3]), f"KS-MAP-2: keys(), values() of a, b, c: got {got}"
     state.remove("b")
-    assert not state.contains("b") and sorted(state.keys()) == ["a", "c"]
+    got = (state.contains("b"), sorted(state.keys()))
+    assert got == (False, ["a", "c"]), (
+        f"KS-MAP-1: remove('b') of a, b, c, then contains('b'), keys(): expected (False, ['a', 'c']), got {got}"
+    )
     try:
         state.remove("z")
     except Exception as exc:
@@ -280,7 +305,9 @@ def test_removing_last_user_key_leaves_no_entry(backend: Any) -> None:
     state = backend.get_or_create_state(MAP)
     state.put("a", 1)
     state.remove("a")
-    assert state.is_empty() and backend.num_state_entries("m") == 0
+    assert state.is_empty() and backend.num_state_entries("m") == 0, (
+        "KS-MAP-4: expected state.is_empty() and backend.num_state_entries('m') == 0"
+    )
 
 
 @pytest.mark.requirement("KS-MAP-5")
@@ -296,8 +323,8 @@ def test_map_iterator_remove_once_per_element(backend: Any) -> None:
             it.remove()
             with pytest.raises(IllegalStateError):
                 it.remove()
-    assert sorted(seen) == ["a", "b", "c"]
-    assert sorted(state.keys()) == ["a", "c"]
+    assert sorted(seen) == ["a", "b", "c"], "KS-MAP-5: sorted(seen): expected ['a', 'b', 'c']"
+    assert sorted(state.keys()) == ["a", "c"], "KS-MAP-5: sorted(state.keys()): expected ['a', 'c']"
 
 
 @pytest.mark.requirement("KS-MAP-2", "KS-MAP-5")
@@ -334,10 +361,10 @@ def test_an_iteration_stays_on_the_key_and_namespace_it_was_created_for(backend:
 def test_reducing_state(backend: Any) -> None:
     backend.set_current_key("k")
     state = backend.get_or_create_state(REDUCING)
-    assert state.get() is None
+    assert state.get() is None, "KS-RED-1: state.get(): expected None"
     for v in (1, 2, 3):
         state.add(v)
-    assert state.get() == 6
+    assert state.get() == 6, "KS-RED-1: state.get(): expected 6"
 
 
 @pytest.mark.requirement("KS-RED-2")
@@ -365,10 +392,10 @@ def test_adding_none_to_reducing_state_leaves_its_value_unchanged(backend: Any) 
 def test_aggregating_state(backend: Any) -> None:
     backend.set_current_key("k")
     state = backend.get_or_create_state(AGGREGATING)
-    assert state.get() is None
+    assert state.get() is None, "KS-AGG-1: state.get(): expected None"
     for v in (2, 4, 9):
         state.add(v)
-    assert state.get() == 5
+    assert state.get() == 5, "KS-AGG-1: state.get(): expected 5"
 
 
 MERGE_CASES = {
@@ -406,11 +433,18 @@ def test_merge_namespaces(backend: Any, case: str, kind: str) -> None:
         "aggregating": sum(everything) / len(everything) if everything else None,
     }[kind]
     got = state.get()
-    assert (sorted(got) if kind == "list" and got else got) == expected, f"merge {case}: expected {expected}, got {got}"
+    assert (sorted(got) if kind == "list" and got else got) == expected, (
+        f"KS-MERGE-1, KS-MERGE-2, KS-MERGE-3: merge {case}: expected {expected}, got {got}"
+    )
     for source in ("s1", "s2"):
         state.set_current_namespace(source)
-        assert state.get() is None, f"merge {case}: source {source} still holds a value"
-    assert backend.num_state_entries(descriptor.name) == (1 if everything else 0)
+        assert state.get() is None, (
+            f"KS-MERGE-1, KS-MERGE-2, KS-MERGE-3: merge {case}: source {source} still holds a value"
+        )
+    assert backend.num_state_entries(descriptor.name) == (1 if everything else 0), (
+        "KS-MERGE-1, KS-MERGE-2, KS-MERGE-3: backend.num_state_entries(descriptor.name): expected 1 if "
+        "everything else 0"
+    )
 
 
 WRITE_TWICE = {

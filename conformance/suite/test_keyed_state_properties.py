@@ -186,10 +186,12 @@ def test_equal_but_distinct_keys_are_different_keys(certification: Any, tmp_path
                 for key in reversed(EQUAL_BUT_DISTINCT):
                     keyed.set_current_key(afresh(key))
                     assert state.value() == repr(key), (
-                        f"{when}set_current_key({key!r}).value(): expected {key!r}'s value, got {state.value()!r}"
+                        f"KS-3, KB-KEYS-1, KB-RESTORE-1: {when}set_current_key({key!r}).value(): expected "
+                        f"{key!r}'s value, got {state.value()!r}"
                     )
                 assert keyed.num_state_entries("v") == len(EQUAL_BUT_DISTINCT), (
-                    f"{when}{len(EQUAL_BUT_DISTINCT)} distinct keys hold {keyed.num_state_entries('v')} entries"
+                    f"KS-3, KB-KEYS-1, KB-RESTORE-1: {when}{len(EQUAL_BUT_DISTINCT)} distinct keys hold "
+                    f"{keyed.num_state_entries('v')} entries"
                 )
             listed = {  # after the reads, so that a backend conflating the keys fails KS-3 first
                 'get_keys("v", VOID_NAMESPACE)': sorted(repr(k) for k in backend.get_keys("v", VOID_NAMESPACE)),
@@ -368,10 +370,11 @@ def test_equal_but_distinct_user_keys_are_different_entries(certification: Any, 
             for when, read in (("KS-3: ", state), ("KB-RESTORE-1: after restore, ", restored_state)):
                 for user_key in EQUAL_BUT_DISTINCT:
                     got = read.get(afresh(user_key))
-                    assert got == repr(user_key), f"{when}get({user_key!r}) gave {got!r}"
+                    assert got == repr(user_key), f"KS-3, KS-MAP-1, KB-RESTORE-1: {when}get({user_key!r}) gave {got!r}"
                 entries = sorted(repr(v) for v in read.values())
                 assert len(entries) == len(EQUAL_BUT_DISTINCT), (
-                    f"{when}{len(EQUAL_BUT_DISTINCT)} distinct user keys list {len(entries)} entries: {entries}"
+                    f"KS-3, KS-MAP-1, KB-RESTORE-1: {when}{len(EQUAL_BUT_DISTINCT)} distinct user keys list "
+                    f"{len(entries)} entries: {entries}"
                 )
 
 
@@ -412,7 +415,9 @@ def test_keys_of_one_hash_are_different_keys(
     serializer = KEY_KINDS[kind]
     keys = data.draw(one_java_hash(kind), label="keys")
     user_keys = data.draw(one_java_hash("str"), label="user keys")
-    assert len({serializer.key_hash(k) for k in keys}) == 1, f"the strategy's keys share a hash: {keys}"
+    assert len({serializer.key_hash(k) for k in keys}) == 1, (
+        f"KS-3, KB-RESTORE-1: the strategy's keys share a hash: {keys}"
+    )
     value = ValueStateDescriptor("v", serializer=LongSerializer())
     entries = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local")), key_serializer=serializer) as b:
@@ -426,11 +431,14 @@ def test_keys_of_one_hash_are_different_keys(
                 for i, key in reversed(list(enumerate(keys))):
                     keyed.set_current_key(key)
                     got = keyed.get_or_create_state(value).value()
-                    assert got == i, f"{when}set_current_key({key!r}).value() of {keys}: expected {i}, got {got}"
+                    assert got == i, (
+                        f"KS-3, KB-RESTORE-1: {when}set_current_key({key!r}).value() of {keys}: expected {i}, got {got}"
+                    )
                     items = dict(keyed.get_or_create_state(entries).items())
                     expected = {user_key: 1000 * i + j for j, user_key in enumerate(user_keys)}
                     assert items == expected, (
-                        f"{when}set_current_key({key!r}), items() of the map: expected {expected}, got {items}"
+                        f"KS-3, KB-RESTORE-1: {when}set_current_key({key!r}), items() of the map: expected "
+                        f"{expected}, got {items}"
                     )
 
 
@@ -447,7 +455,9 @@ def test_namespaces_of_one_hash_are_different_namespaces(
     value = ValueStateDescriptor("v", serializer=LongSerializer())
     elements = ListStateDescriptor("l", element_serializer=LongSerializer())
     entries = MapStateDescriptor("m", user_key_serializer=StringSerializer(), user_value_serializer=LongSerializer())
-    assert len({serializer.key_hash(n) for n in namespaces}) == 1, f"namespaces of one hash: {namespaces}"
+    assert len({serializer.key_hash(n) for n in namespaces}) == 1, (
+        f"KS-3, KB-STATE-1, KB-RESTORE-1: namespaces of one hash: {namespaces}"
+    )
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         backend.set_current_key("k")
         for j, namespace in enumerate(namespaces):
@@ -465,12 +475,16 @@ def test_namespaces_of_one_hash_are_different_namespaces(
                     )
                     want = (j, [j, -j], {user_keys[j % len(user_keys)]: j})
                     assert got == want, (
-                        f"{when}value, list and map state of key k in namespace {namespace} of {namespaces}: "
+                        f"KS-3, KB-STATE-1, KB-RESTORE-1: {when}value, list and map state of key k in "
+                        f"namespace {namespace} of {namespaces}: "
                         f"expected {want}, got {got}"
                     )
                     for name in ("v", "l", "m"):
                         keys = list(keyed.get_keys(name, namespace))
-                        assert keys == ["k"], f"{when}get_keys({name!r}, {namespace}) of {namespaces}: {keys}"
+                        assert keys == ["k"], (
+                            f"KS-3, KB-STATE-1, KB-RESTORE-1: {when}get_keys({name!r}, {namespace}) of "
+                            f"{namespaces}: {keys}"
+                        )
 
 
 @pytest.mark.requirement("KB-STATE-1")
@@ -713,7 +727,7 @@ def test_falsy_values_are_values_like_any_other(
         wrong = [
             f"{calls[what]}{when}: expected {want[what]}, got {got[what]}" for what in want if got[what] != want[what]
         ]
-        assert not wrong, "; ".join(wrong)
+        assert not wrong, "KS-VALUE-1, KS-LIST-1, KS-MAP-1, KS-RED-1, KS-AGG-1, KB-RESTORE-1: " + "; ".join(wrong)
 
     with keyed_backend(certification.new_backend(tmp_path_factory.mktemp("local"))) as backend:
         backend.set_current_key("k")
@@ -939,7 +953,9 @@ def test_entry_counts_survive_restore(
                 restored.get_or_create_state(d)
             after = {d.name: restored.num_state_entries(d.name) for d in descriptors}
             assert after == before, f"KS-4: entry counts before a snapshot {before}, after restoring it {after}"
-            assert restored.num_state_entries() == total
+            assert restored.num_state_entries() == total, (
+                "KS-4, KB-RESTORE-1: restored.num_state_entries(): expected total"
+            )
 
 
 PREFIX_KEYS = ["", "a", "ab", "abc", "b", "a\x00", "ab\x00c"]

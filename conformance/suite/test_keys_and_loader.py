@@ -50,7 +50,7 @@ def test_application_backend_beats_configuration(state_backend: Any) -> None:
     config = {"state.backend.type": "statecert-no-such-backend"}
     chosen = load_state_backend(state_backend, job_config=config, cluster_config=config)
     assert type(chosen) is type(state_backend) and chosen.name == state_backend.name, (
-        f"load_state_backend(application backend {state_backend.name!r}, configured type "
+        f"LD-1, LD-2: load_state_backend(application backend {state_backend.name!r}, configured type "
         f"'statecert-no-such-backend') gave {chosen!r}"
     )
 
@@ -72,4 +72,4 @@ def test_configure_keeps_the_backends_settings(state_backend: Any) -> None:
     assert again.capabilities == caps, (
         f"LD-2: configure({other}) changed the capabilities of a configured backend: {caps} -> {again.capabilities}"
     )
-    assert again.name == state_backend.name
+    assert again.name == state_backend.name, "LD-2: again.name: expected state_backend.name"

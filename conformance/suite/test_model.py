@@ -325,7 +325,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         def checkpoint_completes(self, outcome: str) -> None:
             """The asynchronous parts of the pending checkpoint run, its `_metadata` is written and it ends as
             `outcome` says; a failure after it restores what the program had at its call."""
-            assert self.pending is not None
+            assert self.pending is not None, "KB-SNAP-1: the precondition holds a pending checkpoint"
             location, checkpoint_id, pending, model = self.pending
             self.pending = None
             self._change_every_entry()  # whatever steps ran since the call, every entry changes before the parts run
@@ -402,7 +402,7 @@ def make_machine(new_backend: Any) -> type[RuleBasedStateMachine]:
         def fail_and_restore_the_latest_checkpoint(self, parallelism: int) -> None:
             """The job fails and restores the latest checkpoint not aborted, whether or not its completion reached
             the backend (KB-RESTORE-1): what was done since is undone, in the model too."""
-            assert self.restorable is not None
+            assert self.restorable is not None, "KB-RESTORE-1: the precondition holds a restorable checkpoint"
             operator, model = self.restorable
             self._restore(self.backend, operator, self._next_parallelism(parallelism))
             for name, value in copy.deepcopy(model).items():

@@ -63,7 +63,7 @@ def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, sto
         backend.get_list_state(SPLIT).add_all([1, 2, 3])
         backend.get_union_list_state(UNION).add("a")
         handle = backend.snapshot(1, 0, RecordingStreamFactory(location_for(storage), returned)).run()
-    assert isinstance(handle, OperatorStateHandle)
+    assert isinstance(handle, OperatorStateHandle), "OS-4: expected isinstance(handle, OperatorStateHandle)"
     assert returned == [handle.delegate], (
         f"OS-4: the snapshot's one stream is the one its stream factory returned: expected {returned}, got "
         f"{handle.delegate}"
@@ -71,9 +71,14 @@ def test_snapshot_is_one_stream_with_offsets_per_element(state_backend: Any, sto
     assert {n: (p.mode, len(p.offsets)) for n, p in handle.states.items()} == {
         "offsets": (OperatorStateMode.SPLIT_DISTRIBUTE, 3),
         "names": (OperatorStateMode.UNION, 1),
-    }
+    }, (
+        "OS-4: {n: (p.mode, len(p.offsets)) for n, p in handle.states.items()}: expected "
+        "{'offsets': (OperatorStateMode.SPLIT_DISTRIBUTE, 3), 'names': (OperatorStateMode.UNION, 1)}"
+    )
     decoded = read_operator_states(handle)
-    assert [LongSerializer().deserialize(e) for e in decoded["offsets"][2]] == [1, 2, 3]
+    assert [LongSerializer().deserialize(e) for e in decoded["offsets"][2]] == [1, 2, 3], (
+        "OS-4: [LongSerializer().deserialize(e) for e in decoded['offsets'][2]]: expected [1, 2, 3]"
+    )
 
 
 def _operator_contents(backend: Any) -> dict[str, Any]:
@@ -389,7 +394,7 @@ def test_unregistered_restored_state_is_carried_over(state_backend: Any, storage
         backend.get_list_state(SPLIT).add_all([4, 5])
         handle = backend.snapshot(1, 0, location_for(storage, 1)).run()
     with operator_backend(state_backend, (handle,)) as middle:
-        assert middle.registered_state_names == {"offsets"}
+        assert middle.registered_state_names == {"offsets"}, "OS-6: middle.registered_state_names: expected {'offsets'}"
         if beside == "new states":
             middle.get_union_list_state(early).add_all(["x" * 40, "y"])
         handle2 = middle.snapshot(2, 0, location_for(storage, 2)).run()

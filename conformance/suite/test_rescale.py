@@ -88,7 +88,9 @@ def read_back(state_backend: Any, operator: Any, parallelism: int, max_paralleli
     for s in create_subtasks(state_backend, KEYS, parallelism, max_parallelism, restore_from=operator):
         value, lst = s.keyed.get_or_create_state(VALUE), s.keyed.get_or_create_state(LIST)
         for key in list(s.keyed.get_keys("v", VOID_NAMESPACE)):
-            assert key not in out["keyed"], f"key {key} restored into two subtasks"
+            assert key not in out["keyed"], (
+                f"KB-RESTORE-2: restore at parallelism {parallelism}: expected key {key} in one subtask, got it in two"
+            )
             s.keyed.set_current_key(key)
             out["keyed"][key] = (value.value(), lst.get())
         if supports(declared(state_backend), "operator_state"):
@@ -120,7 +122,8 @@ def _rescaled(
 def test_rescale_keeps_every_key(state_backend: Any, storage: Any, old: int, new: int) -> None:
     missing, wrong = _rescaled(state_backend, storage, old, new, KEY_LIST)
     assert not missing and not wrong, (
-        f"{old}->{new}: missing {missing[:5]}, wrong (expected, got) {list(wrong.items())[:5]}"
+        f"KB-RESTORE-2, KB-RESTORE-1: {old}->{new}: missing {missing[:5]}, wrong (expected, got) "
+        f"{list(wrong.items())[:5]}"
     )
 
 
@@ -158,7 +161,7 @@ def test_restore_at_any_parallelism(
     operator = write_checkpoint(backend, storage, old, keys, max_parallelism)
     got = read_back(backend, operator, new, max_parallelism)["keyed"]
     assert got == written(keys), (
-        f"{old}->{new} at max parallelism {max_parallelism}: expected {written(keys)}, got {got}"
+        f"KB-RESTORE-2: {old}->{new} at max parallelism {max_parallelism}: expected {written(keys)}, got {got}"
     )
 
 
@@ -256,7 +259,7 @@ def test_split_list_elements_go_to_exactly_one_subtask(state_backend: Any, stora
         f"OS-1: {old}->{new}: expected the elements {expected}, got the shares {shares}"
     )
     sizes = [len(s) for s in shares]
-    assert max(sizes) - min(sizes) <= 1, f"uneven split {sizes}"
+    assert max(sizes) - min(sizes) <= 1, f"OS-1: uneven split {sizes}"
 
 
 @pytest.mark.requirement("OS-2")
@@ -332,7 +335,7 @@ def test_union_list_reaches_every_subtask_on_every_restore(
 @pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 5), (2, 2)])
 def test_broadcast_state_is_whole_in_every_subtask(state_backend: Any, storage: Any, old: int, new: int) -> None:
     maps = read_back(state_backend, write_checkpoint(state_backend, storage, old, []), new)["broadcast"]
-    assert maps == [[("r", 7)]] * new
+    assert maps == [[("r", 7)]] * new, "OS-3: maps: expected [[('r', 7)]] * new"
 
 
 @pytest.mark.requirement("SP-1", "SP-2", "IF-7")
@@ -362,4 +365,4 @@ def test_canonical_savepoint_restores_across_backends(
             f"{CANONICAL_FORMAT!r}, got {labels}"
         )
     got = read_back(reader, operator, 5)["keyed"]
-    assert got == written(KEY_LIST[:100]), f"{direction}: state differs"
+    assert got == written(KEY_LIST[:100]), f"SP-1, SP-2, IF-7: {direction}: state differs"

@@ -59,8 +59,13 @@ def test_moved_savepoint_restores(state_backend: Any, tmp_path: Path) -> None:
     shutil.rmtree(original)
     metadata = load_checkpoint_metadata(str(moved))
     files = [h.delegate for st_ in metadata.operators[0].subtask_states.values() for h in st_.managed_keyed_state]
-    assert files and all(isinstance(f, FileStateHandle) and f.path.startswith(f"file://{moved}/") for f in files)
-    assert counts(state_backend, metadata.operators[0], 2) == expected
+    assert files and all(isinstance(f, FileStateHandle) and f.path.startswith(f"file://{moved}/") for f in files), (
+        "FMT-9, SP-4: expected files and all((isinstance(f, FileStateHandle) and "
+        "f.path.startswith(f'file://{moved}/') for f in files))"
+    )
+    assert counts(state_backend, metadata.operators[0], 2) == expected, (
+        "FMT-9, SP-4: counts(state_backend, metadata.operators[0], 2): expected expected"
+    )
 
 
 @pytest.mark.requirement("FMT-6")
@@ -78,17 +83,21 @@ def test_restore_reads_only_its_own_key_groups(state_backend: Any, tmp_path: Pat
     data[second_half:] = b"\xff" * (len(data) - second_half)  # destroy key groups 64..127
     path.write_bytes(bytes(data))
     # Re-record the file's checksum (CS-9), so that only reading key groups 64..127 could notice the damage.
-    assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, FileStateHandle)
+    assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, FileStateHandle), (
+        "FMT-6: expected isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, FileStateHandle)"
+    )
     rerecorded = replace(handle, delegate=replace(handle.delegate, checksum=crc32c.crc32c(bytes(data))))
     first_half_handle = rerecorded.intersection(KeyGroupRange(0, 63))
-    assert first_half_handle is not None
+    assert first_half_handle is not None, "FMT-6: first_half_handle: expected not None"
     with keyed_backend(state_backend, parallelism=2, index=0, restore=[first_half_handle]) as first_half:
         state = first_half.get_or_create_state(COUNT)
         restored = {}
         for key in list(first_half.get_keys("count", VOID_NAMESPACE)):
             first_half.set_current_key(key)
             restored[key] = state.value()
-        assert restored == {k: v for k, v in expected.items() if key_group_of(k) < 64}
+        assert restored == {k: v for k, v in expected.items() if key_group_of(k) < 64}, (
+            "FMT-6: restored: expected {k: v for k, v in expected.items() if key_group_of(k) < 64}"
+        )
     with pytest.raises(CheckpointFormatError, match=re.escape(path.name)):
         create_subtasks(state_backend, KEYS, 2, 128, restore_from=metadata.operators[0])
 
@@ -106,7 +115,7 @@ def _rewritten_savepoint(
     )
     pointer, _ = savepoint(storage, reference_backend, parallelism=1)
     handle = load_checkpoint_metadata(pointer).operators[0].subtask_states[0].managed_keyed_state[0]
-    assert isinstance(handle, KeyGroupsStateHandle)
+    assert isinstance(handle, KeyGroupsStateHandle), f"SP-1: a canonical savepoint's keyed handle: got {handle!r}"
     return rewritten_canonical_stream(handle, tmp_path / "hostile-stream", change)
 
 
@@ -186,7 +195,7 @@ def test_a_truncated_stream_of_a_checkpoint_in_any_format_fails_its_restore(
             backend.notify_checkpoint_complete(checkpoint_id)
         expected = _every_entry(backend)
     streams = stream_handles(handle)
-    assert streams, "the checkpoint references no stream"
+    assert streams, "FMT-8, FMT-12, KB-LOCAL-2: the checkpoint references no stream"
     (tmp_path / "cut").mkdir()
     for stream in streams:
         name = stream.handle_name if isinstance(stream, ByteStreamStateHandle) else stream.path.rsplit("/", 1)[-1]
@@ -405,7 +414,7 @@ def _every_kind_savepoint(reference_backend: Any, tmp_path: Path) -> KeyGroupsSt
         handle = backend.snapshot(
             1, 0, location_for(storage), CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
         ).run()
-    assert isinstance(handle, KeyGroupsStateHandle)
+    assert isinstance(handle, KeyGroupsStateHandle), f"SP-1: snapshot(SAVEPOINT_CANONICAL).run(): got {handle!r}"
     return handle
 
 
@@ -477,7 +486,9 @@ def test_golden_savepoint_of_every_older_format_version_restores(
     copy = tmp_path / "golden"
     shutil.copytree(GOLDEN / f"v{version}-savepoint", copy)  # also proves relocation: it was written elsewhere
     metadata = load_checkpoint_metadata(str(copy))
-    assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL
+    assert metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL, (
+        "FMT-3, SP-1: expected metadata.checkpoint_id == 7 and metadata.kind is CheckpointKind.SAVEPOINT_CANONICAL"
+    )
     seen: dict[str, Any] = {}
     offsets: list[int] = []
     for s in create_subtasks(
@@ -495,8 +506,10 @@ def test_golden_savepoint_of_every_older_format_version_restores(
             seen[key] = (count.value(), lst.get())
         offsets += s.operator.get_list_state(ListStateDescriptor("offsets", element_serializer=LongSerializer())).get()
         s.dispose()
-    assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}
-    assert sorted(offsets) == [0, 1]
+    assert seen == {f"w{i}": (i, [i, i * 2]) for i in range(26)}, (
+        "FMT-3, SP-1: seen: expected {f'w{i}': (i, [i, i * 2]) for i in range(26)}"
+    )
+    assert sorted(offsets) == [0, 1], "FMT-3, SP-1: sorted(offsets): expected [0, 1]"
 
 
 MSGPACK_KEYS = MsgpackSerializer()
@@ -531,7 +544,7 @@ def _msgpack_keyed_savepoint(reference_backend: Any, tmp_path: Path) -> tuple[Ke
         handle = backend.snapshot(
             1, 0, location_for(storage), CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
         ).run()
-    assert isinstance(handle, KeyGroupsStateHandle)
+    assert isinstance(handle, KeyGroupsStateHandle), f"SP-1: snapshot(SAVEPOINT_CANONICAL).run(): got {handle!r}"
     return handle, expected
 
 

@@ -48,7 +48,7 @@ def test_library_scenario_passes_on_the_simulator(
     if "sim" not in scenario.runners:
         pytest.skip(f"{scenario.name} is not written for the simulator")
     result = run_on_simulator(scenario, tmp_path, certification.settings.backend)
-    assert result.passed, _verdict(result)
+    assert result.passed, f"SCN-9: {_verdict(result)}"
 
 
 @pytest.mark.requirement("SCN-9", "SCN-6", "SCN-7")
@@ -62,4 +62,4 @@ def test_library_scenario_passes_on_spark(
     if "spark" not in scenario.runners:
         pytest.skip(f"{scenario.name} is not written for the Spark runner")
     result = run_on_spark(scenario, tmp_path, spark_session, certification.settings.backend)
-    assert result.passed, _verdict(result)
+    assert result.passed, f"SCN-9: {_verdict(result)}"

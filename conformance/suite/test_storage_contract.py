@@ -53,10 +53,10 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
     with location.create_checkpoint_state_output_stream(scope) as out:
         for i in range(0, size, 4096):
             out.write(payload[i : i + 4096])
-        assert out.tell() == size
+        assert out.tell() == size, "CS-3, CS-4: out.tell(): expected size"
         handle = out.close_and_get_handle()
     with handle.open() as f:
-        assert f.read() == payload, f"{scope.value} stream of {size} bytes read back differently"
+        assert f.read() == payload, f"CS-3, CS-4: {scope.value} stream of {size} bytes read back differently"
 
 
 WRITE_SIZES = st.one_of(
@@ -249,7 +249,7 @@ def test_task_owned_stream_reads_back(storage: Any) -> None:
     out = storage.create_checkpoint_storage("job").create_task_owned_state_stream()
     out.write(b"task owned" * 5000)
     with out.close_and_get_handle().open() as f:
-        assert f.read() == b"task owned" * 5000
+        assert f.read() == b"task owned" * 5000, "CS-3, CS-4: f.read(): expected b'task owned' * 5000"
 
 
 @pytest.mark.requirement("CS-2")
@@ -257,7 +257,10 @@ def test_savepoint_location_at_explicit_target(storage: Any, checkpoint_dir: str
     location = storage.create_checkpoint_storage("abcdef0123").initialize_location_for_savepoint(
         3, target=f"{checkpoint_dir}-explicit"
     )
-    assert _under(location.pointer, f"{checkpoint_dir}-explicit", "savepoint-abcdef-"), location.pointer
+    assert _under(location.pointer, f"{checkpoint_dir}-explicit", "savepoint-abcdef-"), (
+        f"CS-2: initialize_location_for_savepoint(3, target=...-explicit): expected a savepoint-abcdef-* directory "
+        f"under the target, got {location.pointer}"
+    )
 
 
 @pytest.mark.requirement("CS-2", "SP-2")
@@ -299,7 +302,9 @@ def test_savepoints_go_to_new_directories_under_their_target_or_the_default(
             "CS-2: initialize_location_for_savepoint(7) without a target or a default savepoint directory: "
             f"expected IllegalConfigurationError, got a location at {location.pointer}"
         )
-    assert _under(without.initialize_location_for_savepoint(8, target=explicit).pointer, explicit)
+    assert _under(without.initialize_location_for_savepoint(8, target=explicit).pointer, explicit), (
+        "CS-2, SP-2: expected _under(without.initialize_location_for_savepoint(8, target=explicit).pointer, explicit)"
+    )
 
 
 @pytest.mark.requirement("CS-3", "CKP-1")
@@ -356,7 +361,9 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
         abandoned.write(b"b" * 50_000)
         raise RuntimeError("task failed mid-write")
     fs, directory = fsspec.core.url_to_fs(location.pointer)
-    assert not fs.exists(directory) or fs.find(directory) == []
+    assert not fs.exists(directory) or fs.find(directory) == [], (
+        "CS-6: expected not fs.exists(directory) or fs.find(directory) == []"
+    )
     kept = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     kept.write(b"c" * 50_000)
     kept.close_and_get_handle()
@@ -714,7 +721,7 @@ def test_a_savepoint_directory_moved_elsewhere_restores(storage: Any) -> None:
     source = metadata_path.rsplit("/", 1)[0]
     moved = f"{source.rsplit('/', 1)[0]}-moved-elsewhere/{source.rsplit('/', 1)[1]}"
     fs.mv(source, moved, recursive=True)
-    assert not fs.exists(source), f"moving {source} left it in place"
+    assert not fs.exists(source), f"FMT-9, CS-2: moving {source} left it in place"
     restored = storage.load_checkpoint(fs.unstrip_protocol(moved))
     handles = restored.operator("op").subtask_states[0].managed_keyed_state
     got = [_misread(handle.delegate, payload) for handle, payload in zip(handles, payloads, strict=True)]

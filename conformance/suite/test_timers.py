@@ -90,11 +90,14 @@ def fired_timers(recorder: Recorder, kind: str = "event") -> list[Timer]:
 def assert_fired_in_order(recorder: Recorder, expected: set[Timer], call: str, kind: str = "event") -> None:
     got = fired_timers(recorder, kind)
     assert sorted(got) == sorted(expected), (
-        f"{call}: expected the {kind}-time timers {sorted(expected)} to fire once each, got {sorted(got)}"
+        f"TM-2: {call}: expected the {kind}-time timers {sorted(expected)} to fire once each, got {sorted(got)}"
     )
     stamps = [t[2] for t in got]
-    assert stamps == sorted(stamps), f"{call}: timers fired out of timestamp order: {stamps}"
-    assert not recorder.wrong_key, f"{call}: (timer key, current key) differed when firing: {recorder.wrong_key}"
+    assert stamps == sorted(stamps), f"TM-2: {call}: expected timers in timestamp order, got {stamps}"
+    assert not recorder.wrong_key, (
+        f"TM-2: {call}: expected each timer's key current when it fires, got (timer key, current key) "
+        f"{recorder.wrong_key}"
+    )
 
 
 @pytest.mark.requirement("TM-1", "TM-2", "TM-3")
@@ -108,13 +111,17 @@ def test_due_timers_fire_once_in_timestamp_order_with_their_key_current(
         register(backend, service, timers)
         register(backend, service, timers)  # again: de-duplicated (TM-3)
         assert service.num_event_time_timers() == len(set(timers)), (
-            f"num_event_time_timers(): expected {len(set(timers))} distinct timers, got "
+            f"TM-1, TM-2, TM-3: num_event_time_timers(): expected {len(set(timers))} distinct timers, got "
             f"{service.num_event_time_timers()}"
         )
         service.advance_watermark(watermark)
-        assert service.current_watermark() == watermark
+        assert service.current_watermark() == watermark, (
+            "TM-1, TM-2, TM-3: service.current_watermark(): expected watermark"
+        )
         assert_fired_in_order(recorder, {t for t in timers if t[2] <= watermark}, f"advance_watermark({watermark})")
-        assert service.num_event_time_timers() == len({t for t in timers if t[2] > watermark})
+        assert service.num_event_time_timers() == len({t for t in timers if t[2] > watermark}), (
+            "TM-1, TM-2, TM-3: service.num_event_time_timers(): expected len({t for t in timers if t[2] > watermark})"
+        )
 
 
 @pytest.mark.requirement("TM-2")
@@ -142,7 +149,9 @@ def test_state_read_in_a_callback_is_the_timer_keys(
             service.register_event_time_timer(namespace, time)
         service.advance_watermark(MAX_TIMESTAMP)
         wrong = [(timer, value) for timer, value in seen if value != len(timer[0]) * 10 + timer[1]]
-        assert not wrong, f"state read in on_event_time was another key's or namespace's: (timer, value) {wrong[:5]}"
+        assert not wrong, (
+            f"TM-2: state read in on_event_time was another key's or namespace's: (timer, value) {wrong[:5]}"
+        )
 
 
 def advance(service: Any, kind: str, time: int) -> None:
@@ -207,7 +216,9 @@ def test_a_deleted_timer_registered_again_fires_once(
             getattr(service, f"delete_{kind}_time_timer")(namespace, time)
         register(backend, service, sorted(back), kind)
         count = getattr(service, f"num_{kind}_time_timers")()
-        assert count == len(expected), f"num_{kind}_time_timers() after {call}: expected {len(expected)}, got {count}"
+        assert count == len(expected), (
+            f"TM-4, TM-3, TM-6: num_{kind}_time_timers() after {call}: expected {len(expected)}, got {count}"
+        )
         handle = snapshot_now(backend, location_for(storage))
         advance(service, kind, MAX_TIMESTAMP)
         assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind)
@@ -384,8 +395,8 @@ def test_timers_registered_by_callbacks_fire_in_the_same_advance(state_backend: 
         service.advance_watermark(100)
         expected = {("a", 0, t) for t in range(0, 101, 10)} | {("a", 0, t - 1000) for t in range(0, 101, 10)}
         got = set(fired_timers(recorder))
-        assert got == expected, f"advance_watermark(100): expected {sorted(expected)}, got {sorted(got)}"
-        assert service.num_event_time_timers() == 1, "the timer at 110 stays registered"
+        assert got == expected, f"TM-5: advance_watermark(100): expected {sorted(expected)}, got {sorted(got)}"
+        assert service.num_event_time_timers() == 1, "TM-5: the timer at 110 stays registered"
 
 
 FEW_KEYS_TIMERS = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 2), st.integers(0, 60)), max_size=30)
@@ -442,7 +453,9 @@ def test_a_timer_deleted_by_a_callback_never_fires(
         advance(service, kind, now)
         assert_fired_in_order(recorder, expected, call, kind)
         count = getattr(service, f"num_{kind}_time_timers")()
-        assert count == len(alive), f"num_{kind}_time_timers() after {call}: expected {len(alive)}, got {count}"
+        assert count == len(alive), (
+            f"TM-4, TM-2: num_{kind}_time_timers() after {call}: expected {len(alive)}, got {count}"
+        )
         advance(service, kind, MAX_TIMESTAMP)
         assert_fired_in_order(recorder, expected | model_fires(MAX_TIMESTAMP), f"{call}, then to Long.MAX_VALUE", kind)
 
@@ -653,7 +666,8 @@ def test_timers_registered_at_or_before_the_current_time_fire_in_the_next_advanc
         )
         later = {t for t in timers if t[2] > now}
         assert count() == len(later), (
-            f"num_{kind}_time_timers() after the second {call}({now}): expected the {len(later)} later timers, got "
+            f"TM-2, TM-5: num_{kind}_time_timers() after the second {call}({now}): expected the {len(later)} "
+            "later timers, got "
             f"{count()}"
         )
 
@@ -697,7 +711,7 @@ def test_a_snapshot_holds_exactly_the_timers_at_its_call(
         service, recorder = service_of(restored)
         other, other_recorder = service_of(restored, "other")
         assert (service.current_watermark(), service.current_processing_time()) == (MIN_TIMESTAMP, MIN_TIMESTAMP), (
-            "a restored timer service starts at Long.MIN_VALUE (TM-8)"
+            "TM-6, TM-8, TM-9: a restored timer service starts at Long.MIN_VALUE (TM-8)"
         )
         for kind, held in (("event", at_snapshot), ("processing", set(processing))):
             listed: list[Timer] = []
@@ -764,9 +778,11 @@ def test_rescaled_timers_fire_exactly_once_across_the_new_subtasks(
         fired += mine
         s.dispose()
     scaled = f"{kind} timers {old}->{new} at max parallelism {max_parallelism}"
-    assert not misplaced, f"{scaled}: timers fired in a subtask that does not own their key group: {misplaced}"
+    assert not misplaced, (
+        f"TM-7, KG-2: {scaled}: timers fired in a subtask that does not own their key group: {misplaced}"
+    )
     assert sorted(fired) == sorted(set(timers)), (
-        f"{scaled}: expected every timer to fire once across the new subtasks: "
+        f"TM-7, KG-2: {scaled}: expected every timer to fire once across the new subtasks: "
         f"missing {sorted(set(timers) - set(fired))[:5]}, repeated {_repeats(fired)}"
     )
 
