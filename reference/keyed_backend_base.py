@@ -6,6 +6,7 @@ authors import it from `statecert.reference.authoring`."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
@@ -50,6 +51,16 @@ from statecert.spec.state import (
 from statecert.spec.timers import Triggerable
 
 _Backend = TypeVar("_Backend", bound="KeyedStateBackendBase")
+RENAMED_HOOKS = {
+    "_create_store": "create_store",
+    "_restore_other": "restore_foreign_handles",
+    "_release": "release_resources",
+}
+"""Hooks a subclass overrides, by their names before 0.1.0's public authoring kit: still called, with a
+DeprecationWarning, until 0.4.0."""
+RENAMED_HELPERS = {"_restore": "restore_handles", "_check_open": "check_open", "_track": "track_snapshot"}
+"""Helpers a subclass calls, by their names before 0.1.0's public authoring kit: still there (deprecated methods
+below), with a DeprecationWarning, until 0.4.0."""
 _CACHEABLE_KEY_TYPES = (str, int, bytes)
 _KEY_CACHE_SIZE = 65536
 
@@ -99,6 +110,43 @@ class KeyedStateBackendBase:
         self._timer_services: dict[str, KeyedTimerService] = {}
         self.timer_service_class = KeyedTimerService
         self._closed = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass overriding a hook by its old name gets it called under the new one, with a warning."""
+        super().__init_subclass__(**kwargs)
+        for old, new in RENAMED_HOOKS.items():
+            if old in cls.__dict__ and new not in cls.__dict__:
+                warnings.warn(
+                    f"{cls.__qualname__}.{old} is deprecated: rename it to {new} (statecert.reference.authoring); "
+                    "the old name stops being called in statecert 0.4.0",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                setattr(cls, new, cls.__dict__[old])
+
+    def _renamed(self, old: str) -> None:
+        new = RENAMED_HELPERS[old]
+        warnings.warn(
+            f"{type(self).__name__}.{old} is deprecated: call {new} (statecert.reference.authoring); the old name "
+            "goes in statecert 0.4.0",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+    def _restore(self, handles: Sequence[Any]) -> None:
+        """Deprecated: `restore_handles`."""
+        self._renamed("_restore")
+        self.restore_handles(handles)
+
+    def _check_open(self) -> None:
+        """Deprecated: `check_open`."""
+        self._renamed("_check_open")
+        self.check_open()
+
+    def _track(self, task: AsyncSnapshotTask[KeyedStateHandle]) -> AsyncSnapshotTask[KeyedStateHandle]:
+        """Deprecated: `track_snapshot`."""
+        self._renamed("_track")
+        return self.track_snapshot(task)
 
     # -- hooks ---------------------------------------------------------------------------------------------------
     def create_store(self, meta: StateMetaInfo) -> Any:
