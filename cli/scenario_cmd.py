@@ -20,6 +20,7 @@ from rich.table import Table
 
 from statecert.cli.arguments import factory_name, output_file, spark_master, work_directory
 from statecert.cli.factories import check_backend
+from statecert.scenarios.results import run_summary
 
 
 def add_parser(sub: Any) -> None:
@@ -104,6 +105,8 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
                 progress.advance(bar)
                 verdict = "[green]passed[/green]" if result.passed else "[red]FAILED[/red]"
                 console.print(f"{verdict} {scenario.name} ({args.runner}, {result.backend}, {result.seconds:.1f} s)")
+                for i, run in enumerate(result.runs):
+                    console.print(f"    {run_summary(i, run)}", markup=False, highlight=False)
                 for failure in result.failures:
                     console.print(f"    {failure}", markup=False, highlight=False)
     for name in skipped:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statecert.spec.requirements import Requirement
+from statecert.spec.requirements import CONTRACT, HARDENED, Requirement
 
 # How test outcomes fold into one requirement outcome, strongest first. "not-run": a test the run's options
 # selected did not run (pytest's -k, -m or --deselect, or a stop), so the requirement was not fully checked.
@@ -146,6 +146,7 @@ class Report:
                 reasons = [CHAPTER_NOT_AN_OBLIGATION.get(rid.split("-")[0], NOT_AN_OBLIGATION)]
             out[rid] = {
                 "chapter": requirement.chapter,
+                "level": requirement.level,
                 "title": requirement.title,
                 "text": requirement.text,
                 "outcome": outcome,
@@ -166,17 +167,26 @@ class Report:
                 capabilities[capability][result.outcome] += 1
         summary = Counter(info["outcome"] for info in requirements.values())
         tests = Counter(r.outcome for r in self.results) + Counter({"not-run": len(self.not_run)})
-        failed = (
-            summary["failed"] > 0
-            or bool(self.stale_expected_failures)
+        unsound = (
+            bool(self.stale_expected_failures)
             or bool(self.unknown_requirements)
             or not any(r.outcome == "passed" for r in self.results)  # nothing checked is nothing certified
             or self.incomplete is not None  # a part of the suite certifies nothing
         )
+        failed = summary["failed"] > 0 or unsound
+        levels = {}
+        for level in (CONTRACT, HARDENED):  # the hardened level holds the contract and the hardening
+            counted = [
+                rid
+                for rid, info in requirements.items()
+                if info["outcome"] == "failed" and (level == HARDENED or self.requirements[rid].level == CONTRACT)
+            ]
+            levels[level] = {"verdict": "not certified" if counted or unsound else "certified", "failed": counted}
         cause = root_cause(self.results)
         return {
             **self.header,
             "verdict": "not certified" if failed else "certified",
+            "levels": levels,
             "likely_root_cause": None
             if cause is None
             else {"test": cause.test_id, "requirements": list(cause.violated), "message": cause.message},
@@ -224,6 +234,16 @@ def _versions(libraries: dict[str, str] | None) -> str:
     return ", ".join(f"{name} {v}" for name, v in libraries.items()) if libraries else "-"
 
 
+def level_line(levels: dict[str, Any]) -> str:
+    """Each level's verdict on one line: the Flink-equivalent contract, and the contract with the hardening."""
+    parts = []
+    for level, title in ((CONTRACT, "contract (Flink-equivalent)"), (HARDENED, "hardened (contract and hardening)")):
+        info = levels[level]
+        failed = f": {', '.join(info['failed'])} violated" if info["failed"] else ""
+        parts.append(f"{title} {info['verdict'].upper()}{failed}")
+    return "Levels: " + "; ".join(parts)
+
+
 def certificate(data: dict[str, Any]) -> str:
     """A certificate a person reads and archives: what was tested, with which options, and the verdict."""
     backend = data["backend"]
@@ -237,6 +257,8 @@ def certificate(data: dict[str, Any]) -> str:
         f"**Verdict: {data['verdict'].upper()}**",
         "",
     ]
+    if data.get("levels"):
+        lines += [level_line(data["levels"]), ""]
     failed = {rid: info for rid, info in data["requirements"].items() if info["outcome"] == "failed"}
     if data.get("likely_root_cause"):
         cause = data["likely_root_cause"]

@@ -42,6 +42,20 @@ class RunResult:
     union_restores: list[UnionRestore] = field(default_factory=list)
 
 
+def run_summary(index: int, run: RunResult) -> str:
+    """One line per job run for a person: backend, parallelism, checkpoints, failovers, output and offsets."""
+    splits = sorted(run.end_offsets)
+    offsets = ", ".join(f"{run.start_offsets.get(s, 0)}..{run.end_offsets[s]}" for s in splits)
+    line = (
+        f"run {index + 1}: {run.backend} at parallelism {run.parallelism}, {run.completed_checkpoints} checkpoints "
+        f"and savepoints completed, {run.failovers} failovers, {len(run.committed)} outputs committed, "
+        f"source offsets {offsets}"
+    )
+    if run.union_restores:
+        line += f", {len(run.union_restores)} subtask restores of union state"
+    return line + (", job failed" if run.job_failed else "")
+
+
 @dataclass
 class ScenarioResult:
     scenario: str

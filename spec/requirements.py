@@ -6,7 +6,10 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-_REQUIREMENT = re.compile(r"^- \*\*(?P<id>[A-Z]+(?:-[A-Z]+)*-\d+)\*\* (?P<text>.+)$")
+_REQUIREMENT = re.compile(r"^- \*\*(?P<id>[A-Z]+(?:-[A-Z]+)*-\d+)\*\* (?P<hardening>\*\(hardening\)\* )?(?P<text>.+)$")
+CONTRACT, HARDENED = "contract", "hardened"
+"""The two levels: the Flink-equivalent contract, and hardening beyond what Flink's own backends do (chapters'
+README)."""
 
 
 _TITLE_END = re.compile(r"(?<=[a-z0-9)`'\"])(?:\. |: |; | \(| - )")
@@ -17,6 +20,8 @@ class Requirement:
     id: str
     chapter: str
     text: str
+    level: str = CONTRACT
+    """`contract`, or `hardened` for a requirement marked *(hardening)*: more than Flink's own backends do."""
 
     @property
     def title(self) -> str:
@@ -39,5 +44,6 @@ def load_requirements() -> dict[str, Requirement]:
             if match:
                 if match["id"] in found:
                     raise ValueError(f"duplicate requirement ID {match['id']} in {entry.name}")
-                found[match["id"]] = Requirement(match["id"], entry.name, match["text"])
+                level = HARDENED if match["hardening"] else CONTRACT
+                found[match["id"]] = Requirement(match["id"], entry.name, match["text"], level)
     return found

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from statecert.conformance.plugin import without_fixture_arguments
 from statecert.conformance.report import ORDER, Report, certificate
 from statecert.conformance.report import TestResult as Result
-from statecert.spec.requirements import Requirement
+from statecert.spec.requirements import CONTRACT, HARDENED, Requirement
 
 REQUIREMENTS = {rid: Requirement(rid, "99-example.md", f"requirement {rid}") for rid in ("X-1", "X-2")}
 
@@ -86,3 +86,26 @@ def test_the_certificate_says_with_which_configuration_and_known_bugs_the_backen
     header["options"] = {**header["options"], "backend_config": {}, "expected_failures": None}
     rows = certificate(Report(header, REQUIREMENTS, [passed]).to_dict()).splitlines()
     assert "| configuration | the backend's defaults |" in rows and "| expected failures | - |" in rows, rows[:20]
+
+
+@given(st.sets(st.sampled_from(["C-1", "C-2", "H-1", "H-2"])))
+def test_each_level_fails_only_on_its_own_requirements(failing: set[str]) -> None:
+    """The contract level (Flink-equivalent) fails only on contract requirements; the hardened level on any: a
+    backend that behaves like Flink's fails only hardening requirements and is certified at the contract level."""
+    requirements = {
+        rid: Requirement(rid, "99-example.md", f"requirement {rid}", HARDENED if rid.startswith("H") else CONTRACT)
+        for rid in ("C-1", "C-2", "H-1", "H-2")
+    }
+    results = [
+        Result(f"test_m::test_{rid}", "failed" if rid in failing else "passed", (rid,), message=rid,
+               violated=(rid,) * (rid in failing))
+        for rid in sorted(requirements)
+    ]  # fmt: skip
+    levels = Report({"backend": {"capabilities": {}}}, requirements, results).to_dict()["levels"]
+    contract_failing = sorted(rid for rid in failing if rid.startswith("C"))
+    expected = {
+        CONTRACT: {"verdict": "not certified" if contract_failing else "certified", "failed": contract_failing},
+        HARDENED: {"verdict": "not certified" if failing else "certified", "failed": sorted(failing)},
+    }
+    got = {level: {**info, "failed": sorted(info["failed"])} for level, info in levels.items()}
+    assert got == expected, f"levels with {sorted(failing)} failing: expected {expected}, got {got}"
