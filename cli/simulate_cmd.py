@@ -4,6 +4,7 @@ write the JSON report (and a timeline PNG)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -24,8 +25,13 @@ from statecert.cli.factories import check_backend
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("simulate", help="simulate the barrier protocol with faults on real backends (TOML job file)")
-    p.add_argument("file", help="a scenario file (its first run) or a low-level simulator job file (TOML)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of every random choice (default 0)")
+    p.add_argument("file", help="a scenario file (every run of it) or a low-level simulator job file (TOML)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the seed of every random choice (default: a scenario file's input seed, 0 for a job file)",
+    )
     p.add_argument("--report", type=output_file, help="write the JSON report here")
     p.add_argument("--plot", type=output_file, help="write a timeline PNG here")
 
@@ -38,43 +44,73 @@ def _is_scenario(path: Path) -> bool:
         return False
 
 
-def _job(file: str) -> tuple[Any, str | None]:
-    """A simulator job file, or a scenario file (its first run: the scenario format is the simulator's input)."""
-    from statecert.reference.simulator.job_spec import load_job_spec
-
-    if _is_scenario(Path(file)):
-        from statecert.scenarios.loader import load_scenario
-        from statecert.scenarios.plan import run_settings
-        from statecert.scenarios.sim_runner import job_spec
-
-        scenario = load_scenario(file)
-        start = str(scenario.job.start_from) if scenario.job.start_from else None
-        return job_spec(scenario, 0, run_settings(scenario, None)[0]), start
-    return load_job_spec(file), None
-
-
 def simulate(args: argparse.Namespace, console: Console) -> int:
+    from statecert.reference.simulator.job_spec import load_job_spec
+    from statecert.reference.simulator.plot import plot_runs
+    from statecert.reference.simulator.runtime import Simulation
+
+    with tempfile.TemporaryDirectory(prefix="statecert-sim-") as workdir:
+        if _is_scenario(Path(args.file)):
+            reports, failures = _simulate_scenario(args, Path(workdir), console)
+            data: dict[str, Any] = {"runs": reports, "passed": not failures, "failures": failures}
+        else:
+            spec = load_job_spec(args.file)
+            check_backend(spec.backend, args.file)  # one whose factory raises is one line before anything runs
+            columns = (
+                TextColumn("simulating"),
+                BarColumn(),
+                TextColumn("{task.completed:.0f} ms"),
+                TimeElapsedColumn(),
+            )
+            with Progress(*columns, console=console, transient=True) as progress:
+                bar = progress.add_task("sim", total=spec.max_time_ms)
+                simulation = Simulation(spec, 0 if args.seed is None else args.seed, Path(workdir), None)
+                report = simulation.run(lambda now: progress.update(bar, completed=now))
+            reports, data = [report], report
+            failures = _print_run(report, console)
+            failures += [] if report["terminated"] else ["the run did not terminate"]
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.plot:
+        plot_runs(reports, Path(args.plot))
+    return 0 if not failures else 1
+
+
+def _simulate_scenario(args: argparse.Namespace, workdir: Path, console: Console) -> tuple[list[Any], list[str]]:
+    """Every run of a scenario file (a resumed run starts from the previous one's savepoint or checkpoint): each
+    run's report, and every expectation or check that failed."""
+    from rich.markup import escape
+
+    from statecert.scenarios.loader import load_scenario
+    from statecert.scenarios.results import run_summary
+    from statecert.scenarios.sim_runner import run_on_simulator
+
+    scenario = load_scenario(args.file)
+    if args.seed is not None:  # the input and the oracle's recount are drawn from the same seed
+        scenario = dataclasses.replace(scenario, input=dataclasses.replace(scenario.input, seed=args.seed))
+    check_backend(scenario.job.backend, args.file)
+    reports: list[Any] = []
+    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("simulating")
+        result = run_on_simulator(
+            scenario, workdir, progress=lambda m: progress.update(task, description=m), reports=reports
+        )
+    for i, (run, report) in enumerate(zip(result.runs, reports, strict=False)):
+        console.print(run_summary(i, run), markup=False, highlight=False)
+        _print_run(report, console)
+    for failure in result.failures:
+        console.print(f"[red]{escape(failure)}[/red]")
+    return reports, result.failures
+
+
+def _print_run(report: dict[str, Any], console: Console) -> list[str]:
+    """One run's checkpoints, durations, savepoints and exactly-once checks; the problems found."""
     from rich.markup import escape
 
     from statecert.reference.coordinator.settings import CheckpointingMode
     from statecert.reference.simulator.checkers import output_problems, report_violations
-    from statecert.reference.simulator.plot import plot_timeline
-    from statecert.reference.simulator.runtime import Simulation
 
-    spec, restore_from = _job(args.file)
-    check_backend(spec.backend, args.file)  # one whose factory raises is one line before anything runs
-    with tempfile.TemporaryDirectory(prefix="statecert-sim-") as workdir:
-        columns = (TextColumn("simulating"), BarColumn(), TextColumn("{task.completed:.0f} ms"), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            bar = progress.add_task("sim", total=spec.max_time_ms)
-            simulation = Simulation(spec, args.seed, Path(workdir), restore_from)
-            report = simulation.run(lambda now: progress.update(bar, completed=now))
-    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
-    if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(text, encoding="utf-8")
-    if args.plot:
-        plot_timeline(report, Path(args.plot))
     checks, metrics = report["checks"], report["metrics"]
     console.print(
         f"{report['mode']}, seed {report['seed']}: {len(report['completed_checkpoints'])} checkpoints "
@@ -104,4 +140,4 @@ def simulate(args: argparse.Namespace, console: Console) -> int:
     problems += report_violations(checks)
     for problem in problems:
         console.print(f"[red]{escape(problem)}[/red]")
-    return 0 if report["terminated"] and not problems else 1
+    return problems

@@ -90,11 +90,13 @@ def run_on_simulator(
     progress: Callable[[str], None] = lambda message: None,
     end_jobs: bool = True,
     mini_batch: bool = False,
+    reports: list[dict[str, Any]] | None = None,
 ) -> ScenarioResult:
     """Run every run of `scenario` on the simulator; `end_jobs=False` leaves each run's retained checkpoints in
     `workdir` for inspection, as if its job were still running, instead of applying the retention setting.
     `mini_batch`: keyed tasks apply their input to state once per key per checkpoint (SIM-15), as the Spark
-    runner's mini-batch does per epoch, unless the scenario's `[config]` sets `table.exec.mini-batch.*` itself."""
+    runner's mini-batch does per epoch, unless the scenario's `[config]` sets `table.exec.mini-batch.*` itself.
+    `reports` collects each run's simulator report (`statecert simulate` prints and plots them)."""
     started = time.perf_counter()
     plans = run_settings(scenario, backend)
     result = ScenarioResult(scenario.name, "sim", plans[0].backend, [], expected_error=expected_error(scenario, plans))
@@ -116,6 +118,8 @@ def run_on_simulator(
             simulation = Simulation(spec, scenario.input.seed, workdir / f"run-{i + 1}", restore_from)
             simulations.append(simulation)
             report = simulation.run()
+            if reports is not None:
+                reports.append(report)
             result.runs.append(_run_result(scenario, plan, simulation, report["checks"]))
             if end_jobs:
                 simulation.end_job()  # retention: the run's checkpoints go unless the setting keeps them (COORD-11)

@@ -219,14 +219,26 @@ def test_cli_rejects_an_invalid_scenario_file_with_one_line(tmp_path: Path) -> N
 
 
 def test_simulate_reads_a_scenario_file_as_its_job(tmp_path: Path) -> None:
-    """The scenario format is the simulator's input: `statecert simulate` runs a scenario's first run."""
-    report = tmp_path / "sim.json"
+    """The scenario format is the simulator's input: `statecert simulate` runs every run of a scenario, prints a line
+    per run and plots them all, savepoints and stops marked, on one time axis."""
+    report, plot = tmp_path / "sim.json", tmp_path / "sim.png"
     scenario = tmp_path / "commented.toml"  # a comment first: recognised by its [scenario] table
     scenario.write_text("# my copy\n" + resolve("coordinator-crash").read_text(), encoding="utf-8")
     done = _cli("simulate", str(scenario), "--seed", "11", "--report", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = json.loads(report.read_text())["runs"]
+    assert len(run["failovers"]) == 2 and run["checks"]["exactly_once"], run["checks"]
+    done = _cli("simulate", str(resolve("stop-and-rescale")), "--report", str(report), "--plot", str(plot))
+    assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(report.read_text())
-    assert len(data["failovers"]) == 2 and data["checks"]["exactly_once"], data["checks"]
+    parallelisms = [r["parallelism"] for r in data["runs"]]
+    assert data["passed"] and parallelisms == [2, 4, 1], f"simulate stop-and-rescale: runs at {parallelisms}"
+    assert [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("run ")] == [
+        "run 1",
+        "run 2",
+        "run 3",
+    ], done.stdout
+    assert plot.stat().st_size > 0, "simulate --plot wrote no PNG"
 
 
 def test_cli_rejects_an_unknown_backend_before_running() -> None:

@@ -1,75 +1,101 @@
-"""A timeline PNG of a simulation report: checkpoint triggers, completions, aborts, failovers and coordinator
-crashes over simulated time (matplotlib, headless)."""
+"""A timeline PNG of one or more simulator runs (every run of a scenario file, one after the other): checkpoint
+triggers, completions, aborts, savepoints, stops, failovers and coordinator crashes over simulated time, with each
+resumed run's start and parallelism marked (matplotlib, headless; legends outside the data)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 STYLE = {
-    "trigger": ("tab:blue", 0.3),
-    "complete": ("tab:green", 0.8),
-    "abort": ("tab:orange", 0.8),
-    "failover": ("tab:red", 1.0),
-    "coordinator-crash": ("black", 1.0),
+    "trigger": ("tab:blue", 0.3, "|"),
+    "complete": ("tab:green", 0.8, "|"),
+    "abort": ("tab:orange", 0.8, "|"),
+    "savepoint": ("tab:purple", 1.0, "D"),
+    "stop": ("tab:red", 1.0, "X"),
+    "failover": ("tab:red", 1.0, "|"),
+    "coordinator-crash": ("black", 1.0, "|"),
 }
+SPAN_COLOURS = {"aligning": "tab:cyan", "unaligned": "tab:purple", "snapshot": "tab:olive"}
 
 
-def plot_timeline(report: dict[str, Any], path: Path) -> None:
+def _events(report: dict[str, Any], kind: str) -> list[float]:
+    """When events of `kind` happened in a run: timeline entries, savepoints and the stop with a savepoint."""
+    if kind == "savepoint":
+        return [s["at_ms"] for s in report.get("savepoints", [])]
+    if kind == "stop":
+        stopped = report.get("stopped_with_savepoint") and report.get("savepoints")
+        return [report["savepoints"][-1]["at_ms"]] if stopped else []
+    return [e["t"] for e in report["timeline"] if e["event"] == kind]
+
+
+def plot_runs(reports: Sequence[dict[str, Any]], path: Path) -> None:
+    """Every run of `reports` on one time axis, each starting where the one before it ended."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (events, tasks, records, durations) = plt.subplots(
-        4, 1, figsize=(11, 9), sharex=True, height_ratios=[1, 2, 2, 2]
+        4, 1, figsize=(13, 10), sharex=True, height_ratios=[1.4, 2, 2, 2]
     )
     rows = list(STYLE)
-    for row, kind in enumerate(rows):
-        times = [e["t"] for e in report["timeline"] if e["event"] == kind]
-        colour, alpha = STYLE[kind]
-        events.scatter(times, [row] * len(times), marker="|", s=200, color=colour, alpha=alpha)
+    offset = 0.0
+    names = sorted({span["task"] for report in reports for span in report["task_spans"]})
+    counted = sorted({task for report in reports for task in report.get("records_per_10ms", {})})
+    labelled: set[str] = set()
+    for i, report in enumerate(reports):
+        if i:
+            previous = reports[i - 1]["parallelism"]
+            change = f", rescaled from {previous}" if report["parallelism"] != previous else ""
+            for axis in (events, tasks, records, durations):
+                axis.axvline(offset, color="grey", linestyle="--", linewidth=1)
+            events.text(offset, len(rows) - 0.4, f" run {i + 1}: parallelism {report['parallelism']}{change}",
+                        fontsize=8, va="bottom")  # fmt: skip
+        for row, kind in enumerate(rows):
+            colour, alpha, marker = STYLE[kind]
+            times = [offset + t for t in _events(report, kind)]
+            events.scatter(times, [row] * len(times), marker=marker, s=120 if marker == "|" else 50,
+                           color=colour, alpha=alpha, label=kind if i == 0 else None)  # fmt: skip
+        for span in report["task_spans"]:
+            lane = names.index(span["task"]) + (0.2 if span["kind"] == "snapshot" else -0.2)
+            tasks.barh(lane, max(span["end"] - span["start"], 0.5), left=offset + span["start"], height=0.35,
+                       color=SPAN_COLOURS[span["kind"]], alpha=0.8)  # fmt: skip
+        for task, buckets in report.get("records_per_10ms", {}).items():  # one colour per task across the runs
+            records.step([offset + int(t) for t in buckets], list(buckets.values()), where="post", linewidth=1,
+                         color=f"C{counted.index(task) % 10}", label=None if task in labelled else task)  # fmt: skip
+            labelled.add(task)
+        starts = {e["checkpoint"]: e["t"] for e in report["timeline"] if e["event"] == "trigger"}
+        done = [(e["t"], e["t"] - starts[e["checkpoint"]]) for e in report["timeline"]
+                if e["event"] == "complete" and e["checkpoint"] in starts]  # fmt: skip
+        durations.plot([offset + t for t, _ in done], [d for _, d in done], marker="o", ms=3, color="tab:green")
+        for t in _events(report, "failover"):
+            for axis in (tasks, durations):
+                axis.axvline(offset + t, color="tab:red", alpha=0.6)
+        offset += report["sim_time_ms"]
     events.set_yticks(range(len(rows)), rows)
+    events.set_ylim(-0.8, len(rows) + 0.6)
+    first = reports[0]
     events.set_title(
-        f"{report['mode']} checkpoints, {report['backend']}, seed {report['seed']}: "
-        f"{len(report['completed_checkpoints'])} completed, {len(report['failovers'])} failover(s), "
-        f"exactly-once={report['checks']['exactly_once']}"
+        f"{len(reports)} run(s), {first['mode']} checkpoints, {first['backend']}, seed {first['seed']}: "
+        f"{sum(len(r['completed_checkpoints']) for r in reports)} checkpoints completed, "
+        f"{sum(len(r['savepoints']) for r in reports)} savepoint(s), "
+        f"{sum(len(r['failovers']) for r in reports)} failover(s)"
     )
-    names = sorted({span["task"] for span in report["task_spans"]})
-    span_colours = {"aligning": "tab:cyan", "unaligned": "tab:purple", "snapshot": "tab:olive"}
-    for span in report["task_spans"]:
-        offset = 0.2 if span["kind"] == "snapshot" else -0.2
-        tasks.barh(
-            names.index(span["task"]) + offset,
-            max(span["end"] - span["start"], 0.5),
-            left=span["start"],
-            height=0.35,
-            color=span_colours[span["kind"]],
-            alpha=0.8,
-        )
-    for task, buckets in report.get("records_per_10ms", {}).items():
-        records.step([int(t) for t in buckets], list(buckets.values()), where="post", label=task, linewidth=1)
-    records.set_ylabel("records / 10 ms")
-    if report.get("records_per_10ms"):
-        records.legend(fontsize=7, ncol=4, loc="upper right")
     tasks.set_yticks(range(len(names)), names)
     tasks.set_ylabel("alignment (cyan), unaligned\n(purple), snapshot (olive)")
-    for e in report["timeline"]:
-        if e["event"] in ("failover", "coordinator-crash"):
-            tasks.axvline(e["t"], color=STYLE[e["event"]][0], alpha=0.6)
-    starts = {e["checkpoint"]: e["t"] for e in report["timeline"] if e["event"] == "trigger"}
-    done = [
-        (e["t"], e["t"] - starts[e["checkpoint"]])
-        for e in report["timeline"]
-        if e["event"] == "complete" and e["checkpoint"] in starts
-    ]
-    durations.plot([t for t, _ in done], [d for _, d in done], marker="o", ms=3, color="tab:green")
-    for e in report["timeline"]:
-        if e["event"] == "failover":
-            durations.axvline(e["t"], color="tab:red", alpha=0.6)
-    durations.set_xlabel("simulated time (ms)")
+    records.set_ylabel("records / 10 ms")
+    if any(r.get("records_per_10ms") for r in reports):
+        records.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    durations.set_xlabel("simulated time (ms), the runs one after the other")
     durations.set_ylabel("checkpoint duration (ms)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+
+def plot_timeline(report: dict[str, Any], path: Path) -> None:
+    """One run's timeline (`plot_runs` of that run alone)."""
+    plot_runs([report], path)
