@@ -31,8 +31,9 @@ def record(path: str | None, benchmark: str, figures: dict[str, Any]) -> None:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    data.setdefault("started", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    data[benchmark] = figures
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    data.setdefault("started", now)
+    data[benchmark] = {**figures, "measured_at": now}  # a benchmark run alone replaces its own section only
     file.parent.mkdir(parents=True, exist_ok=True)
     partial = file.with_suffix(".partial")
     partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -66,6 +66,12 @@ TARGETS = (
            "ratio_heap_vs_transform_with_state_pandas", ">=", 2.0),
     Target("Spark runner (heap, mini-batch) / transformWithStateInPandas", "spark_runner",
            "ratio_heap_mini_batch_vs_transform_with_state_pandas", ">=", 2.0),
+    Target("statecert certify hashmap, default settings (wall s)", "certify", "hashmap_wall_s", "<", 30),
+    Target("statecert certify hashmap --profile quick (wall s)", "certify", "hashmap_quick_wall_s", "<", 10),
+    Target("statecert certify rocksdb / statecert certify hashmap (wall time)", "certify",
+           "ratio_rocksdb_vs_hashmap", "<", 2.0),
+    Target("statecert certify rocksdb, incremental / statecert certify hashmap (wall time)", "certify",
+           "ratio_rocksdb_incremental_vs_hashmap", "<", 2.0),
     Target("heap snapshot write / raw fsspec write of the same bytes (page cache, medians)", "heap",
            "cached_ratio", ">=", 0.7,
            "collecting and packing the entries alone take {phase_collect_and_pack_ms} ms, CRC-32C "

@@ -59,8 +59,11 @@ def benchmarks_page() -> str:
         lines.append(f"| {target.title} | {wanted} | {value:,.4g} | {verdict} |")
     for benchmark, figures in sorted(data.items()):
         if isinstance(figures, dict) and benchmark != "machine":
-            lines += ["", f"## {benchmark}", "", "| figure | value |", "| --- | --- |"]
-            lines += [f"| {name} | {_number(value)} |" for name, value in sorted(figures.items())]
+            when = f"Measured {figures['measured_at']}." if "measured_at" in figures else "Measured in that run."
+            lines += ["", f"## {benchmark}", "", when, "", "| figure | value |", "| --- | --- |"]
+            lines += [
+                f"| {name} | {_number(value)} |" for name, value in sorted(figures.items()) if name != "measured_at"
+            ]
     return "\n".join([*lines, ""])
 
 
