@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from statecert.cli.arguments import factory_name
+from statecert.cli.arguments import factory_name, int_between
 from statecert.cli.factories import reported_as_one_line
 from statecert.conformance.report import level_line
 
@@ -83,6 +83,13 @@ def add_parser(sub: Any) -> None:
         "with the contract's beside it); every level's verdict is in the certificate",
     )
     p.add_argument(
+        "--workers",
+        type=int_between(1, 64),
+        default=None,
+        help="test processes run side by side (pytest-xdist; default: one per core, at most 4; 1 when pytest "
+        "arguments ask to stop at the first failure, so that it stops at the first test that fails)",
+    )
+    p.add_argument(
         "--profile",
         choices=sorted(PROFILES),
         default="default",
@@ -116,6 +123,10 @@ class _ProgressPlugin:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.update(self.task, total=len(session.items), description="certifying")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.progress.update(self.task, total=len(ids), description="certifying")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
@@ -199,6 +210,9 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     for item in cli["backend_config"]:
         argv += ["--statecert-config", item]
     argv += list(args.pytest_args)
+    workers = args.workers or default_workers(args.pytest_args)
+    if workers > 1:
+        argv += ["-n", str(workers)]
     scratch = None if any(a.startswith("--basetemp") for a in args.pytest_args) else memory_scratch()
     if scratch is not None:
         argv += ["--basetemp", str(Path(scratch.name) / "tests")]
@@ -236,6 +250,20 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
+
+
+STOPPING = ("-x", "--exitfirst", "--maxfail", "--sw", "--stepwise", "--pdb", "-n", "--numprocesses")
+"""pytest arguments after which the run stays in one process: a stop at the first failure (one process reaches
+the first failing test first), a debugger, or the caller's own choice of workers."""
+
+
+def default_workers(pytest_args: list[str]) -> int:
+    """One test process per core, at most 4 (the suite's slowest tests take seconds each, so more processes wait on
+    them); 1 when the pytest arguments ask to stop at a failure or name their own workers."""
+    if any(a == flag or a.startswith(f"{flag}=") or (flag == "-n" and a.startswith("-n")) for a in pytest_args
+           for flag in STOPPING):  # fmt: skip
+        return 1
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 MEMORY_FILE_SYSTEM = Path("/dev/shm")

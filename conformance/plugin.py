@@ -9,7 +9,9 @@ and writes the report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
+import json
 import os
 import platform
 import re
@@ -117,6 +119,42 @@ class CertificationSession:
         self.timed_out: list[str] = []
         """Tests a phase of which ran past `--test-timeout`: the thread it hung in may hang yet."""
         self.started = time.time()
+        self.worker = False
+        """This process is a pytest-xdist worker: it runs a share of the tests and hands its results to the
+        controller, which writes the report (`WorkerResults`)."""
+        self.seconds: dict[str, float] = {}
+        """Per test, the seconds its phases took so far."""
+
+    def worker_output(self) -> str:
+        """What a pytest-xdist worker hands the controller: its results and what its collection selected."""
+        return json.dumps(
+            {
+                "results": [dataclasses.asdict(r) for r in self.results],
+                "selected": {tid: list(rids) for tid, rids in self.selected.items()},
+                "excluded": {rid: list(why) for rid, why in self.excluded.items()},
+                "uncollected": self.uncollected,
+                "matched_expected": sorted(self.matched_expected),
+                "timed_out": self.timed_out,
+            }
+        )
+
+    def merge_worker_output(self, output: str) -> None:
+        """A worker's results into this controller's: every worker collected the whole suite, so what it selected
+        is the same selection; each ran a share of it."""
+        data = json.loads(output)
+        self.results += [
+            TestResult(**{**r, "requirements": tuple(r["requirements"]), "capabilities": tuple(r["capabilities"]),
+                          "violated": tuple(r["violated"])})
+            for r in data["results"]
+        ]  # fmt: skip
+        for tid, rids in data["selected"].items():
+            self.selected.setdefault(tid, tuple(rids))
+        for rid, (outcome, reason) in data["excluded"].items():
+            self.excluded.setdefault(rid, (outcome, reason))
+        self.uncollected += [tid for tid in data["uncollected"] if tid not in self.uncollected]
+        self.matched_expected |= set(data["matched_expected"])
+        self.stale = sorted(set(self.expected_failures) - self.matched_expected)
+        self.timed_out += data["timed_out"]
 
     def new_backend(self, local_dir: Path) -> Any:
         from statecert.reference.loader import load_state_backend
@@ -247,13 +285,12 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = resolve(cli, Path(config.invocation_params.dir))
         if settings.backend is None and settings.storage_under_test is None:
             return
-        if config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
-            # each pytest-xdist worker would see a share of the results and the report none of them
-            raise SettingsError("-n: certification runs in one process; pytest-xdist's -n is not supported")
         session = CertificationSession(settings)
     except (SettingsError, caps.UnknownCapabilityError, StateCertError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    session.worker = hasattr(config, "workerinput")  # a pytest-xdist worker: its results go to the controller
     config.stash[_SESSION] = session
+    config.pluginmanager.register(WorkerResults(session), "statecert-worker-results")
     session.hypothesis_home = configure_hypothesis(settings)
     session.stderr_fd = standard_error_descriptor()
 
@@ -298,6 +335,24 @@ def configure_hypothesis(settings: CertifySettings) -> str:
     if hasattr(engine, "MAX_SHRINKING_SECONDS"):
         engine.MAX_SHRINKING_SECONDS = settings.shrink_seconds
     return home
+
+
+WORKER_OUTPUT = "statecert"
+"""The key of a pytest-xdist worker's output that carries its certification results."""
+
+
+class WorkerResults:
+    """Certification under pytest-xdist (`statecert certify` runs on the machine's cores): each worker hands its
+    results to the controller as it finishes, and the controller writes the one report."""
+
+    def __init__(self, session: CertificationSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+        if output is not None:
+            self.session.merge_worker_output(output)
 
 
 def _session(config: pytest.Config) -> CertificationSession | None:
@@ -465,6 +520,13 @@ def pytest_runtest_makereport(
     session = _session(item.config)
     if session is None or not _in_suite(item):
         return report
+    tid = test_id(item.path.stem, item.name)
+    session.seconds[tid] = session.seconds.get(tid, 0.0) + report.duration
+    if report.when == "teardown" and report.passed:
+        for result in reversed(session.results):  # the teardown's time to the result of its test
+            if result.test_id == tid:
+                result.seconds = session.seconds[tid]
+                break
     if (
         report.when == "call"
         or (report.when == "setup" and not report.passed)
@@ -508,7 +570,8 @@ def pytest_runtest_makereport(
                 used + unsupported,
                 " ".join(message.split())[:2000],
                 violated_requirements(requirements, message) if outcome == "failed" else (),
-                session.order.get(test_id(item.path.stem, item.name), len(session.order)),
+                session.order.get(tid, len(session.order)),
+                session.seconds[tid],
             )
         )
     return report
@@ -562,6 +625,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if cert is None:
         return
     shutil.rmtree(cert.hypothesis_home, ignore_errors=True)
+    if cert.worker:
+        session.config.workeroutput[WORKER_OUTPUT] = cert.worker_output()  # type: ignore[attr-defined]
+        return
     requirements = load_requirements()
     unknown: dict[str, list[str]] = {}
     for result in cert.results:

@@ -66,6 +66,8 @@ class TestResult:
     message: str = ""
     violated: tuple[str, ...] = ()
     order: int = 0
+    seconds: float = 0.0
+    """How long the test took (setup, call and teardown)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class TestResult:
             "violated": list(self.violated),
             "capabilities": list(self.capabilities),
             "message": self.message,
+            "seconds": round(self.seconds, 3),
         }
 
     def outcome_for(self, requirement: str) -> str:

@@ -48,7 +48,8 @@ def certify(
     """Run `statecert certify` as a user would (with this project's `tests` importable from any directory, and
     `tmpdir` as its temporary directory when given); returns exit status, the JSON report (read from `--report`, or
     from `report` when the settings name it) and the output."""
-    argv = [sys.executable, "-m", "statecert.cli.main", "certify", *args]
+    workers = [] if "--workers" in args else ["--workers", "1"]  # the self-tests already run on every core
+    argv = [sys.executable, "-m", "statecert.cli.main", "certify", *workers, *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
@@ -464,7 +465,7 @@ def test_a_run_stopped_at_its_first_failure_says_so(tmp_path: Path) -> None:
         (["hashmap", "--storage", "nosuchproto://x"], "--storage: no file system for nosuchproto://"),
         (["hashmap", "--storage", "ftp://host.invalid/x"], "--storage: cannot reach ftp://host.invalid/x: "),
         (["hashmap", "--max-examples", "many"], "argument --max-examples: invalid int value: 'many'"),
-        (["hashmap", "--", "-n", "2"], "-n: certification runs in one process; pytest-xdist's -n is not supported"),
+        (["hashmap", "--workers", "0"], "argument --workers: "),
         (["hashmap", "--", "--bogus"], "pytest arguments after --: unrecognized arguments: --bogus"),
         (["hashmap", "--", "--maxfail=x"], "pytest arguments after --: argument --maxfail: invalid int value: 'x'"),
     ],
@@ -483,30 +484,33 @@ def test_bad_certify_input_is_one_line(tmp_path: Path, args: list[str], problem:
     assert list(tmp_path.iterdir()) == [], "a rejected command must leave nothing behind"
 
 
-def test_the_plugin_refuses_xdist_instead_of_reporting_a_share_of_the_results(tmp_path: Path) -> None:
-    """Under pytest-xdist each worker saw a share of the results and the report none: NOT CERTIFIED with every
-    requirement "not a backend obligation". The plugin refuses `-n` as a usage error instead."""
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-n",
-        "2",
-        "-p",
-        "no:cacheprovider",
-        "--pyargs",
-        "statecert.conformance.suite",
-    ]
-    done = subprocess.run(
-        [*argv, "--statecert-backend", "hashmap", "--statecert-report", str(tmp_path / "r.json")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_the_report_of_several_workers_is_the_report_of_one(tmp_path: Path) -> None:
+    """Under pytest-xdist each worker runs a share of the tests and hands its results to the controller, which writes
+    the one report: the same tests, outcomes, messages and requirement outcomes as one process gives for one seed."""
+    reports = []
+    for workers in ("1", "2"):
+        _, report, output = certify(
+            "tests.broken_backends:map_remove_leaves_entry",
+            "--workers",
+            workers,
+            "--max-examples",
+            "5",
+            "--report",
+            str(tmp_path / f"w{workers}.json"),
+            "--",
+            "-k",
+            "test_keyed_state or test_operator_state",
+        )
+        assert report, output
+        reports.append(report)
+    one, two = ({t["id"]: (t["outcome"], t["message"]) for t in r["tests"]} for r in reports)
+    assert one == two, "statecert certify --workers 1 and 2: expected the same test results, differing: " + str(
+        {tid: (one.get(tid), two.get(tid)) for tid in set(one) | set(two) if one.get(tid) != two.get(tid)}
     )
-    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
-    assert "pytest-xdist's -n is not supported" in done.stderr, done.stderr
-    assert not (tmp_path / "r.json").exists(), "a refused run must not write a report"
+    outcomes = [{rid: info["outcome"] for rid, info in r["requirements"].items()} for r in reports]
+    assert outcomes[0] == outcomes[1], "statecert certify --workers 1 and 2: requirement outcomes differ"
+    assert reports[0]["incomplete"]["tests_not_run"] == reports[1]["incomplete"]["tests_not_run"]
+    assert "KS-MAP-4" in failed_requirements(reports[1]), failed_requirements(reports[1])
 
 
 def test_backend_declaring_every_optional_capability_false_is_certified(tmp_path: Path) -> None:
