@@ -119,6 +119,8 @@ class CertificationSession:
         self.timed_out: list[str] = []
         """Tests a phase of which ran past `--test-timeout`: the thread it hung in may hang yet."""
         self.started = time.time()
+        self.quick = False
+        """`--statecert-quick`: the heavy tests are left out (`statecert certify --profile quick`)."""
         self.worker = False
         """This process is a pytest-xdist worker: it runs a share of the tests and hands its results to the
         controller, which writes the report (`WorkerResults`)."""
@@ -213,7 +215,7 @@ class CertificationSession:
                 "version": self.backend_version(),
                 "capabilities": caps.as_dict(self.capabilities),
             },
-            "options": self.settings.options(),
+            "options": {**self.settings.options(), "quick": self.quick},
         }
 
 
@@ -257,6 +259,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="seconds each phase of a suite test may take before it fails (default 600; 0: no bound)",
     )
+    group.addoption(
+        "--statecert-quick",
+        action="store_true",
+        help="leave out the heavy tests (limits, concurrency, other processes): the inner loop, not a certification",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -265,6 +272,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "capability(*names, supported=True): run only when every named capability is (not) declared"
     )
     config.addinivalue_line("markers", "tier(name): the tier of a conformance test (default: contract)")
+    config.addinivalue_line(
+        "markers", "heavy: a test of limits, concurrency or other processes, taking a second or more (left out quick)"
+    )
     config.addinivalue_line(
         "markers", "subject(name): what a conformance test certifies: backend (default), storage or changelog"
     )
@@ -289,6 +299,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except (SettingsError, caps.UnknownCapabilityError, StateCertError) as exc:
         raise pytest.UsageError(str(exc)) from None
     session.worker = hasattr(config, "workerinput")  # a pytest-xdist worker: its results go to the controller
+    session.quick = bool(config.getoption("--statecert-quick"))
     config.stash[_SESSION] = session
     config.pluginmanager.register(WorkerResults(session), "statecert-worker-results")
     session.hypothesis_home = configure_hypothesis(settings)
@@ -425,6 +436,8 @@ def _exclusion(session: CertificationSession, item: pytest.Item | UncollectedTes
     subject_name = subject.args[0] if subject else "backend"
     if subject_name in ("backend", "changelog") and not session.settings.backend:
         return "not-applicable", "checked when certifying a state backend; this run certified a checkpoint storage"
+    if session.quick and item.get_closest_marker("heavy") is not None:
+        return "skipped", "a heavy test (limits, concurrency, other processes), left out by the quick profile"
     if subject_name == "changelog" and not session.changelog:
         # chapter CL checks the changelog wrapper: only with --changelog
         return "not-applicable", "checked when certifying through the changelog backend (--changelog)"

@@ -24,6 +24,8 @@ CHAPTER_NOT_AN_OBLIGATION = {
     "SIM": "a rule of the barrier simulator, checked by statecert's own tests; no backend implements it",
 }
 """Why a chapter no suite test checks is not applicable, where the general reason says too little."""
+QUICK_PASS = "no failure (quick profile, not a certificate)"
+"""The verdict of a quick run in which nothing failed."""
 DEFAULTS = "the backend's defaults"
 """What the certificate says was configured when the run handed the backend no configuration."""
 
@@ -177,6 +179,8 @@ class Report:
             or self.incomplete is not None  # a part of the suite certifies nothing
         )
         failed = summary["failed"] > 0 or unsound
+        # a quick run leaves the heavy tests and the model tier out: no failure there is not a certificate
+        passing = QUICK_PASS if self.header.get("options", {}).get("quick") else "certified"
         levels = {}
         for level in (CONTRACT, HARDENED):  # the hardened level holds the contract and the hardening
             counted = [
@@ -184,11 +188,11 @@ class Report:
                 for rid, info in requirements.items()
                 if info["outcome"] == "failed" and (level == HARDENED or self.requirements[rid].level == CONTRACT)
             ]
-            levels[level] = {"verdict": "not certified" if counted or unsound else "certified", "failed": counted}
+            levels[level] = {"verdict": "not certified" if counted or unsound else passing, "failed": counted}
         cause = root_cause(self.results)
         return {
             **self.header,
-            "verdict": "not certified" if failed else "certified",
+            "verdict": "not certified" if failed else passing,
             "levels": levels,
             "likely_root_cause": None
             if cause is None

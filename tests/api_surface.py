@@ -51,7 +51,7 @@ def api_surface() -> dict[str, dict[str, list[str]]]:
     source = PLUGIN.read_text(encoding="utf-8")
     surface["statecert.conformance.plugin"] = {
         "options": sorted(set(re.findall(r"\"(--statecert-[a-z-]+)\"", source))),
-        "markers": sorted(set(re.findall(r"\"markers\",\s*\"([a-z_]+)\(", source))),
+        "markers": sorted(set(re.findall(r"\"markers\",\s*\"([a-z_]+)[(:]", source))),
     }
     return surface
 

@@ -212,6 +212,7 @@ def _step(round_: int, backend: Any, read: list[Any], i: int) -> None:
 
 @pytest.mark.requirement("KB-SNAP-2", "KB-SNAP-3")
 @pytest.mark.capability("async_snapshots")
+@pytest.mark.heavy
 def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_runs(
     certification: Any, state_backend: Any, storage: Any
 ) -> None:
@@ -635,6 +636,7 @@ def test_concurrent_snapshots_each_reflect_their_own_point(state_backend: Any, s
 
 @pytest.mark.requirement("KB-SNAP-5", "KB-SNAP-2")
 @pytest.mark.capability("async_snapshots")
+@pytest.mark.heavy
 def test_asynchronous_parts_of_concurrent_snapshots_may_run_at_once(
     certification: Any, state_backend: Any, storage: Any
 ) -> None:
@@ -894,6 +896,7 @@ def test_a_restore_writes_no_file_a_handle_names_outside_the_local_dir(
 
 
 @pytest.mark.requirement("KB-LOCAL-3")
+@pytest.mark.heavy
 def test_a_new_backend_never_opens_what_a_crashed_process_left_in_its_local_dir(
     certification: Any, tmp_path: Any, local_dir: Any
 ) -> None:

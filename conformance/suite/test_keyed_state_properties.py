@@ -123,6 +123,7 @@ def map_views(state: Any) -> dict[str, Any]:
     size=st.one_of(st.integers(0, 20), st.integers(100, 300), st.sampled_from([1023, 1025, 2049])),
     extra=st.dictionaries(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1), max_size=20),
 )
+@pytest.mark.heavy
 def test_map_views_list_every_entry_once_small_and_large(
     certification: Any, tmp_path_factory: Any, size: int, extra: dict[str, int]
 ) -> None:

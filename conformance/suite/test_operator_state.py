@@ -159,6 +159,7 @@ def _differences(expected: dict[str, Any], got: dict[str, Any]) -> str:
 
 @pytest.mark.requirement("OS-10", "KB-SNAP-2")
 @pytest.mark.capability("operator_state", "async_snapshots")
+@pytest.mark.heavy
 def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_runs(
     certification: Any, state_backend: Any, storage: Any
 ) -> None:
@@ -188,6 +189,7 @@ def test_the_task_thread_keeps_reading_and_writing_while_the_asynchronous_part_r
 
 @pytest.mark.requirement("OS-10", "KB-SNAP-5", "KB-SNAP-2")
 @pytest.mark.capability("operator_state", "async_snapshots")
+@pytest.mark.heavy
 def test_asynchronous_parts_of_concurrent_operator_snapshots_may_run_at_once(
     certification: Any, state_backend: Any, storage: Any
 ) -> None:
@@ -618,6 +620,7 @@ def _restored(certification: Any, tmp_path_factory: Any, backend: Any) -> Any:
 
 @pytest.mark.requirement("OS-7")
 @pytest.mark.capability("operator_state")
+@pytest.mark.heavy
 def test_lists_beyond_16_bit_counts_come_back_whole(certification: Any, tmp_path_factory: Any) -> None:
     """A split and a union list of 70,000 elements each restore whole: a count of elements or offsets written in 16
     bits shows only at this size. (Broadcast state is left at smaller sizes: a correct backend may look its user keys

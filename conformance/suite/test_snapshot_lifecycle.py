@@ -119,6 +119,7 @@ def _written_then_restored(
 
 
 @pytest.mark.requirement("KB-RESTORE-1", "KS-VALUE-1", "KS-LIST-1", "KS-MAP-2")
+@pytest.mark.heavy
 def test_state_beyond_16_bit_counts_comes_back_whole(state_backend: Any, tmp_path: Path) -> None:
     """70,000 keys in one key group (max parallelism 1), and one key whose list holds 70,000 elements and whose map
     holds 70,000 user keys: every value reads back as written, live and after a restore. A count written in 16
@@ -143,6 +144,7 @@ def test_state_beyond_16_bit_counts_comes_back_whole(state_backend: Any, tmp_pat
 
 
 @pytest.mark.requirement("KB-RESTORE-1", "KS-3")
+@pytest.mark.heavy
 def test_a_key_in_more_than_65535_namespaces_comes_back_whole(state_backend: Any, tmp_path: Path) -> None:
     """One key's value in 70,000 namespaces (a window per element, say): every namespace reads back its own value,
     live and after a restore. A snapshot counting a key's namespaces in 16 bits shows only at this size."""
@@ -201,6 +203,7 @@ snapshots number a backend's states in 16 bits). Not more: RocksDB takes 14 s fo
 
 
 @pytest.mark.requirement("KB-RESTORE-1", "KS-2")
+@pytest.mark.heavy
 def test_hundreds_of_states_come_back_apart(state_backend: Any, tmp_path: Path) -> None:
     """A backend with 258 states, values and lists under one key: every state reads back its own, live and after a
     restore. A state numbered in 8 bits in the snapshot comes back as another state's entries."""

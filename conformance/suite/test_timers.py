@@ -619,6 +619,7 @@ def test_a_timer_service_name_outside_ks2_is_refused_or_kept(state_backend: Any,
 
 @pytest.mark.requirement("TM-6")
 @pytest.mark.capability("timers")
+@pytest.mark.heavy
 def test_timers_beyond_16_bit_counts_all_fire_after_a_restore(state_backend: Any, tmp_path: Path) -> None:
     """One key and namespace with 70,000 event-time timers (a timer per element, as a process function may
     register) and another with 70,000 processing-time timers: restored, every one fires once, in order. A count of
