@@ -67,6 +67,18 @@ def benchmarks_page() -> str:
     return "\n".join([*lines, ""])
 
 
+def _tally_table(what: str, tallies: dict[str, dict[str, int]], first: str | None = None) -> list[str]:
+    """A table of per-row tallies (a fuzzed reader's or a crashed backend's outcomes), `first` as the first column."""
+    outcomes = sorted({o for counts in tallies.values() for o in counts if o != first})
+    columns = ([first] if first else []) + outcomes
+    rows = [f"| {what} | " + " | ".join(columns) + " |", "| --- | " + " | ".join("---" for _ in columns) + " |"]
+    rows += [
+        f"| {name} | " + " | ".join(f"{counts.get(c, 0):,}" for c in columns) + " |"
+        for name, counts in sorted(tallies.items())
+    ]
+    return rows
+
+
 def reliability_page() -> str:
     lines = [
         "# Reliability: fuzzing and crash consistency",
@@ -80,30 +92,13 @@ def reliability_page() -> str:
     ]
     fuzz = DATA / "fuzz.json"
     if fuzz.exists():
-        tallies = json.loads(fuzz.read_text())
-        outcomes = sorted({o for counts in tallies.values() for o in counts if o != "cases"})
-        lines += [
-            "| reader | cases | " + " | ".join(outcomes) + " |",
-            "| --- | --- | " + " | ".join("---" for _ in outcomes) + " |",
-        ]
-        for reader, counts in sorted(tallies.items()):
-            cells = " | ".join(str(counts.get(o, 0)) for o in outcomes)
-            lines.append(f"| {reader} | {counts.get('cases', sum(counts.values()))} | {cells} |")
+        lines += _tally_table("reader", json.loads(fuzz.read_text()), "cases")
     else:
         lines.append("No fuzz run is committed (`docs/data/fuzz.json`): `tox -e fuzz` writes one.")
     lines += ["", "## Crash consistency (`tox -e crash`)", ""]
     crashes = sorted(DATA.glob("crash.*.json"))
     if crashes:
-        tallies = {k: v for path in crashes for k, v in json.loads(path.read_text()).items()}
-        outcomes = sorted({o for counts in tallies.values() for o in counts})
-        lines += [
-            "| backend | " + " | ".join(outcomes) + " |",
-            "| --- | " + " | ".join("---" for _ in outcomes) + " |",
-        ]
-        lines += [
-            f"| {backend} | " + " | ".join(str(counts.get(o, 0)) for o in outcomes) + " |"
-            for backend, counts in sorted(tallies.items())
-        ]
+        lines += _tally_table("backend", {k: v for p in crashes for k, v in json.loads(p.read_text()).items()})
     else:
         lines.append("No crash run is committed (`docs/data/crash.*.json`): `tox -e crash` writes them.")
     return "\n".join([*lines, ""])
