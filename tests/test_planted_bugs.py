@@ -57,7 +57,7 @@ def planted(tmp_path: Path, bug: str) -> Path:
     source = EXAMPLE.read_text(encoding="utf-8")
     assert source.count(original) == 1, f"the line to change for {bug!r} is not once in {EXAMPLE}"
     directory = tmp_path / "backend"
-    directory.mkdir()
+    directory.mkdir(parents=True)
     (directory / "dict_backend.py").write_text(source.replace(original, replacement), encoding="utf-8")
     return directory
 
