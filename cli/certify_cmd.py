@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
     settings_dir = tempfile.TemporaryDirectory(prefix="statecert-certify-")
     ini = Path(settings_dir.name) / "pytest.ini"
     ini.write_text("[pytest]\nconsider_namespace_packages = true\n", encoding="utf-8")
-    argv = ["--pyargs", "statecert.conformance.suite", "-c", str(ini), "--rootdir", os.getcwd()]
+    argv = ["--pyargs", "statecert.conformance.suite", "-c", str(ini), "--rootdir", os.getcwd(), *PLUGINS]
     argv += ["-p", "no:cacheprovider", "--import-mode=importlib"]
     if settings.report:
         argv += ["--statecert-report", str(settings.report)]
@@ -220,7 +221,12 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         argv += ["--basetemp", str(Path(scratch.name) / "tests")]
     errors = io.StringIO()  # pytest's own stderr, held back so that a usage error can be said in one line
     written = _ReportWritten()
-    with settings_dir, scratch or contextlib.nullcontext(), contextlib.redirect_stderr(errors):
+    with (
+        settings_dir,
+        scratch or contextlib.nullcontext(),
+        contextlib.redirect_stderr(errors),
+        _environment(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
+    ):
         if args.verbose:
             code = pytest.main(argv, plugins=[written])
         else:
@@ -253,6 +259,27 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
+
+
+PLUGINS = ("-p", "statecert.conformance.plugin", "-p", "_hypothesis_pytestplugin", "-p", "xdist.plugin")
+"""The pytest plugins a certification loads, and only these (PYTEST_DISABLE_PLUGIN_AUTOLOAD): another plugin
+installed beside statecert does not take part, and pytest does not rewrite the assertions of every module of every
+plugin's distribution (hypothesis's whole package, about 3 s per process where bytecode is not cached)."""
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """The environment variables set for the block (the test processes pytest-xdist starts inherit them)."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 STOPPING = ("-x", "--exitfirst", "--maxfail", "--sw", "--stepwise", "--pdb", "-n", "--numprocesses")
