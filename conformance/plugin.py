@@ -475,8 +475,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"{UNSUPPORTED_BY_DESIGN}: capability {states}"))
         elif lacking:  # a check of backends without a capability this backend declares
             states = ", ".join(lacking)
-            reason = f"{NOT_APPLICABLE}: checks backends that do not declare {states}; this backend declares it"
-            item.add_marker(pytest.mark.skip(reason=reason))
+            why = f"{NOT_APPLICABLE}: checks backends that do not declare {states}; this backend declares it"
+            item.add_marker(pytest.mark.skip(reason=why))
         tid = test_id(item.path.stem, item.name)
         reason = session.expected_failures.get(tid)
         if reason is not None:

@@ -295,8 +295,10 @@ def test_map_state_operations(backend: Any) -> None:
         state.remove("z")
     except Exception as exc:
         raise AssertionError(f"KS-MAP-1: remove('z') of an absent user key: expected nothing, got {exc!r}") from exc
-    got = sorted(state.items())
-    assert got == [("a", 1), ("c", 3)], f"KS-MAP-1: remove('z') of an absent user key: expected no change, got {got}"
+    items = sorted(state.items())
+    assert items == [("a", 1), ("c", 3)], (
+        f"KS-MAP-1: remove('z') of an absent user key: expected no change, got {items}"
+    )
 
 
 @pytest.mark.requirement("KS-MAP-4")
