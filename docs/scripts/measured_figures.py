@@ -67,9 +67,12 @@ def benchmarks_page() -> str:
     return "\n".join([*lines, ""])
 
 
-def _tally_table(what: str, tallies: dict[str, dict[str, int]], first: str | None = None) -> list[str]:
-    """A table of per-row tallies (a fuzzed reader's or a crashed backend's outcomes), `first` as the first column."""
-    outcomes = sorted({o for counts in tallies.values() for o in counts if o != first})
+def _tally_table(
+    what: str, tallies: dict[str, dict[str, int]], first: str | None = None, always: tuple[str, ...] = ()
+) -> list[str]:
+    """A table of per-row tallies (a fuzzed reader's or a crashed backend's outcomes), `first` as the first column
+    and the outcomes in `always` shown even where no row has one (the zeros a run must show)."""
+    outcomes = sorted({o for counts in tallies.values() for o in counts if o != first} | set(always))
     columns = ([first] if first else []) + outcomes
     rows = [f"| {what} | " + " | ".join(columns) + " |", "| --- | " + " | ".join("---" for _ in columns) + " |"]
     rows += [
@@ -92,7 +95,9 @@ def reliability_page() -> str:
     ]
     fuzz = DATA / "fuzz.json"
     if fuzz.exists():
-        lines += _tally_table("reader", json.loads(fuzz.read_text()), "cases")
+        lines += _tally_table(
+            "reader", json.loads(fuzz.read_text()), "cases", always=("UNDOCUMENTED", "SILENT STATE CHANGE")
+        )
     else:
         lines.append("No fuzz run is committed (`docs/data/fuzz.json`): `tox -e fuzz` writes one.")
     lines += ["", "## Crash consistency (`tox -e crash`)", ""]
