@@ -11,9 +11,9 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from rich.console import Console
@@ -22,7 +22,7 @@ from rich.table import Table
 
 from statecert.cli.arguments import factory_name, int_between
 from statecert.cli.factories import reported_as_one_line
-from statecert.conformance.report import QUICK_PASS, level_line
+from statecert.conformance.report import DEFAULTS, QUICK_PASS, level_line, shortened, undeclared
 
 
 def add_parser(sub: Any) -> None:
@@ -225,7 +225,7 @@ def certify(args: argparse.Namespace, console: Console) -> int:
         settings_dir,
         scratch or contextlib.nullcontext(),
         contextlib.redirect_stderr(errors),
-        _environment(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
+        mock.patch.dict(os.environ, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}),  # the workers inherit it
     ):
         if args.verbose:
             code = pytest.main(argv, plugins=[written])
@@ -265,21 +265,6 @@ PLUGINS = ("-p", "statecert.conformance.plugin", "-p", "_hypothesis_pytestplugin
 """The pytest plugins a certification loads, and only these (PYTEST_DISABLE_PLUGIN_AUTOLOAD): another plugin
 installed beside statecert does not take part, and pytest does not rewrite the assertions of every module of every
 plugin's distribution (hypothesis's whole package, about 3 s per process where bytecode is not cached)."""
-
-
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """The environment variables set for the block (the test processes pytest-xdist starts inherit them)."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 STOPPING = ("-x", "--exitfirst", "--maxfail", "--sw", "--stepwise", "--pdb", "-n", "--numprocesses")
@@ -325,18 +310,12 @@ def _usage_problem(stderr: str) -> str:
     return "pytest refused the arguments after --"
 
 
-def _short(text: str, limit: int) -> str:
-    one_line = " ".join(text.split())
-    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
-
-
 def _configuration_line(data: dict[str, Any]) -> str:
     """Which configuration was certified, and the optional capabilities it does not declare, with how to certify a
     configuration that does (a backend such as `rocksdb` has incremental checkpoints behind a setting)."""
     config = data["options"].get("backend_config") or {}
-    settings = ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "the backend's defaults"
-    declared = data["backend"]["capabilities"]
-    off = [name for name, value in declared.items() if not value]
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or DEFAULTS
+    off = undeclared(data["backend"]["capabilities"])
     line = f"configuration: {settings}"
     if off:
         line += f"; not declared, so not certified: {', '.join(off)}"
@@ -375,16 +354,16 @@ def print_summary(data: dict[str, Any], report: str, console: Console) -> None:
     cause = data.get("likely_root_cause")
     if cause:
         console.print(f"[red]LIKELY ROOT CAUSE[/red] (the most basic failing test): {cause['test']}")
-        console.print(f"    {_short(cause['message'], 600)}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"    {shortened(cause['message'], 600)}", markup=False, highlight=False, soft_wrap=True)
         if len(failed) > 1:
             console.print(f"  {len(failed)} violated requirements, most likely its consequences:")
     for rid, info in failed.items():
         first = info["failing_tests"][0] if info["failing_tests"] else {"id": "?", "message": ""}
         more = len(info["failing_tests"]) - 1
-        line = f"    VIOLATED {rid} {_short(info.get('title', ''), 60)}: {first['id']}"
+        line = f"    VIOLATED {rid} {shortened(info.get('title', ''), 60)}: {first['id']}"
         line += f" (+{more} more)" if more > 0 else ""
         if not cause or first["id"] != cause["test"]:
-            line += f": {_short(first['message'], 140)}"
+            line += f": {shortened(first['message'], 140)}"
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for entry in data["stale_expected_failures"]:
         console.print(f"[red]STALE expected failure[/red] (matches no test): {entry}")

@@ -89,10 +89,20 @@ class TestResult:
         return self.outcome
 
 
+def shortened(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis where longer (terminal lines, table cells)."""
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+
+
 def _cell(text: str, limit: int = 300) -> str:
     """Text for one Markdown table cell: one line, pipes escaped, long reasons cut."""
-    one_line = " ".join(text.split()).replace("|", "\\|")
-    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+    return shortened(text, limit).replace("|", "\\|")
+
+
+def undeclared(capabilities: dict[str, Any]) -> list[str]:
+    """The capabilities a certified configuration does not declare, and so were not certified."""
+    return [name for name, value in capabilities.items() if not value]
 
 
 def _reason(result: TestResult, requirement: str) -> str:
@@ -300,7 +310,7 @@ def certificate(data: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"- `{name}`: {value}" for name, value in backend["capabilities"].items()]
-    off = [name for name, value in backend["capabilities"].items() if not value]
+    off = undeclared(backend["capabilities"])
     if off:
         lines += ["", f"Not declared, so not certified in this configuration: {', '.join(off)}."]
     lines += [

@@ -94,8 +94,3 @@ def plot_runs(reports: Sequence[dict[str, Any]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
-
-
-def plot_timeline(report: dict[str, Any], path: Path) -> None:
-    """One run's timeline (`plot_runs` of that run alone)."""
-    plot_runs([report], path)
