@@ -185,6 +185,8 @@ class CertificationSession:
 
     def _version_of(self, factory: str) -> str:
         top = factory.split(":", 1)[0].split(".", 1)[0]
+        with contextlib.suppress(PackageNotFoundError):
+            return version(top)  # most packages are distributed under their module's name: no scan of every one
         for dist in packages_distributions().get(top, []):
             try:
                 return version(dist)
@@ -319,6 +321,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         end_the_process_after(GRACE_SECONDS, None)
 
 
+def hypothesis_cache_dir() -> str:
+    """hypothesis's home directory for certification runs: `statecert/hypothesis` in the user's cache directory
+    (`$XDG_CACHE_HOME`, else `~/.cache`), where it keeps what it derives from the Unicode tables once instead of
+    at every run (about 3 s of each process's first text strategy); with no example database nothing else is
+    written there. A fresh temporary directory, deleted after the run, where the cache cannot be created."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    home = os.path.join(base, "statecert", "hypothesis")
+    try:
+        os.makedirs(home, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=home)  # noqa: SIM115 - a writability check, closed at once
+        probe.close()
+    except OSError:
+        return tempfile.mkdtemp(prefix=TEMPORARY_HOME_PREFIX)
+    return home
+
+
+TEMPORARY_HOME_PREFIX = "statecert-hypothesis-"
+
+
 def configure_hypothesis(settings: CertifySettings) -> str:
     """Reproducible, self-contained property runs: the run's seed drives every hypothesis test (as
     `--hypothesis-seed` would), no example database is read or written (nothing is left in the author's directory,
@@ -341,7 +362,7 @@ def configure_hypothesis(settings: CertifySettings) -> str:
     # hypothesis also caches under its home directory (default ./.hypothesis): keep it out of the author's project
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    home = tempfile.mkdtemp(prefix="statecert-hypothesis-")
+    home = hypothesis_cache_dir()
     set_hypothesis_home_dir(home)
     if hasattr(engine, "MAX_SHRINKING_SECONDS"):
         engine.MAX_SHRINKING_SECONDS = settings.shrink_seconds
@@ -484,7 +505,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xfail(reason=f"known bug: {reason}", strict=True))
     items[:] = keep
     collected = {(Path(str(i.path)).stem, getattr(i, "originalname", i.name)) for i in keep if _in_suite(i)}
-    for test in uncollected_tests(collected):
+    modules = {Path(str(i.path)).stem: i.module for i in keep if _in_suite(i) and isinstance(i, pytest.Function)}
+    for test in uncollected_tests(collected, modules):
         if not _excluded(session, test):
             tid = test_id(test.module, test.name)
             session.uncollected.append(tid)
@@ -637,7 +659,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cert = _session(session.config)
     if cert is None:
         return
-    shutil.rmtree(cert.hypothesis_home, ignore_errors=True)
+    if os.path.basename(cert.hypothesis_home).startswith(TEMPORARY_HOME_PREFIX):
+        shutil.rmtree(cert.hypothesis_home, ignore_errors=True)
     if cert.worker:
         session.config.workeroutput[WORKER_OUTPUT] = cert.worker_output()  # type: ignore[attr-defined]
         return

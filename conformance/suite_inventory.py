@@ -5,9 +5,10 @@ backend obligation"."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,12 +37,16 @@ def _marks(owner: Any) -> list[pytest.Mark]:
     ]
 
 
-def uncollected_tests(collected: Iterable[tuple[str, str]]) -> Iterator[UncollectedTest]:
+def uncollected_tests(
+    collected: Iterable[tuple[str, str]], modules: Mapping[str, ModuleType] | None = None
+) -> Iterator[UncollectedTest]:
     """Every test function of the suite's modules that is not among `collected` ((module stem, function name)
-    pairs), in file and definition order; modules nothing was collected from are imported to read their marks."""
+    pairs), in file and definition order. `modules` are the suite modules the run imported, by stem; the others
+    (nothing was collected from them) are imported to read their marks."""
     seen = set(collected)
+    imported = modules or {}
     for path in sorted(SUITE_DIR.glob("test_*.py")):
-        module = importlib.import_module(f"{SUITE_PACKAGE}.{path.stem}")
+        module = imported.get(path.stem) or importlib.import_module(f"{SUITE_PACKAGE}.{path.stem}")
         module_marks = _marks(module)
         for name, function in vars(module).items():
             if name.startswith("test_") and callable(function) and (path.stem, name) not in seen:

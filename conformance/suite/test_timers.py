@@ -87,10 +87,14 @@ def fired_timers(recorder: Recorder, kind: str = "event") -> list[Timer]:
     return [timer for k, timer in recorder.fired if k == kind]
 
 
-def assert_fired_in_order(recorder: Recorder, expected: set[Timer], call: str, kind: str = "event") -> None:
+def assert_fired_in_order(
+    recorder: Recorder, expected: set[Timer], call: str, kind: str = "event", rid: str = "TM-2"
+) -> None:
+    """The timers `expected` fired once each, in timestamp order, each with its key current; a failure names `rid`,
+    the requirement the calling test checks with it (TM-2 for the order and the key, whatever it is)."""
     got = fired_timers(recorder, kind)
     assert sorted(got) == sorted(expected), (
-        f"TM-2: {call}: expected the {kind}-time timers {sorted(expected)} to fire once each, got {sorted(got)}"
+        f"{rid}: {call}: expected the {kind}-time timers {sorted(expected)} to fire once each, got {sorted(got)}"
     )
     stamps = [t[2] for t in got]
     assert stamps == sorted(stamps), f"TM-2: {call}: expected timers in timestamp order, got {stamps}"
@@ -184,12 +188,12 @@ def test_deleted_and_fired_timers_never_fire(
         handle = snapshot_now(backend, location_for(storage))
         advance(service, kind, MAX_TIMESTAMP)
         call = f"delete_{kind}_time_timer, then advance to {first} and to Long.MAX_VALUE"
-        assert_fired_in_order(recorder, (set(timers) - gone) | twins, call, kind)
+        assert_fired_in_order(recorder, (set(timers) - gone) | twins, call, kind, rid="TM-4")
     with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
         service, recorder = service_of(restored)
         advance(service, kind, MAX_TIMESTAMP)
         left = {t for t in (set(timers) - gone) | twins if t[2] > first}
-        assert_fired_in_order(recorder, left, f"{call}, snapshot after the first advance, restore", kind)
+        assert_fired_in_order(recorder, left, f"{call}, snapshot after the first advance, restore", kind, rid="TM-4")
 
 
 @pytest.mark.requirement("TM-4", "TM-3", "TM-6")
@@ -221,11 +225,13 @@ def test_a_deleted_timer_registered_again_fires_once(
         )
         handle = snapshot_now(backend, location_for(storage))
         advance(service, kind, MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind)
+        assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind, rid="TM-4")
     with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
         service, recorder = service_of(restored)
         advance(service, kind, MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, expected, f"{call}, snapshot, restore, advance to Long.MAX_VALUE", kind)
+        assert_fired_in_order(
+            recorder, expected, f"{call}, snapshot, restore, advance to Long.MAX_VALUE", kind, rid="TM-4"
+        )
 
 
 @pytest.mark.requirement("TM-3", "TM-6")
@@ -257,7 +263,7 @@ def test_a_restored_timer_registered_again_is_the_same_timer(
         fired = fired_timers(recorder, kind)
         twice = sorted({timer for timer in fired if fired.count(timer) > 1})
         assert not twice, f"TM-3: {call}, advance to Long.MAX_VALUE: {twice} fired more than once"
-        assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind)
+        assert_fired_in_order(recorder, expected, f"{call}, advance to Long.MAX_VALUE", kind, rid="TM-3")
 
 
 CLOSE_TIMERS = st.lists(
@@ -340,12 +346,12 @@ def test_timers_of_keys_and_namespaces_of_one_hash_are_different_timers(
         assert count == len(want), f"TM-3: {call}: num_{kind}_time_timers() is {count}, not {len(want)}"
         handle = snapshot_now(backend, location_for(storage))
         advance(service, kind, MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, set(want), f"TM-3: {call}, advance", kind)
+        assert_fired_in_order(recorder, set(want), f"{call}, advance", kind, rid="TM-3")
         assert len(fired_timers(recorder, kind)) == len(want), f"TM-3: {call}, advance: a timer fired twice"
     with keyed_backend(backend_factory, restore=[handle] if handle is not None else []) as restored:
         service, recorder = service_of(restored)
         advance(service, kind, MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, set(want), f"TM-3: {call}, snapshot, restore, advance", kind)
+        assert_fired_in_order(recorder, set(want), f"{call}, snapshot, restore, advance", kind, rid="TM-3")
         assert len(fired_timers(recorder, kind)) == len(want), f"TM-3: {call}, restore, advance: a timer fired twice"
 
 
@@ -357,10 +363,10 @@ def test_timers_at_the_ends_of_javas_long_range_are_accepted_and_fire(state_back
         service, recorder = service_of(backend)
         register(backend, service, [("k", 0, MIN_TIMESTAMP), ("k", 0, MAX_TIMESTAMP)], kind)
         advance(service, kind, MIN_TIMESTAMP)
-        assert_fired_in_order(recorder, {("k", 0, MIN_TIMESTAMP)}, f"{kind} timers at Long.MIN_VALUE", kind)
+        assert_fired_in_order(recorder, {("k", 0, MIN_TIMESTAMP)}, f"{kind} timers at Long.MIN_VALUE", kind, rid="TM-1")
         advance(service, kind, MAX_TIMESTAMP)
         expected = {("k", 0, MIN_TIMESTAMP), ("k", 0, MAX_TIMESTAMP)}
-        assert_fired_in_order(recorder, expected, f"{kind} timers at Long.MIN_VALUE and MAX_VALUE", kind)
+        assert_fired_in_order(recorder, expected, f"{kind} timers at Long.MIN_VALUE and MAX_VALUE", kind, rid="TM-1")
 
 
 @pytest.mark.requirement("KB-KEY-1", "TM-9")
@@ -451,13 +457,15 @@ def test_a_timer_deleted_by_a_callback_never_fires(
             {timer: sorted(gone) for timer, gone in deletes.items() if gone}
         )
         advance(service, kind, now)
-        assert_fired_in_order(recorder, expected, call, kind)
+        assert_fired_in_order(recorder, expected, call, kind, rid="TM-4")
         count = getattr(service, f"num_{kind}_time_timers")()
         assert count == len(alive), (
             f"TM-4, TM-2: num_{kind}_time_timers() after {call}: expected {len(alive)}, got {count}"
         )
         advance(service, kind, MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, expected | model_fires(MAX_TIMESTAMP), f"{call}, then to Long.MAX_VALUE", kind)
+        assert_fired_in_order(
+            recorder, expected | model_fires(MAX_TIMESTAMP), f"{call}, then to Long.MAX_VALUE", kind, rid="TM-4"
+        )
 
 
 @pytest.mark.requirement("TM-2")
@@ -512,8 +520,8 @@ def test_timers_of_a_service_not_asked_for_since_the_restore_stay_in_later_snaps
         service.advance_watermark(MAX_TIMESTAMP)
         lazy.advance_watermark(MAX_TIMESTAMP)
         call = "restore with service 'first' only, snapshot, restore, advance both"
-        assert_fired_in_order(lazy_recorder, set(second), f"{call}: service 'second'")
-        assert_fired_in_order(recorder, {t for t in first if t[2] > fired_at}, f"{call}: service 'first'")
+        assert_fired_in_order(lazy_recorder, set(second), f"{call}: service 'second'", rid="TM-9")
+        assert_fired_in_order(recorder, {t for t in first if t[2] > fired_at}, f"{call}: service 'first'", rid="TM-9")
 
 
 @pytest.mark.requirement("KB-RESTORE-6", "TM-6", "KB-SNAP-10")
@@ -545,11 +553,11 @@ def test_a_timer_service_asked_for_after_the_restored_checkpoint_was_deleted_fir
             service.advance_watermark(49)
         except Exception as exc:
             raise AssertionError(f"KB-RESTORE-6: {call} asked for and advanced: {exc!r}") from exc
-        assert_fired_in_order(recorder, {t for t in timers if t[2] <= 49}, f"KB-RESTORE-6: {call} advanced to 49")
+        assert_fired_in_order(recorder, {t for t in timers if t[2] <= 49}, f"{call} advanced to 49", rid="KB-RESTORE-6")
     with keyed_backend(state_backend, restore=[third]) as again:
         service, recorder = service_of(again)
         service.advance_watermark(MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, set(timers), f"KB-RESTORE-6: {call}, checkpoint 3 restored and advanced")
+        assert_fired_in_order(recorder, set(timers), f"{call}, checkpoint 3 restored and advanced", rid="KB-RESTORE-6")
 
 
 @pytest.mark.requirement("TM-9", "TM-6")
@@ -663,7 +671,11 @@ def test_timers_registered_at_or_before_the_current_time_fire_in_the_next_advanc
         register(backend, service, timers, kind)
         advance(now)
         assert_fired_in_order(
-            recorder, {t for t in timers if t[2] <= now}, f"{call}({now}), register, {call}({now}) again", kind
+            recorder,
+            {t for t in timers if t[2] <= now},
+            f"{call}({now}), register, {call}({now}) again",
+            kind,
+            rid="TM-5",
         )
         later = {t for t in timers if t[2] > now}
         assert count() == len(later), (
@@ -727,9 +739,13 @@ def test_a_snapshot_holds_exactly_the_timers_at_its_call(
         service.advance_watermark(MAX_TIMESTAMP)
         service.advance_processing_time(MAX_TIMESTAMP)
         other.advance_watermark(MAX_TIMESTAMP)
-        assert_fired_in_order(recorder, at_snapshot, "restore, advance_watermark(MAX)")
-        assert_fired_in_order(recorder, set(processing), "restore, advance_processing_time(MAX)", kind="processing")
-        assert_fired_in_order(other_recorder, set(before[:5]), "restore, the other service's advance_watermark(MAX)")
+        assert_fired_in_order(recorder, at_snapshot, "restore, advance_watermark(MAX)", rid="TM-6")
+        assert_fired_in_order(
+            recorder, set(processing), "restore, advance_processing_time(MAX)", kind="processing", rid="TM-6"
+        )
+        assert_fired_in_order(
+            other_recorder, set(before[:5]), "restore, the other service's advance_watermark(MAX)", rid="TM-6"
+        )
 
 
 @pytest.mark.requirement("TM-7", "KG-2")
@@ -808,7 +824,7 @@ def test_canonical_savepoint_timers_restore_into_the_reference_backend_and_back(
             service, recorder = service_of(restored)
             service.advance_watermark(MAX_TIMESTAMP)
             direction = "backend under test -> reference" if source is state_backend else "reference -> under test"
-            assert_fired_in_order(recorder, set(timers), f"canonical savepoint {direction}")
+            assert_fired_in_order(recorder, set(timers), f"canonical savepoint {direction}", rid="TM-10")
 
 
 @pytest.mark.requirement("TM-1")
@@ -878,7 +894,7 @@ def test_timers_of_a_checkpoint_restore_after_more_checkpoints(state_backend: An
         with keyed_backend(state_backend, restore=[handle]) as restored:
             service, recorder = service_of(restored)
             service.advance_watermark(MAX_TIMESTAMP)
-            assert_fired_in_order(recorder, at[checkpoint_id], f"restore checkpoint {checkpoint_id} of 3")
+            assert_fired_in_order(recorder, at[checkpoint_id], f"restore checkpoint {checkpoint_id} of 3", rid="TM-6")
 
 
 @pytest.mark.requirement("TM-6")

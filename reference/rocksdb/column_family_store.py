@@ -10,9 +10,10 @@ import msgpack
 import rocksdict
 
 from statecert.reference.format.state_meta import StateMetaInfo
-from statecert.reference.rocksdb.key_layout import composite_key, prefix_end, split_composite_key
+from statecert.reference.rocksdb.key_layout import composite_key, key_group_prefix, prefix_end, split_composite_key
 from statecert.reference.state_store import EntryKey, Payload
 from statecert.spec.errors import CheckpointCorruptedError, StateSizeLimitError
+from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import StateKind
 
 MAX_VALUE_BYTES = 2**31 - 1  # RocksDB's (JNI's, in Flink) limit on one value (RDB-5)
@@ -205,3 +206,26 @@ def iterate_entries(
     check_iterator(it, where)
     if current is not None:
         yield (*current, pairs)
+
+
+class KeyGroupCursor:
+    """One forward scan of a column family over a key-group range, handing out the entries of one key group at a
+    time in increasing key-group order: a snapshot written key group by key group opens one RocksDB iterator per
+    state, not one per state and key group."""
+
+    def __init__(self, column_family: Any, kind: StateKind, key_groups: KeyGroupRange, where: str) -> None:
+        start, end = key_group_prefix(key_groups.start), key_group_prefix(key_groups.end + 1)
+        self._entries = iterate_entries(column_family, kind, start, end, where)
+        self._next: tuple[int, bytes, bytes, Payload] | None = next(self._entries, None)
+        self._key_group = key_groups.start
+
+    def take(self, key_group: int) -> Iterator[tuple[bytes, bytes, Payload]]:
+        """The (key, namespace, payload) entries of `key_group`, which is not below the last one asked for."""
+        if key_group < self._key_group:
+            raise ValueError(f"key group {key_group} asked for after key group {self._key_group}")
+        self._key_group = key_group
+        while self._next is not None and self._next[0] <= key_group:
+            entry = self._next
+            self._next = next(self._entries, None)
+            if entry[0] == key_group:
+                yield entry[1], entry[2], entry[3]

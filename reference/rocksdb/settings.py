@@ -91,6 +91,9 @@ class RocksDBSettings:
         """Raw-mode options: predefined options, then the options factory, then the shared memory (RDB-9, RDB-10).
         The high-priority pool ratio is validated but not applied: rocksdict's `Cache` takes a capacity only."""
         options = rocksdict.Options(raw_mode=True)
+        # RocksDB opens table files with up to 16 threads, started anew at every open and every new column family
+        # even when there is no file to open: most of the cost of opening the small database of one subtask.
+        options.set_max_file_opening_threads(1)
         table = rocksdict.BlockBasedOptions()
         self.predefined_options.apply(options, table)
         if self.options_factory is not None:
