@@ -46,6 +46,7 @@ BASIS = (
     "test_operator_state",
     "test_damaged_operator_streams",
     "test_storage_contract",
+    "test_storage_locations",
     "test_rescale",
     "test_savepoints",
     "test_incremental",

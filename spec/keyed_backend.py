@@ -13,7 +13,11 @@ from statecert.spec.handles import KeyedStateHandle
 from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.serializers import TypeSerializer
 from statecert.spec.state import Clock, State, StateDescriptor, SystemClock
-from statecert.spec.storage import CheckpointStreamFactory
+from statecert.spec.storage import (
+    DEFAULT_LOCATION_REFERENCE,
+    CheckpointStorageLocationReference,
+    CheckpointStreamFactory,
+)
 
 K = TypeVar("K")
 H = TypeVar("H", covariant=True)
@@ -36,6 +40,8 @@ class CheckpointOptions:
 
     snapshot_type: SnapshotType = SnapshotType.CHECKPOINT
     full: bool = False
+    target_location: CheckpointStorageLocationReference = DEFAULT_LOCATION_REFERENCE
+    """Where the checkpoint goes, as the coordinator sends it with the barrier (CS-13, Flink's `getTargetLocation`)."""
 
 
 DEFAULT_CHECKPOINT_OPTIONS = CheckpointOptions()

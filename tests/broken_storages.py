@@ -31,6 +31,7 @@ from statecert.spec.errors import (
 )
 from statecert.spec.metadata import CheckpointMetadata
 from statecert.spec.storage import (
+    DEFAULT_LOCATION_REFERENCE,
     METADATA_FILE_NAME,
     TASK_OWNED_STATE_DIR,
     CheckpointedStateScope,
@@ -654,6 +655,59 @@ class _OwnCheckpointsOnly(FileSystemCheckpointStorage):
         return super().load_checkpoint(pointer)
 
 
+# 37. A savepoint's location sends the default reference, as a checkpoint's does: the tasks resolve it to checkpoint
+# N's directory in the job's checkpoint directory and write the savepoint's state there, where retention deletes it
+# (CS-12).
+def _savepoint_reference_is_default(access: Any) -> None:
+    original = access.initialize_location_for_savepoint
+
+    def initialize(checkpoint_id: int, target: str | None = None) -> Any:
+        location = original(checkpoint_id, target)
+        location._reference = DEFAULT_LOCATION_REFERENCE
+        return location
+
+    access.initialize_location_for_savepoint = initialize
+
+
+# 38. Every reference resolved to the storage's own location of the checkpoint id, the encoded savepoint directory
+# ignored: a task writes a savepoint's state into the job's checkpoint directory (CS-13).
+def _resolves_every_reference_by_id(access: Any) -> None:
+    access.resolve_checkpoint_storage_location = lambda checkpoint_id, reference: (
+        access.initialize_location_for_checkpoint(checkpoint_id)
+    )
+
+
+# 39. Job-manager storage keeping checkpoints in the process's memory:// while saying it is highly available: a job
+# recovered by a new process finds none of them (CS-14).
+class _MemoryClaimsHighAvailability(JobManagerCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = dataclasses.replace(self, checkpoint_dir=None).create_checkpoint_storage_in_memory(job_id)
+        access._highly_available = True
+        return access
+
+    def create_checkpoint_storage_in_memory(self, job_id: str) -> Any:
+        return JobManagerCheckpointStorage.create_checkpoint_storage(self, job_id)
+
+
+# 40. A storage answering that it has no default savepoint location whatever its configuration, as one reading only
+# the 1.x key `state.savepoints.dir` would (CS-15).
+def _no_default_savepoint_location(access: Any) -> None:
+    access.has_default_savepoint_location = lambda: False
+
+
+# 41. Base locations initialized by deleting what is there and creating the directories anew: a restarted
+# coordinator wipes the shared and task-owned state the retained checkpoints reference (CS-16).
+def _base_locations_created_anew(access: Any) -> None:
+    def initialize() -> None:
+        for directory in (access.shared_dir, access.task_owned_dir):
+            fs, path = fsspec.core.url_to_fs(directory)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+            fs.makedirs(path, exist_ok=True)
+
+    access.initialize_base_locations = initialize
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -811,6 +865,26 @@ def own_checkpoints_only(config: Mapping[str, object]) -> Any:
     return _OwnCheckpointsOnly.from_config(config)
 
 
+def savepoint_reference_is_default(config: Mapping[str, object]) -> Any:
+    return _with_access(_savepoint_reference_is_default).from_config(config)
+
+
+def resolves_every_reference_by_id(config: Mapping[str, object]) -> Any:
+    return _with_access(_resolves_every_reference_by_id).from_config(config)
+
+
+def memory_claims_high_availability(config: Mapping[str, object]) -> Any:
+    return _MemoryClaimsHighAvailability.from_config(config)
+
+
+def no_default_savepoint_location(config: Mapping[str, object]) -> Any:
+    return _with_access(_no_default_savepoint_location).from_config(config)
+
+
+def base_locations_created_anew(config: Mapping[str, object]) -> Any:
+    return _with_access(_base_locations_created_anew).from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -848,4 +922,9 @@ CAUGHT_BY = {
     "metadata_without_timestamp": "FMT-4",
     "checksum_skips_spilled_buffer": "CS-9",
     "own_checkpoints_only": "FMT-5",
+    "savepoint_reference_is_default": "CS-12",
+    "resolves_every_reference_by_id": "CS-13",
+    "memory_claims_high_availability": "CS-14",
+    "no_default_savepoint_location": "CS-15",
+    "base_locations_created_anew": "CS-16",
 }

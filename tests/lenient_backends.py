@@ -383,6 +383,7 @@ class _OtherChoicesStorage(FileSystemCheckpointStorage):
                     location.shared_dir,
                     location._threshold,
                     location._max_state_size,
+                    location.location_reference,
                 )
 
             setattr(access, name, eager)

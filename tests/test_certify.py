@@ -597,7 +597,7 @@ def test_reference_storages_certify_without_a_backend(tmp_path: Path, storage: s
     assert code == 0, output
     assert report["verdict"] == "certified" and report["contracts"] == ["checkpoint storage"]
     assert report["storage_under_test"]["requested"] == storage
-    assert {t["id"].split("::")[0] for t in report["tests"]} == {"test_storage_contract"}
+    assert {t["id"].split("::")[0] for t in report["tests"]} == {"test_storage_contract", "test_storage_locations"}
     assert "certified contracts: checkpoint storage" in output
 
 

@@ -63,7 +63,7 @@ def epoch_task(aggregate: KeyedAggregate, mini_batch: bool) -> worker.EpochTask:
     return worker.EpochTask(
         job_id="job",
         checkpoint_id=1,
-        location=None,
+        storage_access=None,
         options=DEFAULT_CHECKPOINT_OPTIONS,
         restore_pointer=None,
         restore_id=None,

@@ -156,7 +156,7 @@ def test_a_cached_backend_is_reused_only_when_no_failover_came_between(tmp_path:
     task = worker.EpochTask(
         job_id="job-cache",
         checkpoint_id=3,
-        location=None,
+        storage_access=None,
         options=CheckpointOptions(),
         restore_pointer=None,
         restore_id=2,

@@ -10,11 +10,16 @@ import fsspec
 import pytest
 
 from statecert.reference.format.paths import is_within, join_url
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.jobmanager import JobManagerCheckpointStorage
 from statecert.spec.errors import IllegalConfigurationError, StateSizeLimitError
 from statecert.spec.handles import ByteStreamStateHandle, FileStateHandle
 from statecert.spec.metadata import CheckpointKind, CheckpointMetadata
-from statecert.spec.storage import CheckpointedStateScope
+from statecert.spec.storage import (
+    CheckpointedStateScope,
+    CheckpointStorageLocationReference,
+    encode_path_as_reference,
+)
 
 
 def _exists(url: str) -> bool:
@@ -121,3 +126,46 @@ def test_memory_urls_are_isolated_per_storage() -> None:
     a = JobManagerCheckpointStorage().create_checkpoint_storage(uuid.uuid4().hex)
     b = JobManagerCheckpointStorage().create_checkpoint_storage(a.job_id)
     assert a.job_dir != b.job_dir, "two non-durable job-manager storages share a directory"
+
+
+@pytest.mark.requirement("CS-14")
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda d: JobManagerCheckpointStorage(), False),
+        (lambda d: JobManagerCheckpointStorage(checkpoint_dir=f"file://{d}/c"), True),
+        (lambda d: FileSystemCheckpointStorage(f"file://{d}/c"), True),
+        (lambda d: FileSystemCheckpointStorage(f"memory://statecert-ha-{uuid.uuid4().hex}"), False),
+    ],
+    ids=["jobmanager in memory", "jobmanager with a directory", "filesystem", "filesystem on memory://"],
+)
+def test_reference_storages_are_highly_available_as_flinks(tmp_path: Any, make: Any, expected: bool) -> None:
+    """Flink's job-manager storage is highly available only with a checkpoint directory, its file-system storage
+    always; fsspec's memory:// (no Flink equivalent) ends with the process."""
+    got = make(tmp_path).create_checkpoint_storage("job").supports_highly_available_storage()
+    assert got is expected, f"CS-14: supports_highly_available_storage(): expected {expected}, got {got}"
+
+
+@pytest.mark.requirement("CS-16", "CS-FS-1")
+def test_file_system_base_locations_are_the_shared_and_task_owned_directories(tmp_path: Any) -> None:
+    access = FileSystemCheckpointStorage(f"file://{tmp_path}/c").create_checkpoint_storage("job")
+    access.initialize_base_locations()
+    for directory in ("shared", "taskowned"):
+        assert (tmp_path / "c" / "job" / directory).is_dir(), (
+            f"CS-16: initialize_base_locations(): expected the directory job/{directory}, got "
+            f"{sorted(p.name for p in (tmp_path / 'c' / 'job').iterdir())}"
+        )
+
+
+@pytest.mark.requirement("CS-13", "CS-JM-1")
+def test_job_manager_storage_inlines_whatever_the_reference(tmp_path: Any) -> None:
+    """As Flink's, whose `resolveCheckpointStorageLocation` returns its in-memory factory for any reference."""
+    access = JobManagerCheckpointStorage(checkpoint_dir=f"file://{tmp_path}/c").create_checkpoint_storage("job")
+    for reference in (CheckpointStorageLocationReference.default(), encode_path_as_reference(f"file://{tmp_path}/s")):
+        location = access.resolve_checkpoint_storage_location(3, reference)
+        with location.create_checkpoint_state_output_stream(CheckpointedStateScope.SHARED) as out:
+            out.write(b"x" * 100_000)
+            handle = out.close_and_get_handle()
+        assert isinstance(handle, ByteStreamStateHandle), (
+            f"CS-13, CS-JM-1: a stream of the location resolved from {reference}: expected inline bytes, got {handle}"
+        )

@@ -108,6 +108,7 @@ class CheckpointCoordinator:
         self.last_savepoint: str | None = None
         self.full_checkpoints = False  # until a checkpoint after a restore from a snapshot completes (COORD-13)
         self._aborted: dict[int, Any] = {}  # the locations of aborted checkpoints, for late acknowledgements
+        access.initialize_base_locations()  # once, before the first checkpoint, as Flink's coordinator (CS-16)
 
     # -- triggering --------------------------------------------------------------------------------------------------
     def start_periodic(self) -> None:
@@ -159,7 +160,12 @@ class CheckpointCoordinator:
         tasks = {t for v in self.vertices for t in v.tasks()}
         # Until a checkpoint after a restore from a snapshot completes, checkpoints are full: they depend on nothing
         # of the snapshot the job started from (KB-SNAP-10, Flink's FULL_CHECKPOINT).
-        options = CheckpointOptions(SnapshotType(kind.value), full=self.full_checkpoints and not kind.is_savepoint)
+        # The tasks resolve where to write from the location's reference, sent with the options (CS-13).
+        options = CheckpointOptions(
+            SnapshotType(kind.value),
+            full=self.full_checkpoints and not kind.is_savepoint,
+            target_location=location.location_reference,
+        )
         pending = PendingCheckpoint(checkpoint_id, now, kind, location, tasks, stop_after=stop, options=options)
         pending.timer = self.scheduler.schedule(
             self.settings.timeout_ms, lambda: self.abort(checkpoint_id, FailureReason.EXPIRED)

@@ -410,7 +410,7 @@ class KeyedTask:
             return  # failed in the synchronous part: no handle, the failover follows at once
         self.finish_bundle()
         self.on_snapshot(n)
-        location = self.sim.location(n)
+        location = self.sim.location(n, options)
         if location is not None and not self.sim.storage_down:
             self.keyed_handles[n] = self.keyed.snapshot(n, int(self.sim.env.now), location, options).run()
 
@@ -426,7 +426,7 @@ class KeyedTask:
                 "checkpoint": n,
             }
         )
-        location = self.sim.location(n)
+        location = self.sim.location(n, progress.options)
         if location is None:
             return 0.0
         if n not in self.keyed_handles or self.sim.storage_down:

@@ -91,6 +91,7 @@ class Simulation:
                 checkpoint_dir=str(workdir / "checkpoints"), savepoint_dir=str(workdir / "sp")
             ).configure(flink_config)
         self.access = self.storage.create_checkpoint_storage("sim")
+        self.task_access = self.storage.create_checkpoint_storage("sim")  # the tasks' own view of the storage (CS-13)
         if spec.changelog and spec.checkpointing.max_concurrent > 1:
             raise IllegalConfigurationError(
                 "checkpointing.max_concurrent: the changelog backend allows 1 concurrent checkpoint, as Flink "
@@ -289,9 +290,12 @@ class Simulation:
             and options.snapshot_type is SnapshotType.CHECKPOINT
         )
 
-    def location(self, checkpoint_id: int) -> Any:
-        pending = self.coordinator.pending.get(checkpoint_id)
-        return None if pending is None else pending.location
+    def location(self, checkpoint_id: int, options: Any) -> Any:
+        """Where a task writes checkpoint `checkpoint_id`: resolved by the tasks' storage access from the reference
+        the barrier's options carry (CS-13); None once the checkpoint is no longer pending."""
+        if checkpoint_id not in self.coordinator.pending:
+            return None
+        return self.task_access.resolve_checkpoint_storage_location(checkpoint_id, options.target_location)
 
     def _start_tasks(self) -> None:
         latest = self.coordinator.latest_completed()

@@ -171,7 +171,7 @@ class SourceTask:
                 yield self.wake
 
     def _barrier(self, checkpoint_id: int, options: CheckpointOptions) -> Generator[Any, Any, None]:
-        location = self.sim.location(checkpoint_id)
+        location = self.sim.location(checkpoint_id, options)
         if location is None:
             return
         priority = self.sim.unaligned_barriers(options)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from statecert.reference import config as cfg
 from statecert.reference.config import catalog
-from statecert.reference.format.paths import join_url, normalize_url
+from statecert.reference.format.paths import join_url, normalize_url, split_url
 from statecert.reference.storage.location import (
     CheckpointStorageAccessImpl,
     load_checkpoint_metadata,
@@ -72,6 +72,8 @@ class FileSystemCheckpointStorage:
             self.savepoint_dir,
             catalog.DATA_INLINE_THRESHOLD.default if threshold is None else threshold,
             None,
+            # Flink's file-system storage is always highly available; fsspec's memory:// ends with the process (CS-14)
+            split_url(self.checkpoint_dir)[0] != "memory",
         )
 
     def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:

@@ -61,8 +61,9 @@ class JobManagerCheckpointStorage:
 
     def create_checkpoint_storage(self, job_id: str) -> CheckpointStorageAccessImpl:
         base = self.checkpoint_dir or f"memory://statecert-jobmanager/{uuid.uuid4().hex}"
+        # Highly available only with a checkpoint directory, as Flink's (CS-14): memory:// ends with the process.
         return CheckpointStorageAccessImpl(
-            job_id, join_url(base, job_id), self.savepoint_dir, math.inf, self.max_state_size
+            job_id, join_url(base, job_id), self.savepoint_dir, math.inf, self.max_state_size, self.is_durable
         )
 
     def resolve_checkpoint(self, pointer: str) -> CompletedCheckpointLocation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 
 import fsspec
@@ -20,12 +21,16 @@ from statecert.spec.errors import (
 from statecert.spec.metadata import CheckpointMetadata
 from statecert.spec.storage import (
     CHECKPOINT_DIR_PREFIX,
+    DEFAULT_LOCATION_REFERENCE,
     METADATA_FILE_NAME,
     SAVEPOINT_DIR_PREFIX,
     SHARED_STATE_DIR,
     TASK_OWNED_STATE_DIR,
     CheckpointedStateScope,
+    CheckpointStorageLocationReference,
     CompletedCheckpointLocation,
+    decode_path_from_reference,
+    encode_path_as_reference,
 )
 
 
@@ -39,16 +44,24 @@ class CheckpointStorageLocationImpl:
         shared_dir: str,
         inline_threshold: float,
         max_state_size: int | None,
+        location_reference: CheckpointStorageLocationReference = DEFAULT_LOCATION_REFERENCE,
     ) -> None:
         self.checkpoint_id = checkpoint_id
         self.directory = directory
         self.shared_dir = shared_dir
         self._threshold = inline_threshold
         self._max_state_size = max_state_size
+        self._reference = location_reference
 
     @property
     def pointer(self) -> str:
         return self.directory
+
+    @property
+    def location_reference(self) -> CheckpointStorageLocationReference:
+        """The default reference for a checkpoint in the job's directory, the encoded directory for a savepoint
+        (CS-12)."""
+        return self._reference
 
     def create_checkpoint_state_output_stream(self, scope: CheckpointedStateScope) -> CheckpointStateOutputStreamImpl:
         target = self.shared_dir if scope is CheckpointedStateScope.SHARED else self.directory
@@ -96,12 +109,43 @@ class CheckpointStorageAccessImpl:
         default_savepoint_dir: str | None,
         inline_threshold: float,
         max_state_size: int | None,
+        highly_available: bool = True,
     ) -> None:
         self.job_id = job_id
         self.job_dir = job_dir
         self.default_savepoint_dir = default_savepoint_dir
         self._threshold = inline_threshold
         self._max_state_size = max_state_size
+        self._highly_available = highly_available
+
+    def supports_highly_available_storage(self) -> bool:
+        """Whether completed checkpoints outlive this process (CS-14): given by the storage kind."""
+        return self._highly_available
+
+    def has_default_savepoint_location(self) -> bool:
+        """Whether a savepoint without a target has a directory to go to (CS-15)."""
+        return self.default_savepoint_dir is not None
+
+    def initialize_base_locations(self) -> None:
+        """Create the shared and task-owned directories (CS-16, CS-FS-1); those that exist are left as they are.
+        Streams inlined whatever their size (the job-manager storage) need none."""
+        if math.isinf(self._threshold):
+            return
+        for directory in (self.shared_dir, self.task_owned_dir):
+            fs, path = fsspec.core.url_to_fs(directory)
+            fs.makedirs(path, exist_ok=True)
+
+    def resolve_checkpoint_storage_location(
+        self, checkpoint_id: int, reference: CheckpointStorageLocationReference
+    ) -> CheckpointStorageLocationImpl:
+        """The default reference: checkpoint `checkpoint_id`'s location in the job's directory; an encoded one: the
+        directory it carries, shared state included (CS-13, SP-4)."""
+        if reference.is_default:
+            return self.initialize_location_for_checkpoint(checkpoint_id)
+        directory = normalize_url(decode_path_from_reference(reference))
+        return CheckpointStorageLocationImpl(
+            checkpoint_id, directory, directory, self._threshold, self._max_state_size, reference
+        )
 
     @property
     def shared_dir(self) -> str:
@@ -130,7 +174,14 @@ class CheckpointStorageAccessImpl:
             )
         directory = join_url(normalize_url(base), f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}")
         # A savepoint is self-contained: even "shared" state goes into its own directory (SP-4).
-        return CheckpointStorageLocationImpl(checkpoint_id, directory, directory, self._threshold, self._max_state_size)
+        return CheckpointStorageLocationImpl(
+            checkpoint_id,
+            directory,
+            directory,
+            self._threshold,
+            self._max_state_size,
+            encode_path_as_reference(directory),
+        )
 
     def create_task_owned_state_stream(self) -> CheckpointStateOutputStreamImpl:
         return CheckpointStateOutputStreamImpl(self.task_owned_dir, self._threshold, self._max_state_size)

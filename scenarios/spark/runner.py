@@ -111,6 +111,7 @@ class _Run:
         else:
             storage = FileSystemCheckpointStorage(f"{root}/checkpoints", savepoint_dir=f"{root}/sp")
         self.access = storage.create_checkpoint_storage(self.job_id)
+        self.task_access = storage.create_checkpoint_storage(self.job_id)  # the tasks' own view (CS-13)
         self.vertices = [
             JobVertex("source", scenario.job.sources, scenario.job.max_parallelism),
             JobVertex(worker.OPERATOR, plan.parallelism, scenario.job.max_parallelism),
@@ -242,7 +243,7 @@ class _Run:
         task = EpochTask(
             job_id=self.job_id,
             checkpoint_id=checkpoint_id,
-            location=pending.location,
+            storage_access=self.task_access,
             options=pending.options,
             restore_pointer=self.position.pointer,
             restore_id=self.position.checkpoint_id,
@@ -326,7 +327,10 @@ class _Run:
         params = OperatorBackendParameters(self.job_id, "source", ())
         with self.backend.create_operator_state_backend(params) as operator:
             operator.get_list_state(OFFSET).update([offset])
-            handle = operator.snapshot(checkpoint_id, self.scheduler.now_ms(), pending.location, pending.options).run()
+            location = self.task_access.resolve_checkpoint_storage_location(
+                checkpoint_id, pending.options.target_location
+            )
+            handle = operator.snapshot(checkpoint_id, self.scheduler.now_ms(), location, pending.options).run()
         return OperatorSubtaskState((), (handle,) if handle else ())
 
     def _coordinator_crash(self) -> None:

@@ -71,7 +71,7 @@ class EpochTask:
 
     job_id: str
     checkpoint_id: int
-    location: Any  # the coordinator's storage location for this checkpoint or savepoint
+    storage_access: Any  # the job's checkpoint storage access, as the tasks see it (picklable)
     options: CheckpointOptions
     restore_pointer: str | None
     restore_id: int | None
@@ -90,6 +90,11 @@ class EpochTask:
     key_names: Any = None  # a Spark broadcast of the input's key names, in order of id (`input_table`)
     restarts: int = 0  # the job's failovers so far: a backend cached before the latest one is not reused
     union_state: bool = False  # the subtasks keep union list state (OS-2): each restore reports what it read
+
+    def location(self) -> Any:
+        """Where this epoch's checkpoint goes: resolved by the worker's storage access from the reference the
+        coordinator sent in the options, as a Flink task resolves it (CS-13)."""
+        return self.storage_access.resolve_checkpoint_storage_location(self.checkpoint_id, self.options.target_location)
 
 
 @dataclass
@@ -248,7 +253,7 @@ def _union_snapshot(task: EpochTask, subtask: int) -> tuple[Any, ...]:
     params = OperatorBackendParameters(task.job_id, OPERATOR, ())
     with load_state_backend(job_config=task.backend_config).create_operator_state_backend(params) as operator:
         operator.get_union_list_state(UNION_MARKERS).update([marker(subtask, task.checkpoint_id)])
-        handle = operator.snapshot(task.checkpoint_id, task.timestamp_ms, task.location, task.options).run()
+        handle = operator.snapshot(task.checkpoint_id, task.timestamp_ms, task.location(), task.options).run()
     return (handle,) if handle else ()
 
 
@@ -271,7 +276,7 @@ def process_partition(task: EpochTask, subtask: int, records: EpochRecords) -> I
         return
     try:
         staged = _process(task, subtask, attempt, keyed, records)
-        snapshot = keyed.snapshot(task.checkpoint_id, task.timestamp_ms, task.location, task.options)
+        snapshot = keyed.snapshot(task.checkpoint_id, task.timestamp_ms, task.location(), task.options)
         _fault(task, subtask, "snapshot", attempt)  # after the synchronous part, before anything is written
         try:
             with failing_writes(task.failing_writes):
