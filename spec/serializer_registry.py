@@ -48,7 +48,7 @@ def restore_serializer(snapshot: SerializerSnapshot) -> TypeSerializer[Any]:
         )
     try:
         return factory(snapshot)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # any shape the factory did not expect
         raise StateMigrationError(f"malformed configuration of serializer {snapshot.serializer_id!r}: {exc}") from exc
     except RecursionError:  # a hostile snapshot nesting serializers (tuple in tuple...) deeper than the stack
         raise StateMigrationError(f"serializer {snapshot.serializer_id!r} nests serializers too deeply") from None

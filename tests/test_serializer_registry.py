@@ -10,6 +10,8 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecert.reference import serializers as builtin
 from statecert.spec.errors import StateMigrationError
@@ -99,3 +101,29 @@ def test_serializers_nested_past_the_recursion_limit_are_a_migration_error() -> 
     plain = msgpack.unpackb(prefix * 340 + msgpack.packb({"id": "long", "version": 1, "config": {}}))
     with pytest.raises(StateMigrationError, match="nests serializers too deeply"):
         restore_serializer(SerializerSnapshot.from_plain(plain))
+
+
+@pytest.mark.requirement("SER-4", "FMT-8")
+@given(
+    serializer_id=st.sampled_from(["tuple", "enum", "record"]),
+    config=st.recursive(
+        st.none() | st.integers() | st.text(max_size=3) | st.binary(max_size=3),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["fields", "values", "name"]), inner)
+        ),
+        max_leaves=8,
+    ),
+)
+def test_a_configuration_of_any_shape_restores_or_is_a_migration_error(serializer_id: str, config: Any) -> None:
+    """A forged snapshot gives a serializer a configuration of the wrong shape (a field that is a number where a
+    snapshot is expected...): restoring it gives a serializer or a StateMigrationError, never an AttributeError or
+    another exception out of the factory."""
+    try:
+        restore_serializer(SerializerSnapshot(serializer_id, 1, config))
+    except StateMigrationError:
+        pass
+    except Exception as exc:
+        pytest.fail(
+            f"SER-4: restore_serializer({serializer_id!r}, config {config!r}): expected a serializer or "
+            f"StateMigrationError, got {exc!r}"
+        )

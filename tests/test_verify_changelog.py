@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 
 from statecert.cli.main import main
-from statecert.conformance.helpers import create_subtasks
+from statecert.conformance.helpers import create_subtasks, keyed_backend
 from statecert.reference.checkpointing import take_snapshot
 from statecert.reference.format.verify import verify_checkpoint
 from statecert.reference.loader import load_state_backend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.state import ValueStateDescriptor
 from tests.hostile.cases import Plain, delete, keyed, read_plain, rerecord, truncate, write_payload
 
@@ -100,3 +102,51 @@ def test_verify_names_a_damaged_file_of_a_changelog_checkpoint(
     status = main(["inspect", "--verify", str(directory)])
     err = capsys.readouterr().err
     assert status == 2 and name in err and "Traceback" not in err, f"inspect --verify: status {status}, stderr {err}"
+
+
+def _forge_first_change(directory: Path, forge: Callable[[list[Any]], None]) -> None:
+    """The segment's first change rewritten by `forge` (on its 8 fields), the segment re-encoded and its size and
+    CRC-32C recorded anew: a forged, not a damaged, segment."""
+    plain = read_plain(directory)
+    stream = _stream(keyed(plain), "changelog")
+    path = directory / stream["path"]
+    data = path.read_bytes()
+    body = msgpack.unpackb(data[8:], raw=False)
+    forge(body[2][0])
+    path.write_bytes(data[:8] + msgpack.packb(body, use_bin_type=True))
+    rerecord(directory, stream)
+    write_payload(directory, msgpack.packb(plain, use_bin_type=True), version=4)
+
+
+def _other_key_group(change: list[Any]) -> None:
+    change[1] = (change[1] + 1) % 128  # the key stays: it now hashes to another key group than it is logged under
+
+
+def _key_not_utf8(change: list[Any]) -> None:
+    change[4] = b"\xff\xfe" + change[4]
+
+
+FORGED = {"key logged under another key group": _other_key_group, "key not in UTF-8": _key_not_utf8}
+
+
+@pytest.mark.requirement("CL-4", "FMT-15", "FMT-14")
+@pytest.mark.parametrize("forgery", sorted(FORGED))
+def test_replay_and_verify_refuse_a_forged_change_alike(tmp_path: Path, forgery: str) -> None:
+    """A change of a forged segment (sizes and checksums re-recorded) whose key belongs to another key group, or is
+    not in its serializer's encoding, is refused by a restore and by `inspect --verify` alike, as the canonical
+    reader refuses such an entry (FMT-15): applied, it would add a key no lookup finds or overwrite another key's
+    state."""
+    directory = changelog_checkpoint(tmp_path)
+    _forge_first_change(directory, FORGED[forgery])
+    report = verify_checkpoint(str(directory))
+    assert not report.ok, f"FMT-14: inspect --verify passed a segment with a {forgery}"
+    backend = load_state_backend(job_config={"state.changelog.enabled": "true"})
+    metadata = FileSystemCheckpointStorage(f"file://{tmp_path}/checkpoints").load_checkpoint(str(directory))
+    handles = list(metadata.operators[0].subtask_states[0].managed_keyed_state)
+    with pytest.raises(CheckpointFormatError) as refused:
+        restored = keyed_backend(backend, restore=handles)
+        restored.dispose()
+    named = refused.value.path
+    assert any(named in problem for problem in report.problems), (
+        f"FMT-14, CL-4: restore refused the {forgery} naming {named}; inspect --verify said {report.problems}"
+    )

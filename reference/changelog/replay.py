@@ -16,12 +16,20 @@ import fsspec
 
 from statecert.reference.changelog.raw_serializer import RawSerializer
 from statecert.reference.changelog.records import Change, LoggedState, Op, decode_segment
+from statecert.reference.format.canonical import describe
+from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.literal_paths import remove_tree
 from statecert.spec.errors import CheckpointFormatError, StateMigrationError, UnsupportedSnapshotError
-from statecert.spec.handles import CHANGELOG_FORMAT, ChangelogStateBackendHandle, KeyedStateHandle
+from statecert.spec.handles import (
+    CHANGELOG_FORMAT,
+    ChangelogSegmentHandle,
+    ChangelogStateBackendHandle,
+    KeyedStateHandle,
+)
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
+from statecert.spec.keygroups import KeyGroupRange
 from statecert.spec.state import (
     AggregatingStateDescriptor,
     Clock,
@@ -79,6 +87,37 @@ def _descriptor(logged: LoggedState, serializers: dict[str, Any]) -> StateDescri
     )
 
 
+def applied_changes(
+    handle: ChangelogStateBackendHandle,
+    segment: ChangelogSegmentHandle,
+    max_parallelism: int,
+    key_groups: KeyGroupRange,
+) -> tuple[dict[str, LoggedState], list[Change]]:
+    """The states a segment describes and the changes of it a restore of `key_groups` applies (those after the
+    handle's materialization), each checked as a restore checks a canonical entry (FMT-15): within the segment's
+    sequence range, its key in its serializer's encoding and of the key group it is logged under, its namespace in
+    its serializer's encoding; else CheckpointFormatError naming the segment. Restore and `inspect --verify` both read
+    segments through it, so that they refuse the same changes."""
+    name = str(getattr(segment.delegate, "path", getattr(segment.delegate, "handle_name", "changelog segment")))
+    with segment.delegate.open() as f:
+        data = f.read()
+    content = decode_segment(data, name, max_parallelism)
+    metas = [logged.meta for logged in content.states.values()]
+    index = {meta.name: i for i, meta in enumerate(metas)}
+    validator = EntryValidator(metas, restorable(content.key_serializer, name), max_parallelism, name)
+    applied = []
+    for change in content.changes:
+        if not segment.from_sequence < change.sequence <= segment.to_sequence:
+            raise CheckpointFormatError(name, f"change {change.sequence} lies outside the segment's range")
+        if change.sequence <= handle.materialized_sequence or change.key_group not in key_groups:
+            continue
+        # a change of another key group, or a key in another encoding, would add a key no lookup finds or overwrite
+        # another key's state
+        validator.check_key(change.key_group, index[change.state], change.key, change.namespace)
+        applied.append(change)
+    return content.states, applied
+
+
 def read_changes(
     handles: Sequence[ChangelogStateBackendHandle], params: KeyedBackendParameters[Any]
 ) -> tuple[dict[str, LoggedState], list[Change]]:
@@ -89,20 +128,14 @@ def read_changes(
     for handle in handles:
         by_sequence: dict[int, Change] = {}
         for segment in handle.changelog:
-            name = getattr(segment.delegate, "path", getattr(segment.delegate, "handle_name", "changelog segment"))
-            with segment.delegate.open() as f:
-                data = f.read()
-            segment_content = decode_segment(data, str(name), params.max_parallelism)
-            described, changes = segment_content.states, segment_content.changes
+            described, changes = applied_changes(handle, segment, params.max_parallelism, params.key_group_range)
             for change in changes:
-                if not segment.from_sequence < change.sequence <= segment.to_sequence:
-                    raise CheckpointFormatError(str(name), f"change {change.sequence} lies outside the segment's range")
-                if change.sequence <= handle.materialized_sequence or change.key_group not in params.key_group_range:
-                    continue
                 by_sequence.setdefault(change.sequence, change)
             for state_name, logged in described.items():
                 if states.setdefault(state_name, logged).meta.kind is not logged.meta.kind:
-                    raise CheckpointFormatError(str(name), f"state {state_name!r} is logged with two kinds")
+                    raise CheckpointFormatError(
+                        describe(segment.delegate), f"state {state_name!r} is logged with two kinds"
+                    )
         ordered.extend(by_sequence[s] for s in sorted(by_sequence))
     return states, ordered
 

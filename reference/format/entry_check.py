@@ -19,12 +19,15 @@ TTL_TIMESTAMP_BYTES = 8
 DECODE_ERRORS = (ValueError, TypeError, LookupError, ArithmeticError, RecursionError, AttributeError)
 
 
-def restorable(snapshot: Any) -> TypeSerializer[Any] | None:
-    """The serializer of a snapshot if this process knows its id (others are checked by their owner on use)."""
+def restorable(snapshot: Any, source: str = "serializer snapshot") -> TypeSerializer[Any] | None:
+    """The serializer of a snapshot if this process knows its id (others are checked by their owner on use); a
+    known id with a configuration of the wrong shape is a CheckpointFormatError naming `source` (FMT-8)."""
     try:
         return restore_serializer(snapshot)
     except StateCertError:
         return None
+    except DECODE_ERRORS as exc:
+        raise CheckpointFormatError(source, f"a serializer configuration of the wrong shape ({exc!r})") from None
 
 
 class EntryValidator:
@@ -41,8 +44,8 @@ class EntryValidator:
         self._keys = key_serializer
         self._max_parallelism = max_parallelism
         self._source = source
-        self._namespaces = [restorable(m.namespace_serializer) for m in states]
-        self._values = [{role: restorable(s) for role, s in m.serializers.items()} for m in states]
+        self._namespaces = [restorable(m.namespace_serializer, source) for m in states]
+        self._values = [{role: restorable(s, source) for role, s in m.serializers.items()} for m in states]
 
     def _fail(self, key_group: int, state: StateMetaInfo, what: str, exc: BaseException) -> CheckpointFormatError:
         return CheckpointFormatError(
@@ -87,6 +90,21 @@ class EntryValidator:
 
     def check(self, key_group: int, index: int, key: bytes, namespace: bytes, payload: Any) -> None:
         """Raise CheckpointFormatError naming the stream, key group and state for an entry that cannot be used."""
+        self.check_key(key_group, index, key, namespace)
+        meta = self._states[index]
+        if meta.kind is StateKind.LIST:
+            for element in payload:
+                self._value(key_group, index, "element", element)
+        elif meta.kind is StateKind.MAP:
+            for user_key, value in payload:
+                self._value(key_group, index, "user_key", user_key)
+                self._value(key_group, index, "user_value", value)
+        else:
+            self._value(key_group, index, "value", payload)
+
+    def check_key(self, key_group: int, index: int, key: bytes, namespace: bytes) -> None:
+        """The key and namespace of an entry or a logged change (FMT-15, CL-4): each in its serializer's encoding,
+        the key of `key_group`; else CheckpointFormatError naming the stream, key group and state."""
         meta = self._states[index]
         home = key_group
         if self._keys is not None:
@@ -108,12 +126,3 @@ class EntryValidator:
                 self._in_its_encoding(key_group, meta, "a namespace", ns_serializer, namespace, decoded_namespace)
             except DECODE_ERRORS as exc:
                 raise self._fail(key_group, meta, "a namespace", exc) from None
-        if meta.kind is StateKind.LIST:
-            for element in payload:
-                self._value(key_group, index, "element", element)
-        elif meta.kind is StateKind.MAP:
-            for user_key, value in payload:
-                self._value(key_group, index, "user_key", user_key)
-                self._value(key_group, index, "user_value", value)
-        else:
-            self._value(key_group, index, "value", payload)

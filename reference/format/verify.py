@@ -10,7 +10,7 @@ from functools import partial
 
 import fsspec
 
-from statecert.reference.changelog.records import decode_segment
+from statecert.reference.changelog.replay import applied_changes
 from statecert.reference.format.canonical import CanonicalReader, describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.format.operator_stream import read_operator_states
@@ -102,10 +102,9 @@ def _files(metadata: CheckpointMetadata) -> Iterator[FileStateHandle]:
             yield from (h.delegate for h in subtask.managed_operator_state if isinstance(h.delegate, FileStateHandle))
 
 
-def _read_segment(segment: ChangelogSegmentHandle, max_parallelism: int) -> None:
-    with segment.delegate.open() as f:
-        data = f.read()
-    decode_segment(data, describe(segment.delegate), max_parallelism)
+def _read_segment(keyed: ChangelogStateBackendHandle, segment: ChangelogSegmentHandle, max_parallelism: int) -> None:
+    """Every change a restore of the handle's key groups would apply, checked as replay checks it (CL-4, FMT-15)."""
+    applied_changes(keyed, segment, max_parallelism, keyed.key_group_range)
 
 
 def _keyed_checks(keyed: KeyedStateHandle, max_parallelism: int) -> Iterator[tuple[str, Callable[[], None]]]:
@@ -113,7 +112,7 @@ def _keyed_checks(keyed: KeyedStateHandle, max_parallelism: int) -> Iterator[tup
         for part in keyed.materialized:
             yield from _keyed_checks(part, max_parallelism)
         for segment in keyed.changelog:
-            yield describe(segment.delegate), partial(_read_segment, segment, max_parallelism)
+            yield describe(segment.delegate), partial(_read_segment, keyed, segment, max_parallelism)
     elif isinstance(keyed, IncrementalKeyedStateHandle) and keyed.snapshot_format == ROCKSDB_NATIVE_FORMAT:
         yield describe(keyed.meta_state), partial(verify_native_handle, keyed, max_parallelism)
     elif isinstance(keyed, IncrementalKeyedStateHandle):
