@@ -29,6 +29,7 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -405,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         "survived": counts["survived"],
         "kill_rate": round(rate, 4),
         "sampled": args.sample,
+        "seed": args.seed,
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "carried_over_from": args.rerun,
         "baseline_seconds": round(baseline["seconds"], 1),
         "by_module": by_module,

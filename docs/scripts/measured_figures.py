@@ -128,8 +128,17 @@ def mutation_page() -> str:
             total = counts["killed"] + counts["survived"]
             rate = f"{counts['killed'] / total:.1%}" if total else "-"
             lines.append(f"| {report['backend']} | `{module}` | {counts['killed']} | {counts['survived']} | {rate} |")
-    sampled = [json.loads(p.read_text()) for p in reports]
-    notes = [f"`{r['backend']}`: a sample of {r['sampled']}" for r in sampled if r.get("sampled")]
-    if notes:
-        lines += ["", "Sampled runs: " + "; ".join(notes) + "."]
+    runs = [json.loads(p.read_text()) for p in reports]
+    lines += ["", "The runs:", ""]
+    for r in runs:
+        sample = f" --sample {r['sampled']} --seed {r.get('seed', 0)}" if r.get("sampled") else ""
+        when = r.get("measured_at", "date not recorded")
+        lines.append(
+            f"- `{r['backend']}`: `python mutation/run.py --backend {r['backend']}{sample}`, finished {when}: "
+            f"{r['killed']} of {r['mutants']} mutants killed ({r['kill_rate']:.1%})."
+        )
+    survivors = [(r["backend"], s) for r in runs for s in r.get("results", []) if s["outcome"] == "survived"]
+    if survivors:
+        lines += ["", "## Survivors", "", "| target | where | mutation |", "| --- | --- | --- |"]
+        lines += [f"| {b} | `{s['module']}:{s['line']}` | {s['mutation']} |" for b, s in survivors]
     return "\n".join([*lines, ""])
