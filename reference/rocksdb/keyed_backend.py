@@ -115,9 +115,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
         return store
 
     def prepare_stores(self, metas: Sequence[StateMetaInfo]) -> None:
-        """A database that holds no column family yet is reopened with those of `metas`: RocksDB rewrites and
-        rereads its OPTIONS file, which describes every column family, at each one it creates, so creating them one
-        by one costs time quadratic in their number (a restore of 258 states: seconds instead of milliseconds)."""
+        """A database not created yet is created with the column families of `metas` in one open: RocksDB rewrites
+        and rereads its OPTIONS file, which describes every column family, at each one it creates on a live database,
+        so creating them one by one costs time quadratic in their number (a restore of 258 states: seconds instead of
+        milliseconds). A database that exists already (a second handle's states) creates them as they come."""
         self._database([column_family_name(m.name) for m in metas])
 
     def _database(self, column_families: Sequence[str] = ()) -> rocksdict.Rdict:
