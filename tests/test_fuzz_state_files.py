@@ -16,6 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statecert.reference.format.verify import verify_checkpoint
+from statecert.spec import errors
 from tests.fuzz_mutations import damaged, hostile_values
 from tests.fuzz_support import FUZZ, outcome, same_or_error
 from tests.hostile.cases import edit_canonical, keyed, operator, read_plain, rerecord, write_plain
@@ -128,3 +130,40 @@ def test_hostile_canonical_entries_are_rejected_or_read_back(bases: dict[str, Pa
         except (TypeError, ValueError, OverflowError):
             return  # the hostile value cannot even be written as msgpack
         outcome("canonical stream: hostile entries", lambda: read_all(directory, "hashmap", 2))
+
+
+def _restore_refuses(directory: Path, backend: str) -> str | None:
+    """The documented error a restore at parallelism 1 (every key group in one backend) raises, or None."""
+    try:
+        read_all(directory, backend, 1)
+    except errors.StateCertError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+KEYED_READERS = ["canonical stream", "native RocksDB files"]
+"""Operator streams are left out: a restore checks an operator state's serializer only when the job registers the
+state, and then refuses some forged serializer ids and accepts others; `inspect --verify`, which knows no job,
+cannot take the same decision (a known gap, in the closing note of the session that added this test)."""
+
+
+@pytest.mark.requirement("FMT-14")
+@pytest.mark.parametrize("reader", KEYED_READERS)
+@FUZZ
+@given(data=st.data(), rerecord_checksum=st.booleans())
+def test_inspect_verify_refuses_exactly_what_a_restore_refuses(
+    bases: dict[str, Path], reader: str, data: st.DataObject, rerecord_checksum: bool
+) -> None:
+    """Over damaged and forged keyed state files (size and CRC-32C re-recorded or not), `inspect --verify`'s verdict
+    is a restore's: it reports a problem exactly when a restore of every key group refuses the checkpoint."""
+    backend, files = READERS[reader]
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        damage_one_file(data, bases[backend], directory, files, rerecord_checksum)
+        report = verify_checkpoint(str(directory))
+        refused = _restore_refuses(directory, backend)
+        assert report.ok == (refused is None), (
+            f"FMT-14: {reader}, damaged{', CRC-32C re-recorded' if rerecord_checksum else ''}: inspect --verify "
+            f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, a restore "
+            f"{'succeeded' if refused is None else 'refused: ' + refused}"
+        )

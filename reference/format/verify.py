@@ -4,7 +4,7 @@ operator and native stream parses and decodes. `statecert inspect --verify` prin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -14,10 +14,18 @@ from statecert.reference.changelog.replay import applied_changes
 from statecert.reference.format.canonical import CanonicalReader, describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.format.operator_stream import read_operator_states
+from statecert.reference.format.state_meta import StateMetaInfo
+from statecert.reference.migration import check_key_serializer
 from statecert.reference.operator_state import check_elements
-from statecert.reference.rocksdb.native_restore import verify_native_handle
+from statecert.reference.rocksdb.native_restore import read_native_meta, verify_native_handle
+from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.location import load_checkpoint_metadata
-from statecert.spec.errors import CheckpointCorruptedError, CheckpointFormatError, StateCertError
+from statecert.spec.errors import (
+    CheckpointCorruptedError,
+    CheckpointFormatError,
+    StateCertError,
+    StateMigrationError,
+)
 from statecert.spec.handles import (
     CANONICAL_FORMAT,
     ROCKSDB_NATIVE_FORMAT,
@@ -32,6 +40,7 @@ from statecert.spec.handles import (
     StreamStateHandle,
 )
 from statecert.spec.metadata import CheckpointMetadata
+from statecert.spec.serializers import SerializerSnapshot
 
 
 @dataclass(frozen=True)
@@ -53,14 +62,65 @@ def _open_and_close(handle: StreamStateHandle) -> None:
         handle.open().close()
 
 
-def _read_canonical(handle: KeyGroupsStateHandle, max_parallelism: int) -> None:
+def _read_canonical(
+    handle: KeyGroupsStateHandle, max_parallelism: int, described: dict[str, StateMetaInfo] | None = None
+) -> None:
+    """Every entry of a canonical stream, checked as a restore checks it (FMT-15); `described` collects the states
+    of the operator's streams read before: one described differently by two of them is refused, as a restore of
+    both into one backend refuses it (any restore at a lower parallelism)."""
     with CanonicalReader(handle) as reader:
+        _described_alike(reader.header.states, described, reader.name)
+        _key_serializer_usable(reader.header.key_serializer, reader.name)
+        for meta in reader.header.states:
+            for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
+                _registered(snapshot, reader.name, f"state {meta.name!r}: the {role} serializer")
         validator = EntryValidator(
             reader.header.states, restorable(reader.header.key_serializer), max_parallelism, reader.name
         )
         for key_group, entries in reader.entries(handle.key_group_range):
             for index, key, ns, payload in entries:
                 validator.check(key_group, index, key, ns, payload)
+
+
+def _registered(snapshot: SerializerSnapshot, source: str, what: str) -> None:
+    """A restore refuses state whose serializer id no registered serializer has (SER-4): so does `inspect --verify`,
+    which cannot check its entries either (a serializer of a package not installed here is reported too)."""
+    try:
+        restore_serializer(snapshot)
+    except StateCertError as exc:
+        raise CheckpointFormatError(source, f"{what}: {exc}") from None
+
+
+def _described_alike(states: Sequence[StateMetaInfo], described: dict[str, StateMetaInfo] | None, source: str) -> None:
+    """A state described differently by two handles of the operator is refused, as a restore of both into one
+    backend (any restore at a lower parallelism) refuses it."""
+    for meta in states:
+        if described is not None and described.setdefault(meta.name, meta) != meta:
+            raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two handles")
+
+
+def _read_native(
+    handle: IncrementalKeyedStateHandle, max_parallelism: int, described: dict[str, StateMetaInfo] | None
+) -> None:
+    """A native RocksDB handle: its states checked as a canonical stream's header is, then every entry (FMT-14)."""
+    key_serializer, metas = read_native_meta(handle)
+    source = describe(handle.meta_state)
+    _described_alike(metas, described, source)
+    _key_serializer_usable(key_serializer, source)
+    for meta in metas:
+        for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
+            _registered(snapshot, source, f"state {meta.name!r}: the {role} serializer")
+    verify_native_handle(handle, max_parallelism)
+
+
+def _key_serializer_usable(snapshot: SerializerSnapshot, source: str) -> None:
+    """A restore refuses keys whose serializer it would have to migrate (SER-6), whichever job restores them: the
+    registered serializer of the snapshot's id must take the keys over as they are or reconfigured."""
+    _registered(snapshot, source, "the key serializer")
+    try:
+        check_key_serializer(restore_serializer(snapshot), snapshot)
+    except StateCertError as exc:
+        raise CheckpointFormatError(source, str(exc)) from None
 
 
 def _read_operator(handle: OperatorStateHandle) -> None:
@@ -107,19 +167,21 @@ def _read_segment(keyed: ChangelogStateBackendHandle, segment: ChangelogSegmentH
     applied_changes(keyed, segment, max_parallelism, keyed.key_group_range)
 
 
-def _keyed_checks(keyed: KeyedStateHandle, max_parallelism: int) -> Iterator[tuple[str, Callable[[], None]]]:
+def _keyed_checks(
+    keyed: KeyedStateHandle, max_parallelism: int, described: dict[str, StateMetaInfo] | None = None
+) -> Iterator[tuple[str, Callable[[], None]]]:
     if isinstance(keyed, ChangelogStateBackendHandle):
         for part in keyed.materialized:
-            yield from _keyed_checks(part, max_parallelism)
+            yield from _keyed_checks(part, max_parallelism, described)
         for segment in keyed.changelog:
             yield describe(segment.delegate), partial(_read_segment, keyed, segment, max_parallelism)
     elif isinstance(keyed, IncrementalKeyedStateHandle) and keyed.snapshot_format == ROCKSDB_NATIVE_FORMAT:
-        yield describe(keyed.meta_state), partial(verify_native_handle, keyed, max_parallelism)
+        yield describe(keyed.meta_state), partial(_read_native, keyed, max_parallelism, described)
     elif isinstance(keyed, IncrementalKeyedStateHandle):
         for stream in (*keyed.shared_state.values(), *keyed.private_state.values(), keyed.meta_state):
             yield describe(stream), partial(_open_and_close, stream)
     elif keyed.snapshot_format == CANONICAL_FORMAT:
-        yield describe(keyed.delegate), partial(_read_canonical, keyed, max_parallelism)
+        yield describe(keyed.delegate), partial(_read_canonical, keyed, max_parallelism, described)
     else:
         yield describe(keyed.delegate), partial(_open_and_close, keyed.delegate)
 
@@ -127,9 +189,10 @@ def _keyed_checks(keyed: KeyedStateHandle, max_parallelism: int) -> Iterator[tup
 def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], None]]]:
     """(what, check) for every state stream of the checkpoint, each check raising StateCertError on a problem."""
     for op in metadata.operators:
+        described: dict[str, StateMetaInfo] = {}  # the states of the operator's canonical streams, by name
         for subtask in op.subtask_states.values():
             for keyed in subtask.managed_keyed_state:
-                yield from _keyed_checks(keyed, op.max_parallelism)
+                yield from _keyed_checks(keyed, op.max_parallelism, described)
             for handle in subtask.managed_operator_state:
                 yield describe(handle.delegate), partial(_read_operator, handle)
 
