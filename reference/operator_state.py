@@ -198,6 +198,14 @@ class DefaultOperatorStateBackend:
                         f"operator state {name!r} is {mode.value} state here, {self._restored[name][0].value} "
                         "in another handle",
                     )
+                if name in self._restored and self._restored[name][1] != snap:
+                    # merged, the elements of one handle would be read with the other's serializer (OS-8)
+                    raise CheckpointFormatError(
+                        describe(handle.delegate),
+                        f"operator state {name!r} was written by serializer {snap.serializer_id!r} v{snap.version} "
+                        f"here, by {self._restored[name][1].serializer_id!r} v{self._restored[name][1].version} in "
+                        "another handle",
+                    )
                 if name in self._restored:
                     if mode is OperatorStateMode.BROADCAST:
                         continue  # every copy of broadcast state is the same; keep one (OS-3)

@@ -143,8 +143,7 @@ def _restore_refuses(directory: Path, backend: str) -> str | None:
 
 KEYED_READERS = ["canonical stream", "native RocksDB files"]
 """Operator streams are left out: a restore checks an operator state's serializer only when the job registers the
-state, and then refuses some forged serializer ids and accepts others; `inspect --verify`, which knows no job,
-cannot take the same decision (a known gap, in the closing note of the session that added this test)."""
+state, which `inspect --verify`, knowing no job, cannot decide alike."""
 
 
 @pytest.mark.requirement("FMT-14")

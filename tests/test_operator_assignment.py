@@ -5,11 +5,18 @@ kept per subtask at unchanged parallelism and split evenly otherwise (OS-1, OS-7
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statecert.conformance.helpers import location_for, operator_backend, snapshot_now
+from statecert.reference.loader import load_state_backend
 from statecert.reference.rescale import operator_handles_for_subtasks
+from statecert.reference.serializers import IntSerializer, LongSerializer
+from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+from statecert.spec.errors import CheckpointFormatError
 from statecert.spec.handles import (
     ByteStreamStateHandle,
     OperatorStateHandle,
@@ -17,6 +24,7 @@ from statecert.spec.handles import (
     OperatorStatePartitions,
 )
 from statecert.spec.metadata import OperatorState, OperatorSubtaskState
+from statecert.spec.state import ListStateDescriptor
 
 Element = tuple[str, int]  # (the old subtask's stream, an offset in it)
 Old = tuple[list[int], list[int], bool]  # an old subtask's split offsets, union offsets, and whether it has broadcast
@@ -73,3 +81,22 @@ def test_operator_state_is_assigned_as_flinks_repartitioner_assigns_it(old: list
         )
         sizes = [len(share) for share in shares]
         assert max(sizes) - min(sizes) <= 1, f"OS-1: {len(old)}->{new}: expected even shares, got sizes {sizes}"
+
+
+@pytest.mark.requirement("OS-8")
+def test_two_handles_giving_a_state_other_serializers_are_refused_when_merged(tmp_path: Any) -> None:
+    """Subtask 0 wrote list state `offsets` with the long serializer, subtask 1 (a forged or inconsistent checkpoint)
+    with the int serializer: restored into one backend, the elements of one would be read with the other's
+    serializer, so the restore refuses naming the stream, whichever handle comes first."""
+    backend = load_state_backend(job_config={})
+    storage = FileSystemCheckpointStorage(f"file://{tmp_path}/c")
+    handles = []
+    for index, serializer in enumerate((LongSerializer(), IntSerializer())):
+        with operator_backend(backend) as subtask:
+            subtask.get_list_state(ListStateDescriptor("offsets", element_serializer=serializer)).update([index])
+            handles.append(snapshot_now(subtask, location_for(storage, index + 1)))
+    for order in (handles, handles[::-1]):
+        with pytest.raises(CheckpointFormatError, match="another handle"):
+            merged = operator_backend(backend, restore=order)
+            merged.dispose()
+            pytest.fail("OS-8: two handles giving 'offsets' the long and the int serializer restored into one backend")
