@@ -321,6 +321,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         end_the_process_after(GRACE_SECONDS, None)
 
 
+TEMPORARY_HOME_PREFIX = "statecert-hypothesis-"
+"""The name a temporary hypothesis home starts with: the one kind the run deletes at its end."""
+
+
 def hypothesis_cache_dir() -> str:
     """hypothesis's home directory for certification runs: `statecert/hypothesis` in the user's cache directory
     (`$XDG_CACHE_HOME`, else `~/.cache`), where it keeps what it derives from the Unicode tables once instead of
@@ -335,9 +339,6 @@ def hypothesis_cache_dir() -> str:
     except OSError:
         return tempfile.mkdtemp(prefix=TEMPORARY_HOME_PREFIX)
     return home
-
-
-TEMPORARY_HOME_PREFIX = "statecert-hypothesis-"
 
 
 def configure_hypothesis(settings: CertifySettings) -> str:

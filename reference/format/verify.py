@@ -69,11 +69,7 @@ def _read_canonical(
     of the operator's streams read before: one described differently by two of them is refused, as a restore of
     both into one backend refuses it (any restore at a lower parallelism)."""
     with CanonicalReader(handle) as reader:
-        _described_alike(reader.header.states, described, reader.name)
-        _key_serializer_usable(reader.header.key_serializer, reader.name)
-        for meta in reader.header.states:
-            for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
-                _registered(snapshot, reader.name, f"state {meta.name!r}: the {role} serializer")
+        _restorable_states(reader.header.key_serializer, reader.header.states, described, reader.name)
         validator = EntryValidator(
             reader.header.states, restorable(reader.header.key_serializer), max_parallelism, reader.name
         )
@@ -91,12 +87,22 @@ def _registered(snapshot: SerializerSnapshot, source: str, what: str) -> None:
         raise CheckpointFormatError(source, f"{what}: {exc}") from None
 
 
-def _described_alike(states: Sequence[StateMetaInfo], described: dict[str, StateMetaInfo] | None, source: str) -> None:
-    """A state described differently by two handles of the operator is refused, as a restore of both into one
-    backend (any restore at a lower parallelism) refuses it."""
+def _restorable_states(
+    key_serializer: SerializerSnapshot,
+    states: Sequence[StateMetaInfo],
+    described: dict[str, StateMetaInfo] | None,
+    source: str,
+) -> None:
+    """The states of one keyed stream or native handle, refused as a restore of every key group refuses them: a
+    state described differently by another handle of the operator (restored into one backend, at any lower
+    parallelism), a key serializer to migrate, a serializer id nothing registers."""
     for meta in states:
         if described is not None and described.setdefault(meta.name, meta) != meta:
             raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two handles")
+    _key_serializer_usable(key_serializer, source)
+    for meta in states:
+        for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
+            _registered(snapshot, source, f"state {meta.name!r}: the {role} serializer")
 
 
 def _read_native(
@@ -104,12 +110,7 @@ def _read_native(
 ) -> None:
     """A native RocksDB handle: its states checked as a canonical stream's header is, then every entry (FMT-14)."""
     key_serializer, metas = read_native_meta(handle)
-    source = describe(handle.meta_state)
-    _described_alike(metas, described, source)
-    _key_serializer_usable(key_serializer, source)
-    for meta in metas:
-        for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
-            _registered(snapshot, source, f"state {meta.name!r}: the {role} serializer")
+    _restorable_states(key_serializer, metas, described, describe(handle.meta_state))
     verify_native_handle(handle, max_parallelism)
 
 

@@ -173,6 +173,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
             try:
                 validator = EntryValidator(metas, self._key_serializer, self._params.max_parallelism, name)
                 for meta in metas:
+                    self._check_restored_meta(meta, name)
+                self.prepare_stores([m for m in metas if m.name not in self._stores])  # as a canonical restore does
+                for meta in metas:
                     target = self._restored_store(meta, name)
                     try:
                         column_family = source.get_column_family(column_family_name(meta.name))

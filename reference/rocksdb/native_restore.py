@@ -115,9 +115,7 @@ def _checkpoint_file_named(message: str, files: dict[str, StreamStateHandle]) ->
 def live_sst_files(path: Path, options: rocksdict.Options) -> set[str]:
     """The SST files the MANIFEST of the RocksDB directory at `path` lists, from a read-only open."""
     names = [n for n in rocksdict.Rdict.list_cf(str(path), options) if n != "default"]
-    db = rocksdict.Rdict(
-        str(path), options, column_families={n: options for n in names}, access_type=rocksdict.AccessType.read_only()
-    )
+    db = open_read_only(path, options, names)
     try:
         return {str(f["name"]).lstrip("/") for f in db.live_files()}
     finally:
