@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statecert.conformance.suite.test_storage_contract import _misread, _under, _write_every_scope
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import CheckpointFormatError, IllegalConfigurationError
 from statecert.spec.handles import FileStateHandle
@@ -34,13 +35,6 @@ JOB = "c0ffee" + "0" * 26
 
 def _metadata(checkpoint_id: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> CheckpointMetadata:
     return CheckpointMetadata(checkpoint_id, (), kind)
-
-
-def _within(url: str, directory: str) -> bool:
-    """Whether `url` lies in `directory` (both as fsspec paths of one file system)."""
-    path: str = fsspec.core.url_to_fs(url)[1]
-    base: str = fsspec.core.url_to_fs(directory)[1]
-    return path.rstrip("/").startswith(base.rstrip("/") + "/")
 
 
 def _written(factory: Any, scope: CheckpointedStateScope, payload: bytes) -> Any:
@@ -131,7 +125,7 @@ def test_a_task_writes_through_the_location_it_resolves_from_the_reference(stora
         assert got == payloads[scope], f"CS-13: a {scope.value} stream written through {call} reads back changed"
         if not isinstance(handle, FileStateHandle):
             continue
-        inside = _within(handle.path, directory)
+        inside = _under(handle.path, directory)
         if kind == "savepoint":
             assert inside, (
                 f"CS-13, SP-4: {call}: expected the {scope.value} stream in the savepoint's directory {directory}, "
@@ -163,6 +157,7 @@ def test_a_reference_that_does_not_decode_resolves_to_no_location(storage: Any) 
 
 LOAD_IN_A_NEW_PROCESS = """
 import sys
+from statecert.conformance.suite.test_storage_contract import _misread, _under, _write_every_scope
 from statecert.reference.storage.location import load_checkpoint_metadata
 metadata = load_checkpoint_metadata(sys.argv[1])
 print(metadata.checkpoint_id)
@@ -219,21 +214,18 @@ def test_initializing_the_base_locations_again_keeps_the_state_there(storage: An
     first.initialize_base_locations()
     first.initialize_base_locations()  # twice: nothing changes
     location = first.initialize_location_for_checkpoint(1)
-    payloads = {scope: os.urandom(100_000) for scope in CheckpointedStateScope}
-    handles = {scope.value: _written(location, scope, payload) for scope, payload in payloads.items()}
-    with first.create_task_owned_state_stream() as out:
-        task_owned = os.urandom(100_000)
-        out.write(task_owned)
-        handles["task-owned"] = out.close_and_get_handle()
+    payloads = {
+        name: os.urandom(100_000) for name in (*(scope.value for scope in CheckpointedStateScope), "task-owned")
+    }
+    handles = _write_every_scope(first, location, payloads)
     location.write_metadata(_metadata(1))
     again = storage.create_checkpoint_storage(JOB)
     again.initialize_base_locations()
-    expected = {**{scope.value: payload for scope, payload in payloads.items()}, "task-owned": task_owned}
     for name, handle in handles.items():
-        with handle.open() as f:
-            got = f.read()
-        assert got == expected[name], (
-            f"CS-16: initialize_base_locations() of a second access of the job changed the {name} state of checkpoint 1"
+        problem = _misread(handle, payloads[name])
+        assert problem is None, (
+            f"CS-16: initialize_base_locations() of a second access of the job changed the {name} state of "
+            f"checkpoint 1: {problem}"
         )
     later = again.initialize_location_for_checkpoint(2)
     for scope in CheckpointedStateScope:
