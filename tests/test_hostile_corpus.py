@@ -12,7 +12,7 @@ import pytest
 from statecert.cli.main import main
 from statecert.reference.format.verify import verify_checkpoint
 from statecert.spec import errors
-from tests.hostile.cases import CASES, Case, keyed, read_plain
+from tests.hostile.cases import CASES, Case, keyed, read_plain, write_plain
 from tests.hostile.savepoints import build, expected_state, read_state
 
 CORPUS = Path(__file__).resolve().parent / "hostile" / "corpus"
@@ -140,3 +140,29 @@ def test_savepoint_directory_reached_through_a_symlink_restores(bases: dict[str,
     """Confinement compares real paths on both sides: a savepoint opened through a linked parent still restores."""
     (tmp_path / "link").symlink_to(bases["hashmap"].parent)
     assert read_state(str(tmp_path / "link" / "hashmap"), "hashmap", 2) == expected_state()
+
+
+@pytest.mark.requirement("FMT-14", "KB-RESTORE-5")
+@pytest.mark.parametrize("forged", ["native:rocksdb", "changelog", "", "Canonical", "native:another-backend"])
+def test_inspect_verify_reports_a_key_groups_handle_in_a_format_no_backend_reads_from_it(
+    bases: dict[str, Path], tmp_path: Path, forged: str
+) -> None:
+    """A key-groups handle whose format string was forged: every backend refuses it (KB-RESTORE-5), so
+    `inspect --verify` reports it naming the stream; another backend's own `native:<name>` format is that backend's
+    to read, and `inspect --verify` checks its file only."""
+    directory = tmp_path / "savepoint"
+    shutil.copytree(bases["hashmap"], directory)
+    plain = read_plain(directory)
+    keyed(plain, 0)["format"] = forged
+    write_plain(directory, plain)
+    report = verify_checkpoint(str(directory))
+    stream = keyed(plain, 0)["stream"]["path"]
+    with pytest.raises(errors.UnsupportedSnapshotError):
+        read_state(str(directory), "hashmap", 1)
+    if forged == "native:another-backend":
+        assert report.ok, f"FMT-14: a key-groups handle in {forged!r}: expected its file checked only, got {report}"
+    else:
+        assert any(stream in p and repr(forged) in p for p in report.problems), (
+            f"FMT-14: a key-groups handle in format {forged!r}: inspect --verify expected to report it naming "
+            f"{stream}, got {report.problems}"
+        )

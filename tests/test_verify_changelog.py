@@ -18,7 +18,7 @@ from statecert.reference.format.verify import verify_checkpoint
 from statecert.reference.loader import load_state_backend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.spec.errors import CheckpointFormatError
+from statecert.spec.errors import CheckpointFormatError, StateMigrationError
 from statecert.spec.state import ValueStateDescriptor
 from tests.hostile.cases import Plain, delete, keyed, read_plain, rerecord, truncate, write_payload
 
@@ -126,16 +126,30 @@ def _key_not_utf8(change: list[Any]) -> None:
     change[4] = b"\xff\xfe" + change[4]
 
 
-FORGED = {"key logged under another key group": _other_key_group, "key not in UTF-8": _key_not_utf8}
+def _add_to_value_state(change: list[Any]) -> None:
+    change[3] = "a"  # a list's ADD, logged for the value state `v`
+
+
+def _value_of_three_bytes(change: list[Any]) -> None:
+    change[7] = b"abc"  # a `long` is 8 bytes
+
+
+FORGED = {
+    "key logged under another key group": _other_key_group,
+    "key not in UTF-8": _key_not_utf8,
+    "op of another state kind": _add_to_value_state,
+    "value its serializer cannot read": _value_of_three_bytes,
+}
 
 
 @pytest.mark.requirement("CL-4", "FMT-15", "FMT-14")
 @pytest.mark.parametrize("forgery", sorted(FORGED))
 def test_replay_and_verify_refuse_a_forged_change_alike(tmp_path: Path, forgery: str) -> None:
     """A change of a forged segment (sizes and checksums re-recorded) whose key belongs to another key group, or is
-    not in its serializer's encoding, is refused by a restore and by `inspect --verify` alike, as the canonical
-    reader refuses such an entry (FMT-15): applied, it would add a key no lookup finds or overwrite another key's
-    state."""
+    not in its serializer's encoding, whose op does not apply to its state or whose value its serializer cannot read,
+    is refused by a restore and by `inspect --verify` alike, naming the segment, as the canonical reader refuses
+    such an entry (FMT-15): applied, it would add a key no lookup finds, overwrite another key's state, or fail the
+    restore late with an error naming no file."""
     directory = changelog_checkpoint(tmp_path)
     _forge_first_change(directory, FORGED[forgery])
     report = verify_checkpoint(str(directory))
@@ -150,3 +164,27 @@ def test_replay_and_verify_refuse_a_forged_change_alike(tmp_path: Path, forgery:
     assert any(named in problem for problem in report.problems), (
         f"FMT-14, CL-4: restore refused the {forgery} naming {named}; inspect --verify said {report.problems}"
     )
+
+
+@pytest.mark.requirement("CL-4", "SER-6", "FMT-14")
+def test_replay_and_verify_refuse_a_segment_whose_key_serializer_would_need_migration(tmp_path: Path) -> None:
+    """A forged segment whose key serializer snapshot is `str` version 2 (the registered `str` is version 1: keys
+    would have to be migrated, which SER-6 refuses) is refused by a restore and by `inspect --verify` alike, as a
+    canonical stream with that key serializer is."""
+    directory = changelog_checkpoint(tmp_path)
+    plain = read_plain(directory)
+    stream = _stream(keyed(plain), "changelog")
+    path = directory / stream["path"]
+    data = path.read_bytes()
+    body = msgpack.unpackb(data[8:], raw=False)
+    body[0]["version"] = 2
+    path.write_bytes(data[:8] + msgpack.packb(body, use_bin_type=True))
+    rerecord(directory, stream)
+    write_payload(directory, msgpack.packb(plain, use_bin_type=True), version=4)
+    report = verify_checkpoint(str(directory))
+    assert not report.ok, "FMT-14: inspect --verify passed a segment whose key serializer is str v2"
+    backend = load_state_backend(job_config={"state.changelog.enabled": "true"})
+    metadata = FileSystemCheckpointStorage(f"file://{tmp_path}/checkpoints").load_checkpoint(str(directory))
+    handles = list(metadata.operators[0].subtask_states[0].managed_keyed_state)
+    with pytest.raises(StateMigrationError, match="key serializer"):
+        keyed_backend(backend, restore=handles).dispose()

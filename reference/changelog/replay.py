@@ -18,6 +18,8 @@ from statecert.reference.changelog.raw_serializer import RawSerializer
 from statecert.reference.changelog.records import Change, LoggedState, Op, decode_segment
 from statecert.reference.format.canonical import describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
+from statecert.reference.format.state_meta import StateMetaInfo
+from statecert.reference.migration import check_key_serializer
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.literal_paths import remove_tree
@@ -30,6 +32,7 @@ from statecert.spec.handles import (
 )
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.serializers import Compatibility, TypeSerializer
 from statecert.spec.state import (
     AggregatingStateDescriptor,
     Clock,
@@ -87,21 +90,57 @@ def _descriptor(logged: LoggedState, serializers: dict[str, Any]) -> StateDescri
     )
 
 
+APPLICABLE_OPS: dict[StateKind, frozenset[Op]] = {
+    StateKind.VALUE: frozenset({Op.CLEAR, Op.SET, Op.TOUCH}),
+    StateKind.REDUCING: frozenset({Op.CLEAR, Op.SET, Op.TOUCH}),
+    StateKind.AGGREGATING: frozenset({Op.CLEAR, Op.SET, Op.TOUCH}),
+    StateKind.LIST: frozenset({Op.CLEAR, Op.ADD, Op.ADD_ALL, Op.REPLACE, Op.MERGE, Op.TOUCH}),
+    StateKind.MAP: frozenset({Op.CLEAR, Op.PUT, Op.REMOVE, Op.TOUCH}),
+}
+"""The ops a change of each state kind may carry (CL-3): what `apply` replays."""
+
+
+def _logged_values(change: Change, kind: StateKind) -> list[tuple[str, bytes]]:
+    """The serialized values a change carries, each with the serializer role that reads it (the decoder has checked
+    the payload's shape for its op)."""
+    op, payload = change.op, change.payload
+    if op is Op.SET and payload is not None:
+        return [("value", payload)]
+    if op is Op.ADD:
+        return [("element", payload)]
+    if op in (Op.ADD_ALL, Op.REPLACE):
+        return [("element", element) for element in payload]
+    if op is Op.MERGE:
+        return [("namespace", source) for source in payload]
+    if op is Op.PUT:
+        return [("user_key", payload[0])] + ([("user_value", payload[1])] if payload[1] is not None else [])
+    if op is Op.REMOVE or (op is Op.TOUCH and kind is StateKind.MAP and payload is not None):
+        return [("user_key", payload)]
+    return []
+
+
 def applied_changes(
     handle: ChangelogStateBackendHandle,
     segment: ChangelogSegmentHandle,
     max_parallelism: int,
     key_groups: KeyGroupRange,
+    key_serializer: TypeSerializer[Any] | None = None,
 ) -> tuple[dict[str, LoggedState], list[Change]]:
     """The states a segment describes and the changes of it a restore of `key_groups` applies (those after the
     handle's materialization), each checked as a restore checks a canonical entry (FMT-15): within the segment's
     sequence range, its key in its serializer's encoding and of the key group it is logged under, its namespace in
-    its serializer's encoding; else CheckpointFormatError naming the segment. Restore and `inspect --verify` both read
-    segments through it, so that they refuse the same changes."""
+    its serializer's encoding; else CheckpointFormatError naming the segment. The segment's key serializer is checked
+    as a canonical stream's is (SER-6): against the job's `key_serializer` on restore, against the serializer its
+    snapshot restores when there is no job (`inspect --verify`); one to migrate is a StateMigrationError. Restore and
+    `inspect --verify` both read segments through it, so that they refuse the same changes."""
     name = str(getattr(segment.delegate, "path", getattr(segment.delegate, "handle_name", "changelog segment")))
     with segment.delegate.open() as f:
         data = f.read()
     content = decode_segment(data, name, max_parallelism)
+    try:
+        check_key_serializer(key_serializer or restore_serializer(content.key_serializer), content.key_serializer)
+    except StateMigrationError as exc:
+        raise StateMigrationError(f"{name}: {exc}") from None
     metas = [logged.meta for logged in content.states.values()]
     index = {meta.name: i for i, meta in enumerate(metas)}
     validator = EntryValidator(metas, restorable(content.key_serializer, name), max_parallelism, name)
@@ -114,6 +153,15 @@ def applied_changes(
         # a change of another key group, or a key in another encoding, would add a key no lookup finds or overwrite
         # another key's state
         validator.check_key(change.key_group, index[change.state], change.key, change.namespace)
+        kind = content.states[change.state].meta.kind
+        if change.op not in APPLICABLE_OPS[kind]:
+            what = f"change {change.sequence}: a {change.op.name} change of {kind.value} state"
+            raise CheckpointFormatError(name, what)
+        for role, value in _logged_values(change, kind):
+            if role == "namespace":
+                validator.check_namespace(change.key_group, index[change.state], value)
+            else:
+                validator.check_logged_value(change.key_group, index[change.state], role, value)
         applied.append(change)
     return content.states, applied
 
@@ -128,7 +176,9 @@ def read_changes(
     for handle in handles:
         by_sequence: dict[int, Change] = {}
         for segment in handle.changelog:
-            described, changes = applied_changes(handle, segment, params.max_parallelism, params.key_group_range)
+            described, changes = applied_changes(
+                handle, segment, params.max_parallelism, params.key_group_range, params.key_serializer
+            )
             for change in changes:
                 by_sequence.setdefault(change.sequence, change)
             for state_name, logged in described.items():
@@ -138,6 +188,31 @@ def read_changes(
                     )
         ordered.extend(by_sequence[s] for s in sorted(by_sequence))
     return states, ordered
+
+
+def takes_over(materialized: StateMetaInfo, logged: StateMetaInfo) -> str | None:
+    """Why the replay of a state the log describes as `logged` cannot register it over its `materialized`
+    description (None: it can), as `_register` decides: alike, or of the same kind and TTL flag with serializers
+    that read the materialized state as it is or after migration (SER-5), a namespace serializer taken as it is
+    (SER-6), each snapshot one its restored serializer writes again. `inspect --verify` asks it of each segment."""
+    if logged == materialized:
+        return None
+    if logged.kind is not materialized.kind or logged.ttl != materialized.ttl:
+        return f"state {logged.name!r} is logged as another kind or TTL than it is materialized"
+    if set(logged.serializers) != set(materialized.serializers):
+        return f"state {logged.name!r} is logged with other serializer roles than it is materialized"
+    pairs = [("namespace", logged.namespace_serializer, materialized.namespace_serializer)]
+    pairs += [(role, snapshot, materialized.serializers[role]) for role, snapshot in logged.serializers.items()]
+    for role, new, old in pairs:
+        serializer = restore_serializer(new)
+        compatibility = serializer.resolve_compatibility(old).kind
+        if (
+            serializer.snapshot_configuration() != new
+            or compatibility is Compatibility.INCOMPATIBLE
+            or (role == "namespace" and compatibility is not Compatibility.COMPATIBLE_AS_IS)
+        ):
+            return f"state {logged.name!r}: the {role} serializer of the log cannot take over the materialized state"
+    return None
 
 
 def _register(backend: Any, logged: LoggedState) -> Any:
@@ -186,8 +261,8 @@ def apply(backend: Any, state: Any, kind: StateKind, change: Change) -> None:
             state.value()
         elif kind in (StateKind.LIST, StateKind.REDUCING, StateKind.AGGREGATING):
             state.get()  # refreshes the TTL as the logged read did (TTL-2)
-    else:
-        raise CheckpointFormatError("changelog", f"a {op.name} change does not apply to {kind.value} state")
+    else:  # applied_changes refused it already
+        raise AssertionError(f"a {op.name} change of {kind.value} state")
 
 
 ChangeReader = Callable[

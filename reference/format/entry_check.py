@@ -68,9 +68,9 @@ class EntryValidator:
                 f"({stored.hex()[:32]}, written as {written.hex()[:32]}): it would never be found",
             )
 
-    def _value(self, key_group: int, index: int, role: str, stored: bytes) -> None:
+    def _value(self, key_group: int, index: int, role: str, stored: bytes, ttl_wrapped: bool = True) -> None:
         meta = self._states[index]
-        if meta.ttl and role != "user_key":  # map user keys are never TTL-wrapped (IF-5)
+        if ttl_wrapped and meta.ttl and role != "user_key":  # map user keys are never TTL-wrapped (IF-5)
             if len(stored) < TTL_TIMESTAMP_BYTES:
                 raise CheckpointFormatError(
                     self._source, f"key group {key_group}: state {meta.name!r}: TTL entry shorter than its timestamp"
@@ -119,6 +119,11 @@ class EntryValidator:
                 self._source,
                 f"key group {key_group}: state {meta.name!r} holds a key of key group {home}: it would never be found",
             )
+        self.check_namespace(key_group, index, namespace)
+
+    def check_namespace(self, key_group: int, index: int, namespace: bytes) -> None:
+        """A namespace of state number `index` in its serializer's encoding (FMT-15)."""
+        meta = self._states[index]
         ns_serializer = self._namespaces[index]
         if ns_serializer is not None:
             try:
@@ -126,3 +131,9 @@ class EntryValidator:
                 self._in_its_encoding(key_group, meta, "a namespace", ns_serializer, namespace, decoded_namespace)
             except DECODE_ERRORS as exc:
                 raise self._fail(key_group, meta, "a namespace", exc) from None
+
+    def check_logged_value(self, key_group: int, index: int, role: str, stored: bytes) -> None:
+        """A value a changelog change carries (CL-4), in role `role` of state number `index`: readable by its
+        serializer, a map user key in its encoding. Logged values are never TTL-wrapped: replay writes them at
+        their logged time."""
+        self._value(key_group, index, role, stored, ttl_wrapped=False)

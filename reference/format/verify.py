@@ -10,7 +10,7 @@ from functools import partial
 
 import fsspec
 
-from statecert.reference.changelog.replay import applied_changes
+from statecert.reference.changelog.replay import applied_changes, takes_over
 from statecert.reference.format.canonical import CanonicalReader, describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.format.operator_stream import read_operator_states
@@ -163,9 +163,20 @@ def _files(metadata: CheckpointMetadata) -> Iterator[FileStateHandle]:
             yield from (h.delegate for h in subtask.managed_operator_state if isinstance(h.delegate, FileStateHandle))
 
 
-def _read_segment(keyed: ChangelogStateBackendHandle, segment: ChangelogSegmentHandle, max_parallelism: int) -> None:
-    """Every change a restore of the handle's key groups would apply, checked as replay checks it (CL-4, FMT-15)."""
-    applied_changes(keyed, segment, max_parallelism, keyed.key_group_range)
+def _read_segment(
+    keyed: ChangelogStateBackendHandle,
+    segment: ChangelogSegmentHandle,
+    max_parallelism: int,
+    described: dict[str, StateMetaInfo] | None,
+) -> None:
+    """Every change a restore of the handle's key groups would apply, checked as replay checks it (CL-4, FMT-15),
+    and each state the segment describes, registered over its materialized description as replay registers it."""
+    states, _ = applied_changes(keyed, segment, max_parallelism, keyed.key_group_range)
+    for name, logged in states.items():
+        materialized = (described or {}).get(name)
+        problem = None if materialized is None else takes_over(materialized, logged.meta)
+        if problem is not None:
+            raise StateMigrationError(f"{describe(segment.delegate)}: {problem}")
 
 
 def _keyed_checks(
@@ -175,7 +186,7 @@ def _keyed_checks(
         for part in keyed.materialized:
             yield from _keyed_checks(part, max_parallelism, described)
         for segment in keyed.changelog:
-            yield describe(segment.delegate), partial(_read_segment, keyed, segment, max_parallelism)
+            yield describe(segment.delegate), partial(_read_segment, keyed, segment, max_parallelism, described)
     elif isinstance(keyed, IncrementalKeyedStateHandle) and keyed.snapshot_format == ROCKSDB_NATIVE_FORMAT:
         yield describe(keyed.meta_state), partial(_read_native, keyed, max_parallelism, described)
     elif isinstance(keyed, IncrementalKeyedStateHandle):
@@ -183,8 +194,26 @@ def _keyed_checks(
             yield describe(stream), partial(_open_and_close, stream)
     elif keyed.snapshot_format == CANONICAL_FORMAT:
         yield describe(keyed.delegate), partial(_read_canonical, keyed, max_parallelism, described)
+    elif isinstance(keyed, KeyGroupsStateHandle) and not _other_backends_format(keyed.snapshot_format):
+        yield describe(keyed.delegate), partial(_unreadable_format, keyed)
     else:
         yield describe(keyed.delegate), partial(_open_and_close, keyed.delegate)
+
+
+def _other_backends_format(snapshot_format: str) -> bool:
+    """A native format of a backend other than the reference's (`native:<name>`, KB-RESTORE-5): only that backend
+    reads it, so `inspect --verify` checks its file and not its content."""
+    return snapshot_format.startswith("native:") and snapshot_format not in (ROCKSDB_NATIVE_FORMAT,)
+
+
+def _unreadable_format(handle: KeyGroupsStateHandle) -> None:
+    """A key-groups handle in a format no backend restores from such a handle: not canonical, not another backend's
+    own, or a format the spec gives another kind of handle (RocksDB's native files, a changelog); every backend
+    refuses it (KB-RESTORE-5), so `inspect --verify` does."""
+    raise CheckpointFormatError(
+        describe(handle.delegate),
+        f"a key-groups state handle in format {handle.snapshot_format!r}, which no reader has",
+    )
 
 
 def _checks(metadata: CheckpointMetadata) -> Iterator[tuple[str, Callable[[], None]]]:
