@@ -22,6 +22,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend incremental # tests/incremental_backends.py, checkpoints incremental by key
                                                  # group (from a checkout)
     python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
+    python mutation/run.py --backend config      # the configuration layer and the loader, by their repository tests
+    python mutation/run.py --backend rocksdb-settings  # RocksDB's settings from configuration, by their tests
     python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
                                                  # repository's format and fuzz tests and the storage contract
 """
@@ -123,6 +125,23 @@ TARGETS = {
         "reference/completed_checkpoint_store.py",
         "reference/shared_state_registry.py",
     ],
+    # the configuration layer and the loader (CFG, LOAD): a key read with the wrong default, fallback or parser
+    # configures every job wrong, so they are measured by the repository's tests of them
+    "config": [
+        *sorted(
+            str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "config").glob("*.py") if p.name != "__init__.py"
+        ),
+        "reference/loader.py",
+    ],
+    # the RocksDB backend's settings from configuration (RDB-6, RDB-8 to RDB-11): predefined options, options
+    # factories, shared memory, native metrics; measured by the repository's tests of them
+    "rocksdb-settings": [
+        "reference/rocksdb/settings.py",
+        "reference/rocksdb/predefined_options.py",
+        "reference/rocksdb/options_factory.py",
+        "reference/rocksdb/shared_memory.py",
+        "reference/rocksdb/native_metrics.py",
+    ],
     # the simulator's and the scenarios' verdicts (SIM-2, SIM-3, SIM-12, SCN): a checker that passes a wrong output
     # certifies a backend that loses or doubles records, so they are measured by the repository's tests of them
     "checkers": [
@@ -155,6 +174,18 @@ REPOSITORY_TESTS = {
         "tests/test_simulator.py",
         "tests/test_scenarios.py",
     ],
+    "config": [
+        "tests/test_config.py",
+        "tests/test_loader.py",
+        "tests/test_changelog_config.py",
+        "tests/test_flink_config_table.py",
+    ],
+    "rocksdb-settings": [
+        "tests/test_rocksdb_tuning.py",
+        "tests/test_config.py",
+        "tests/test_loader.py",
+        "tests/test_rocksdb.py",
+    ],
     "checkers": [
         "tests/test_checkers.py",
         "tests/test_simulator_columns.py",
@@ -178,6 +209,8 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "format": None,  # REPOSITORY_TESTS
     "coordinator": None,  # REPOSITORY_TESTS
     "checkers": None,  # REPOSITORY_TESTS
+    "config": None,  # REPOSITORY_TESTS
+    "rocksdb-settings": None,  # REPOSITORY_TESTS
 }
 IMPORT_PATH = {
     "spec-only": [ROOT / "examples" / "spec-only-backend"],
@@ -208,6 +241,8 @@ CONFIGS = {
     "format": [["repository tests"], ["--statecert-storage-under-test", "filesystem"]],
     "coordinator": [["repository tests"]],
     "checkers": [["repository tests"]],
+    "config": [["repository tests"]],
+    "rocksdb-settings": [["repository tests"]],
 }
 
 SITECUSTOMIZE = """
