@@ -14,6 +14,7 @@ import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +31,8 @@ FUZZ = settings(
 )
 TALLIES: defaultdict[str, Counter[str]] = defaultdict(Counter)
 T = TypeVar("T")
+RUN_KEY = "_run"
+"""The merged report's entry that says when the run was made and with how many examples per test."""
 
 
 class SilentStateChange(AssertionError):
@@ -80,7 +83,8 @@ def merge_reports(target: Path) -> dict[str, dict[str, int]]:
         for reader, counts in json.loads(part.read_text()).items():
             merged[reader].update(counts)
     report = {reader: dict(sorted(c.items())) for reader, c in sorted(merged.items())}
-    target.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    run = {"measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "examples_per_test": EXAMPLES}
+    target.write_text(json.dumps({RUN_KEY: run, **report}, indent=2, sort_keys=True) + "\n")
     for part in parts:
         part.unlink()
     return report

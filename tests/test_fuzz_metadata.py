@@ -18,11 +18,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statecert.reference.format.metadata_codec import MAGIC, decode_metadata, encode_metadata
+from statecert.reference.format.verify import verify_checkpoint
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.spec import errors
 from tests.fuzz_mutations import damaged, hostile_values, json_values, mutated
 from tests.fuzz_support import FUZZ, outcome, same_or_error
 from tests.hostile.cases import read_plain, write_payload
-from tests.hostile.savepoints import build, read_state
+from tests.hostile.savepoints import build, read_operator, read_state
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,39 @@ def test_hostile_v1_payload_is_rejected_or_restores(base: Path, data: st.DataObj
         shutil.copytree(base, directory)
         (directory / "_metadata").write_bytes(struct.pack(">II", MAGIC, 1) + body)
         outcome("metadata: hostile V1 payload", lambda: restore(directory))
+
+
+def _restore_refuses(directory: Path) -> str | None:
+    """The documented error restoring every operator of the checkpoint at parallelism 1 raises (every key group
+    in one backend; each operator's states registered as `build` wrote them), or None."""
+    try:
+        metadata = load_checkpoint_metadata(str(directory))
+        for operator in metadata.operators:
+            read_operator(operator)
+    except errors.StateCertError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.mark.requirement("FMT-14")
+@FUZZ
+@given(data=st.data())
+def test_inspect_verify_refuses_exactly_the_hostile_metadata_a_restore_refuses(base: Path, data: st.DataObject) -> None:
+    """Over hostile V3 payloads (valid CRC), `inspect --verify` reports a problem exactly when restoring every
+    operator at parallelism 1 refuses the checkpoint."""
+    plain = data.draw(mutated(read_plain(base)))
+    try:
+        payload = msgpack.packb(plain, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        shutil.copytree(base, directory)
+        write_payload(directory, payload)
+        report = verify_checkpoint(str(directory))
+        refused = _restore_refuses(directory)
+        assert report.ok == (refused is None), (
+            f"FMT-14: hostile _metadata: inspect --verify "
+            f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, a restore of every operator "
+            f"{'succeeded' if refused is None else 'refused: ' + refused}"
+        )

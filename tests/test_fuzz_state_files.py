@@ -6,6 +6,7 @@ FMT-15, RDB-7)."""
 
 from __future__ import annotations
 
+import io
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,10 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statecert.reference.format.canonical import CanonicalReader, write_key_groups
 from statecert.reference.format.verify import verify_checkpoint
 from statecert.spec import errors
+from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
+from statecert.spec.keygroups import KeyGroupRange
 from tests.fuzz_mutations import damaged, hostile_values
-from tests.fuzz_support import FUZZ, outcome, same_or_error
+from tests.fuzz_support import FUZZ, TALLIES, SilentStateChange, outcome, same_or_error
 from tests.hostile.cases import edit_canonical, keyed, operator, read_plain, rerecord, write_plain
 from tests.hostile.savepoints import build, expected_state, read_state
 
@@ -132,6 +136,83 @@ def test_hostile_canonical_entries_are_rejected_or_read_back(bases: dict[str, Pa
         outcome("canonical stream: hostile entries", lambda: read_all(directory, "hashmap", 2))
 
 
+SNAPSHOT_VALUES = ["long", "str", "int", "bytes", "msgpack", "void-namespace", "java-double", "no-such-id", 0, 2, {}]
+FORMATS = ["canonical", "native:rocksdb", "changelog", "", "Canonical", "canonical-v2"]
+
+
+class _ForgedHeader:
+    """A canonical header written as given (`write_key_groups` asks a header for its plain form only)."""
+
+    def __init__(self, plain: Any) -> None:
+        self.plain = plain
+
+    def to_plain(self) -> Any:
+        return self.plain
+
+
+def forge_header(data: st.DataObject, directory: Path, index: int) -> None:
+    """Subtask `index`'s canonical stream re-written with one serializer snapshot of its header (the key
+    serializer's or a state's namespace or value serializer's) given another id, version or configuration, or its
+    handle's format string in `_metadata` changed; the size and CRC-32C re-recorded."""
+    plain = read_plain(directory)
+    handle_plain = keyed(plain, index)
+    if data.draw(st.booleans()):
+        handle_plain["format"] = data.draw(st.sampled_from(FORMATS))
+        write_plain(directory, plain)
+        return
+    stream = handle_plain["stream"]
+    path = directory / stream["path"]
+    rng = KeyGroupRange(handle_plain["start"], handle_plain["end"])
+    handle = KeyGroupsStateHandle(rng, tuple(handle_plain["offsets"]), FileStateHandle(str(path), stream["size"]))
+    with CanonicalReader(handle) as reader:
+        header = reader.header.to_plain()
+        blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in rng}
+    snapshots = [header["key_serializer"]]
+    for state in header["states"]:
+        snapshots += [state["namespace_serializer"], *state["serializers"].values()]
+    snapshot = data.draw(st.sampled_from(snapshots))
+    snapshot[data.draw(st.sampled_from(["id", "version", "config"]))] = data.draw(st.sampled_from(SNAPSHOT_VALUES))
+    out = io.BytesIO()
+    handle_plain["offsets"] = list(
+        write_key_groups(out, _ForgedHeader(header), rng, lambda kg: blocks[kg])  # type: ignore[arg-type]
+    )
+    path.write_bytes(out.getvalue())
+    rerecord(directory, stream)
+    write_plain(directory, plain)
+
+
+@pytest.mark.requirement("FMT-8", "SER-4", "SER-6", "KB-RESTORE-5")
+@FUZZ
+@given(data=st.data(), parallelism=st.sampled_from([1, 2]))
+def test_forged_canonical_header_is_refused_or_reads_as_the_spec_only_backend_reads_it(
+    bases: dict[str, Path], data: st.DataObject, parallelism: int
+) -> None:
+    """A serializer snapshot of a canonical header or a handle's format string forged (size and CRC-32C
+    re-recorded): the reference refuses it with a documented error, or restores exactly the state the example
+    backend written from the spec alone restores from the same bytes (else: a silent state change)."""
+    reader = "canonical stream: forged header or format, CRC-32C re-recorded"
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        shutil.copytree(bases["hashmap"], directory)
+        try:
+            forge_header(data, directory, data.draw(st.sampled_from([0, 1])))
+        except (TypeError, ValueError, OverflowError):
+            return  # the forged header cannot even be written as msgpack
+        got = outcome(reader, lambda: read_all(directory, "hashmap", parallelism))
+        if got is None:
+            return
+        try:
+            spec = read_all(directory, "spec-only", parallelism)
+        except errors.StateCertError as exc:
+            spec = f"refused: {type(exc).__name__}: {exc}"
+        if got != spec:
+            TALLIES[reader]["SILENT STATE CHANGE"] += 1
+            raise SilentStateChange(
+                f"FMT-8: forged header at parallelism {parallelism}: the reference restored {got}, the spec-only "
+                f"backend {spec}"
+            )
+
+
 def _restore_refuses(directory: Path, backend: str) -> str | None:
     """The documented error a restore at parallelism 1 (every key group in one backend) raises, or None."""
     try:
@@ -163,6 +244,30 @@ def test_inspect_verify_refuses_exactly_what_a_restore_refuses(
         refused = _restore_refuses(directory, backend)
         assert report.ok == (refused is None), (
             f"FMT-14: {reader}, damaged{', CRC-32C re-recorded' if rerecord_checksum else ''}: inspect --verify "
+            f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, a restore "
+            f"{'succeeded' if refused is None else 'refused: ' + refused}"
+        )
+
+
+@pytest.mark.requirement("FMT-14")
+@FUZZ
+@given(data=st.data())
+def test_inspect_verify_refuses_exactly_the_forged_headers_a_restore_refuses(
+    bases: dict[str, Path], data: st.DataObject
+) -> None:
+    """Over forged canonical headers and handle formats (`forge_header`), `inspect --verify`'s verdict is a
+    restore's of every key group."""
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch) / "sp"
+        shutil.copytree(bases["hashmap"], directory)
+        try:
+            forge_header(data, directory, data.draw(st.sampled_from([0, 1])))
+        except (TypeError, ValueError, OverflowError):
+            return
+        report = verify_checkpoint(str(directory))
+        refused = _restore_refuses(directory, "hashmap")
+        assert report.ok == (refused is None), (
+            f"FMT-14: forged canonical header or format: inspect --verify "
             f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, a restore "
             f"{'succeeded' if refused is None else 'refused: ' + refused}"
         )

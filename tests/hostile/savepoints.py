@@ -8,6 +8,8 @@ be damaged. `hashmap` writes a canonical savepoint, `rocksdb` a native one.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
 from statecert.reference.serializers import LongSerializer, StringSerializer
 from statecert.reference.storage.location import CheckpointStorageLocationImpl, load_checkpoint_metadata
 from statecert.spec.keygroups import assign_to_key_group, operator_index_for_key_group
-from statecert.spec.metadata import CheckpointKind
+from statecert.spec.metadata import CheckpointKind, OperatorState
 from statecert.spec.state import VOID_NAMESPACE, ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
 KEYS = StringSerializer()
@@ -31,7 +33,16 @@ KIND = {"hashmap": CheckpointKind.SAVEPOINT_CANONICAL, "rocksdb": CheckpointKind
 State = dict[str, Any]
 
 
+SPEC_ONLY_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spec-only-backend"
+
+
 def backend(name: str) -> Any:
+    """`hashmap`, `rocksdb`, or `spec-only`: the example backend written from the spec alone (a decoder of the
+    canonical format that imports nothing from the reference), imported from `examples/spec-only-backend`."""
+    if name == "spec-only":
+        if str(SPEC_ONLY_EXAMPLE) not in sys.path:
+            sys.path.insert(0, str(SPEC_ONLY_EXAMPLE))
+        return importlib.import_module("spec_only_backend").SpecOnlyStateBackend()
     return HashMapStateBackend() if name == "hashmap" else EmbeddedRocksDBStateBackend()
 
 
@@ -71,7 +82,13 @@ def build(target: Path, backend_name: str) -> str:
 def read_state(pointer: str, backend_name: str, parallelism: int, local_dir: str | None = None) -> State:
     """Every state of operator `op`, restored by `backend_name` at `parallelism` (with `local_dir` as the keyed
     backends' working directory when given) and read back in full."""
-    operator = load_checkpoint_metadata(pointer).operator("op")
+    return read_operator(load_checkpoint_metadata(pointer).operator("op"), backend_name, parallelism, local_dir)
+
+
+def read_operator(
+    operator: OperatorState, backend_name: str = "hashmap", parallelism: int = 1, local_dir: str | None = None
+) -> State:
+    """Every state `build` writes, of `operator`, restored and read back in full (as `read_state`)."""
     subtasks = create_subtasks(
         backend(backend_name),
         KEYS,
