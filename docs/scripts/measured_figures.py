@@ -95,9 +95,16 @@ def reliability_page() -> str:
     ]
     fuzz = DATA / "fuzz.json"
     if fuzz.exists():
-        lines += _tally_table(
-            "reader", json.loads(fuzz.read_text()), "cases", always=("UNDOCUMENTED", "SILENT STATE CHANGE")
-        )
+        tallies = json.loads(fuzz.read_text())
+        run = tallies.pop("_run", None)
+        if run is not None:
+            lines += [
+                f"Run of {run['measured_at']}: `tox -e fuzz`, {run['examples_per_test']:,} examples per test "
+                "(forged cases are counted under their reader; silent means restored state that the spec-only "
+                "decoder does not read from the same bytes).",
+                "",
+            ]
+        lines += _tally_table("reader", tallies, "cases", always=("UNDOCUMENTED", "SILENT STATE CHANGE"))
     else:
         lines.append("No fuzz run is committed (`docs/data/fuzz.json`): `tox -e fuzz` writes one.")
     lines += ["", "## Crash consistency (`tox -e crash`)", ""]
@@ -106,6 +113,30 @@ def reliability_page() -> str:
         lines += _tally_table("backend", {k: v for p in crashes for k, v in json.loads(p.read_text()).items()})
     else:
         lines.append("No crash run is committed (`docs/data/crash.*.json`): `tox -e crash` writes them.")
+    lines += ["", "## Real process deaths (`tox -e chaos`)", ""]
+    chaos = [json.loads(p.read_text()) for p in sorted(DATA.glob("chaos.*.json"))]
+    if chaos:
+        lines += [
+            "SIGKILL from outside, on the Spark runner's `local-cluster` master, while the fault scenarios "
+            f"({', '.join(chaos[0]['scenarios'])}) run; one row per run of `chaos/run.py` (for the driver, each driver "
+            "run is a killed run and its resumed run). Workers and executors are "
+            "killed 2-8 s apart (seeded) once the first checkpoint completed, not in step with the epochs; the "
+            "driver once its 1st to 3rd checkpoint has `_metadata`, then the scenario resumes in a new driver. The "
+            "failovers include those the scenarios inject themselves.",
+            "",
+            "| process killed | run | master | kill points | driver runs | failovers and task retries | scenario runs "
+            "exactly-once | documented errors | violations | checkpoints verified | not restorable |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {c['kind']} | {c['measured_at']}, seed {c['seed']} | `{c['master']}` | {c['kill_points']} "
+            f"| {c['runs']} | {c.get('failovers', '-')} | {c['scenario_runs_exactly_once']} "
+            f"| {c['documented_errors']} | {c['violations']} "
+            f"| {c['checkpoints_verified']} | {c['checkpoints_not_restorable']} |"
+            for c in chaos
+        ]
+    else:
+        lines.append("No chaos run is committed (`docs/data/chaos.*.json`): `tox -e chaos` writes them.")
     return "\n".join([*lines, ""])
 
 
