@@ -62,6 +62,19 @@ def same_or_error(reader: str, run: Callable[[], Any], expected: Any) -> None:
         raise SilentStateChange(f"{reader}: damaged input restored to a different state without an error")
 
 
+def assert_verify_agrees(directory: Path, what: str, refused: str | None, restore: str = "a restore") -> None:
+    """FMT-14: `inspect --verify` reports a problem with the checkpoint at `directory` exactly when `restore` refused
+    it (`refused`: the documented error it raised, None when it succeeded)."""
+    from statecert.reference.format.verify import verify_checkpoint
+
+    report = verify_checkpoint(str(directory))
+    assert report.ok == (refused is None), (
+        f"FMT-14: {what}: inspect --verify "
+        f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, {restore} "
+        f"{'succeeded' if refused is None else 'refused: ' + refused}"
+    )
+
+
 def write_report() -> None:
     """This process's tallies to `STATECERT_FUZZ_REPORT` (one file per pytest-xdist worker: `<name>.<worker>.json`;
     `python -m tests.fuzz_support REPORT` merges them and prints the table)."""
