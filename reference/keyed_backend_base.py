@@ -23,7 +23,7 @@ from statecert.reference.keyed_states import (
     ReducingStateImpl,
     ValueStateImpl,
 )
-from statecert.reference.migration import check_key_serializer, resolve_state_serializers
+from statecert.reference.migration import check_key_serializer, check_registered_serializers, resolve_state_serializers
 from statecert.reference.serializers import DEFAULT_VALUE_SERIALIZER, VOID_NAMESPACE_SERIALIZER, restore_serializer
 from statecert.reference.snapshot_task import AsyncSnapshotTask
 from statecert.reference.storage.written_streams import WrittenStreams
@@ -370,6 +370,8 @@ class KeyedStateBackendBase:
         store = self._stores.get(meta.name)
         if store is None and set(meta.serializers) != set(SERIALIZER_ROLES[meta.kind]):
             raise CheckpointFormatError(source, f"state {meta.name!r}: serializer roles do not match {meta.kind.value}")
+        if store is None:
+            check_registered_serializers(meta, source)
         if store is not None and store.meta != meta:
             raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two handles")
 

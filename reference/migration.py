@@ -25,6 +25,17 @@ def check_key_serializer(new: TypeSerializer[Any], old: SerializerSnapshot) -> T
     )
 
 
+def check_registered_serializers(meta: StateMetaInfo, source: str) -> None:
+    """A restored state's serializers must be restorable from their snapshots (SER-4) when the state is restored,
+    registered by the job or not, as Flink's restore reads every state's serializer snapshot: an id no registered
+    serializer (nor entry point) has is a StateMigrationError naming `source` and the state."""
+    for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
+        try:
+            restore_serializer(snapshot)
+        except StateMigrationError as exc:
+            raise StateMigrationError(f"{source}: state {meta.name!r}: the {role} serializer: {exc}") from None
+
+
 def resolve_state_serializers(
     store: Any,
     descriptor: StateDescriptor,

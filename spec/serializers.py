@@ -27,6 +27,8 @@ class SerializerSnapshot:
 
     @classmethod
     def from_plain(cls, data: Mapping[str, Any]) -> SerializerSnapshot:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"malformed serializer snapshot: {data!r}")
         if not isinstance(data.get("id"), str) or not isinstance(data.get("version"), int):
             raise ValueError(f"malformed serializer snapshot: {data!r}")
         config = data.get("config", {})

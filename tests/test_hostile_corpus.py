@@ -3,6 +3,7 @@ documented error, in restore and in `statecert inspect --verify`; never another 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
@@ -10,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from statecert.cli.main import main
+from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
+from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.format.verify import verify_checkpoint
 from statecert.spec import errors
-from tests.hostile.cases import CASES, Case, keyed, read_plain, write_plain
+from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
+from statecert.spec.keygroups import KeyGroupRange
+from statecert.spec.serializers import SerializerSnapshot
+from tests.hostile.cases import CASES, Case, keyed, read_plain, rerecord, write_plain
 from tests.hostile.savepoints import build, expected_state, read_state
 
 CORPUS = Path(__file__).resolve().parent / "hostile" / "corpus"
@@ -166,3 +172,44 @@ def test_inspect_verify_reports_a_key_groups_handle_in_a_format_no_backend_reads
             f"FMT-14: a key-groups handle in format {forged!r}: inspect --verify expected to report it naming "
             f"{stream}, got {report.problems}"
         )
+
+
+@pytest.mark.requirement("SER-4", "FMT-14")
+@pytest.mark.parametrize("registered_by_the_job", [True, False])
+def test_a_restored_state_whose_serializer_id_nothing_registers_is_refused(
+    bases: dict[str, Path], tmp_path: Path, registered_by_the_job: bool
+) -> None:
+    """A canonical header giving a state's namespace serializer an id nothing registers (size and CRC-32C
+    re-recorded) fails the restore with StateMigrationError naming the state, whether or not the job registers the
+    state (Flink reads every restored state's serializer snapshot), and `inspect --verify` reports it alike."""
+    directory = tmp_path / "savepoint"
+    shutil.copytree(bases["hashmap"], directory)
+    plain = read_plain(directory)
+    for index in (0, 1):
+        handle_plain = keyed(plain, index)
+        path = directory / handle_plain["stream"]["path"]
+        rng = KeyGroupRange(handle_plain["start"], handle_plain["end"])
+        stream = FileStateHandle(str(path), handle_plain["stream"]["size"])
+        with CanonicalReader(KeyGroupsStateHandle(rng, tuple(handle_plain["offsets"]), stream)) as reader:
+            header = reader.header.to_plain()
+            blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in rng}
+        for state in header["states"]:
+            if state["name"] == "count":
+                state["namespace_serializer"]["id"] = "no-such-serializer"
+                state["name"] = "count" if registered_by_the_job else "bount"
+        out = io.BytesIO()
+        header_object = CanonicalHeader(
+            header["backend"],
+            SerializerSnapshot.from_plain(header["key_serializer"]),
+            tuple(StateMetaInfo.from_plain(state) for state in header["states"]),
+        )
+        handle_plain["offsets"] = list(write_key_groups(out, header_object, rng, blocks.__getitem__))
+        path.write_bytes(out.getvalue())
+        rerecord(directory, handle_plain["stream"])
+    write_plain(directory, plain)
+    with pytest.raises(errors.StateMigrationError, match="no-such-serializer") as refused:
+        read_state(str(directory), "hashmap", 1)
+    assert "count" in str(refused.value) or "bount" in str(refused.value), (
+        f"SER-4: expected the error to name the state, got {refused.value}"
+    )
+    assert not verify_checkpoint(str(directory)).ok, "FMT-14: inspect --verify passed an unregistered serializer id"

@@ -127,3 +127,15 @@ def test_a_configuration_of_any_shape_restores_or_is_a_migration_error(serialize
             f"SER-4: restore_serializer({serializer_id!r}, config {config!r}): expected a serializer or "
             f"StateMigrationError, got {exc!r}"
         )
+
+
+@pytest.mark.requirement("SER-4", "FMT-8")
+@given(snapshot=st.one_of(st.none(), st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=2)))
+def test_a_serializer_snapshot_that_is_not_a_map_is_a_value_error(snapshot: object) -> None:
+    """`SerializerSnapshot.from_plain` of anything but a map (a forged snapshot: None, a number, a list) raises
+    ValueError, which every reader turns into its documented error, never AttributeError."""
+    try:
+        SerializerSnapshot.from_plain(snapshot)  # type: ignore[arg-type]
+    except ValueError:
+        return
+    raise AssertionError(f"SER-4: SerializerSnapshot.from_plain({snapshot!r}): expected ValueError, got a snapshot")

@@ -134,8 +134,13 @@ def _value_of_three_bytes(change: list[Any]) -> None:
     change[7] = b"abc"  # a `long` is 8 bytes
 
 
+def _touch_with_a_user_key(change: list[Any]) -> None:
+    change[3], change[7] = "t", b"x"  # a TOUCH carries a map user key; `v` is a value state
+
+
 FORGED = {
     "key logged under another key group": _other_key_group,
+    "read of value state carrying a user key": _touch_with_a_user_key,
     "key not in UTF-8": _key_not_utf8,
     "op of another state kind": _add_to_value_state,
     "value its serializer cannot read": _value_of_three_bytes,

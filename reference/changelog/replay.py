@@ -154,6 +154,9 @@ def applied_changes(
         # another key's state
         validator.check_key(change.key_group, index[change.state], change.key, change.namespace)
         kind = content.states[change.state].meta.kind
+        if change.op is Op.TOUCH and kind is not StateKind.MAP and change.payload is not None:
+            what = f"change {change.sequence}: a TOUCH of {kind.value} state with a user key"
+            raise CheckpointFormatError(name, what)
         if change.op not in APPLICABLE_OPS[kind]:
             what = f"change {change.sequence}: a {change.op.name} change of {kind.value} state"
             raise CheckpointFormatError(name, what)

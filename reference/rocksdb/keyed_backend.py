@@ -18,7 +18,7 @@ from statecert.reference.format.canonical import CanonicalHeader, Entry, describ
 from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.keyed_backend_base import KeyedStateBackendBase
-from statecert.reference.migration import check_key_serializer
+from statecert.reference.migration import check_key_serializer, check_registered_serializers
 from statecert.reference.rocksdb.column_family_store import (
     MAX_VALUE_BYTES,
     ColumnFamilyStore,
@@ -150,6 +150,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackendBase):
                 describe(handle.meta_state), "the state meta data names a state the RocksDB files do not hold"
             )
         for meta in metas:
+            check_registered_serializers(meta, describe(handle.meta_state))
             self._stores[meta.name] = self.create_store(meta)
         self._base_uploads = dict(handle.shared_state)  # the restored files are already in storage
 
