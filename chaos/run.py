@@ -75,22 +75,48 @@ class RunOutcome:
     violations: list[str] = field(default_factory=list)
     checkpoints_verified: int = 0
     checkpoints_not_restorable: list[str] = field(default_factory=list)
+    failure_output: str = ""
+    """Where a run with a violation failed: the driver's Python traceback in short, or its last lines."""
 
 
 def targets(driver: psutil.Process, kind: str) -> list[psutil.Process]:
-    """The application's processes of `kind`: executor JVMs (`CoarseGrainedExecutorBackend`) or the Python workers
-    they fork (PySpark's daemon and its workers), all descendants of the driver process."""
-    found = []
+    """The application's processes of `kind` that are running a task now (mid-epoch): Python workers (forked by
+    PySpark's daemon) that used CPU in the last 50 ms, or executor JVMs (`CoarseGrainedExecutorBackend`) with such
+    a worker below them. An idle worker waits for its next task: killing it fails nothing."""
+    executors, workers = [], []
     for process in driver.children(recursive=True):
         try:
             line = " ".join(process.cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        executor = kind == "executor" and "CoarseGrainedExecutorBackend" in line
-        worker = kind == "worker" and "pyspark.daemon" in line and _forked_by_the_daemon(process)
-        if executor or worker:
-            found.append(process)
-    return found
+        if "CoarseGrainedExecutorBackend" in line:
+            executors.append(process)
+        elif "pyspark.daemon" in line and _forked_by_the_daemon(process):
+            workers.append(process)
+    busy = _busy(workers)
+    if kind == "worker":
+        return busy
+    return [e for e in executors if any(_below(w, e) for w in busy)]
+
+
+def _busy(processes: list[psutil.Process]) -> list[psutil.Process]:
+    def cpu(process: psutil.Process) -> float:
+        try:
+            times = process.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return -1.0
+        return float(times.user + times.system)
+
+    before = {p.pid: cpu(p) for p in processes}
+    time.sleep(0.05)
+    return [p for p in processes if before[p.pid] >= 0 and cpu(p) > before[p.pid]]
+
+
+def _below(process: psutil.Process, ancestor: psutil.Process) -> bool:
+    try:
+        return any(parent.pid == ancestor.pid for parent in process.parents())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def _forked_by_the_daemon(process: psutil.Process) -> bool:
@@ -140,8 +166,8 @@ def killer(
     kills: list[Kill],
     kept: Path,
 ) -> None:
-    """After the first completed checkpoint, SIGKILL one process of `kind` every 2-8 s (seeded), `points` times or
-    until the driver ends; a kill waits for a target to exist (tasks run only during epochs)."""
+    """After the first completed checkpoint, SIGKILL one process of `kind` running a task every 2-8 s (seeded),
+    `points` times or until the driver ends; a kill waits up to 20 s for a task to run (tasks run only in epochs)."""
     started = time.monotonic()
     process = psutil.Process(driver.pid)
     while driver.poll() is None and not completed_checkpoints(shared):
@@ -164,7 +190,7 @@ def killer(
                     kill.kept = str(copy) if copy else None
                 kills.append(kill)
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
 
 
 def judge(report: Path, outcome: RunOutcome) -> None:
@@ -198,9 +224,21 @@ def run_once(index: int, kind: str, points: int, master: str, rng: random.Random
     outcome = RunOutcome(index, driver.returncode, round(time.monotonic() - started, 1), kills)
     judge(report, outcome)
     if outcome.violations:
-        outcome.violations.append("driver output (last lines): " + " | ".join(output.strip().splitlines()[-5:]))
+        outcome.failure_output = python_failure(output)
     verify_all([*completed_checkpoints(shared), *(Path(k.kept) for k in kills if k.kept)], outcome)
     return outcome
+
+
+def python_failure(output: str) -> str:
+    """The driver's Python traceback in short (its frames and the exception line), else its last lines: where a run
+    that ended without a report failed."""
+    lines = output.strip().splitlines()
+    if "Traceback (most recent call last):" in lines:
+        start = len(lines) - 1 - lines[::-1].index("Traceback (most recent call last):")
+        frames = [line.strip() for line in lines[start:] if line.startswith('  File "')]
+        ending = next((line for line in lines[start:] if not line.startswith((" ", "\t", "Traceback"))), "")
+        return " | ".join([*frames[-6:], ending[:400]])
+    return " | ".join(lines[-5:])
 
 
 def verify_all(checkpoints: list[Path], outcome: RunOutcome) -> None:
@@ -265,14 +303,17 @@ def driver_point(index: int, name: str, kill_after: int, master: str, scratch: P
     outcome.exit_status, outcome.seconds = second.returncode, round(time.monotonic() - started, 1)
     judge(report, outcome)
     if outcome.violations:
-        outcome.violations.append("new driver's output (last lines): " + " | ".join(second.stdout.splitlines()[-5:]))
+        outcome.failure_output = python_failure(second.stdout + second.stderr)
     return outcome
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--kind", choices=("worker", "executor", "driver"), required=True, help="which process to SIGKILL"
+        "--kind",
+        choices=("worker", "executor", "driver", "none"),
+        required=True,
+        help="which process to SIGKILL; none: one run of the fault scenarios without kills (the baseline)",
     )
     parser.add_argument("--points", type=int, default=20, help="kill points in all (default 20)")
     parser.add_argument("--master", default="local-cluster[2,1,1024]", help="the Spark master (default %(default)s)")
@@ -289,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                 name, kill_after = FAULT_SCENARIOS[point % len(FAULT_SCENARIOS)], rng.randint(1, 3)
                 outcomes.append(driver_point(point + 1, name, kill_after, args.master, Path(scratch)))
                 progress.update(task, completed=sum(len(o.kills) for o in outcomes))
-        while args.kind != "driver" and sum(len(o.kills) for o in outcomes) < args.points:
+        if args.kind == "none":
+            outcomes.append(run_once(1, args.kind, 0, args.master, rng, Path(scratch)))
+        while args.kind not in ("driver", "none") and sum(len(o.kills) for o in outcomes) < args.points:
             if len(outcomes) == args.max_runs:
                 break
             left = args.points - sum(len(o.kills) for o in outcomes)
@@ -298,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     kills = sum(len(o.kills) for o in outcomes)
     summary = {
         "kind": args.kind,
+        "targets": "the driver between two epochs" if args.kind == "driver" else "processes running a task",
         "master": args.master,
         "seed": args.seed,
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -320,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['violations']}; checkpoints verified {summary['checkpoints_verified']}, not restorable "
         f"{summary['checkpoints_not_restorable']}"
     )
-    ok = kills >= args.points and not summary["violations"] and not summary["checkpoints_not_restorable"]
+    wanted = 0 if args.kind == "none" else args.points
+    ok = kills >= wanted and not summary["violations"] and not summary["checkpoints_not_restorable"]
     return 0 if ok else 1
 
 

@@ -102,6 +102,7 @@ def reliability_page() -> str:
                 f"Run of {run['measured_at']}: `tox -e fuzz`, {run['examples_per_test']:,} examples per test "
                 "(forged cases are counted under their reader; silent means restored state that the spec-only "
                 "decoder does not read from the same bytes).",
+                *([run["note"]] if run.get("note") else []),
                 "",
             ]
         lines += _tally_table("reader", tallies, "cases", always=("UNDOCUMENTED", "SILENT STATE CHANGE"))
@@ -120,16 +121,21 @@ def reliability_page() -> str:
             "SIGKILL from outside, on the Spark runner's `local-cluster` master, while the fault scenarios "
             f"({', '.join(chaos[0]['scenarios'])}) run; one row per run of `chaos/run.py` (for the driver, each driver "
             "run is a killed run and its resumed run). Workers and executors are "
-            "killed 2-8 s apart (seeded) once the first checkpoint completed, not in step with the epochs; the "
-            "driver once its 1st to 3rd checkpoint has `_metadata`, then the scenario resumes in a new driver. The "
-            "failovers include those the scenarios inject themselves.",
+            "killed 2-8 s apart (seeded) once the first checkpoint completed, each while it runs a task (a worker "
+            "that used CPU in the last 50 ms, an executor above one); the driver once its 1st to 3rd checkpoint has "
+            "`_metadata`, then the scenario resumes in a new driver. The failovers and task retries include those "
+            "the scenarios inject themselves (a worker run's count was 6 when the kills fell on idle workers). A "
+            "violation is a run that ended otherwise than exactly-once or with a documented error; the row "
+            "`executor (any moment)` is an earlier run that killed executors whether or not they ran a task, in "
+            "which one driver ended with Spark's uncaught job failure (a Java stack trace, no report).",
             "",
             "| process killed | run | master | kill points | driver runs | failovers and task retries | scenario runs "
             "exactly-once | documented errors | violations | checkpoints verified | not restorable |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {c['kind']} | {c['measured_at']}, seed {c['seed']} | `{c['master']}` | {c['kill_points']} "
+            f"| {c['kind']}: {c.get('targets', 'any process of the kind')} "
+            f"| {c['measured_at']}, seed {c['seed']} | `{c['master']}` | {c['kill_points']} "
             f"| {c['runs']} | {c.get('failovers', '-')} | {c['scenario_runs_exactly_once']} "
             f"| {c['documented_errors']} | {c['violations']} "
             f"| {c['checkpoints_verified']} | {c['checkpoints_not_restorable']} |"
