@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from statecert.reference import config as cfg
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.config import catalog
-from statecert.reference.config.values import parse_duration_ms, parse_memory_size
+from statecert.reference.config.values import float_parser, parse_duration_ms, parse_memory_size
 from statecert.reference.coordinator.restart import (
     ExponentialDelayRestart,
     FailureRateRestart,
@@ -491,3 +491,43 @@ def test_config_list_prints_every_key_with_its_fallbacks() -> None:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.requirement("LD-6")
+@given(
+    bounds=st.tuples(st.integers(-50, 50), st.integers(-50, 50)).map(sorted),
+    offset=st.sampled_from([-1.0, -0.5, 0.0, 0.5, 1.0]),
+    at=st.sampled_from(["minimum", "maximum"]),
+)
+def test_a_bounded_number_is_accepted_exactly_within_its_bounds(bounds: list[int], offset: float, at: str) -> None:
+    """A bounded float option accepts exactly the numbers in [minimum, maximum], its bounds included, and refuses a
+    number past either bound with IllegalConfigurationError naming the key."""
+    minimum, maximum = bounds
+    value = (minimum if at == "minimum" else maximum) + offset
+    parse = float_parser(float(minimum), float(maximum))
+    inside = minimum <= value <= maximum
+    try:
+        got: float | None = parse("some.ratio", str(value))
+    except IllegalConfigurationError as exc:
+        assert not inside and "some.ratio" in str(exc), (
+            f"LD-6: float_parser({minimum}, {maximum})('some.ratio', {value!r}): expected {value}, got {exc}"
+        )
+        return
+    assert inside and got == value, (
+        f"LD-6: float_parser({minimum}, {maximum})('some.ratio', {value!r}): expected "
+        f"{'IllegalConfigurationError' if not inside else value}, got {got}"
+    )
+
+
+@pytest.mark.requirement("LD-6", "CS-1")
+@pytest.mark.parametrize("size", [1024 * 1024, 1024 * 1024 + 1])
+def test_the_inline_threshold_is_at_most_one_mebibyte(size: int) -> None:
+    """`execution.checkpointing.data-inline-threshold` takes at most 1 MiB (Flink's maximum file state threshold):
+    1 MiB is read as given, one byte more is IllegalConfigurationError naming the key."""
+    key = catalog.DATA_INLINE_THRESHOLD.key
+    try:
+        got = cfg.read({key: f"{size}b"}, catalog.DATA_INLINE_THRESHOLD)
+    except IllegalConfigurationError as exc:
+        assert size > 1024 * 1024 and key in str(exc), f"LD-6: {key}={size}b: expected {size}, got {exc}"
+        return
+    assert size <= 1024 * 1024 and got == size, f"LD-6: {key}={size}b: expected the error, got {got}"
