@@ -15,7 +15,7 @@ from statecert.reference.format.canonical import CanonicalReader, describe
 from statecert.reference.format.entry_check import EntryValidator, restorable
 from statecert.reference.format.operator_stream import read_operator_states
 from statecert.reference.format.state_meta import StateMetaInfo
-from statecert.reference.migration import check_key_serializer
+from statecert.reference.migration import check_key_serializer, check_registered_serializers
 from statecert.reference.operator_state import check_elements
 from statecert.reference.rocksdb.native_restore import read_native_meta, verify_native_handle
 from statecert.reference.serializers import restore_serializer
@@ -78,15 +78,6 @@ def _read_canonical(
                 validator.check(key_group, index, key, ns, payload)
 
 
-def _registered(snapshot: SerializerSnapshot, source: str, what: str) -> None:
-    """A restore refuses state whose serializer id no registered serializer has (SER-4): so does `inspect --verify`,
-    which cannot check its entries either (a serializer of a package not installed here is reported too)."""
-    try:
-        restore_serializer(snapshot)
-    except StateCertError as exc:
-        raise CheckpointFormatError(source, f"{what}: {exc}") from None
-
-
 def _restorable_states(
     key_serializer: SerializerSnapshot,
     states: Sequence[StateMetaInfo],
@@ -101,8 +92,7 @@ def _restorable_states(
             raise StateMigrationError(f"{source}: state {meta.name!r} is described differently by two handles")
     _key_serializer_usable(key_serializer, source)
     for meta in states:
-        for role, snapshot in (("namespace", meta.namespace_serializer), *meta.serializers.items()):
-            _registered(snapshot, source, f"state {meta.name!r}: the {role} serializer")
+        check_registered_serializers(meta, source)  # what a restore checks of every restored state
 
 
 def _read_native(
@@ -117,9 +107,12 @@ def _read_native(
 def _key_serializer_usable(snapshot: SerializerSnapshot, source: str) -> None:
     """A restore refuses keys whose serializer it would have to migrate (SER-6), whichever job restores them: the
     registered serializer of the snapshot's id must take the keys over as they are or reconfigured."""
-    _registered(snapshot, source, "the key serializer")
+    try:  # an id no registered serializer has (SER-4): a serializer of a package not installed here is reported too
+        serializer = restore_serializer(snapshot)
+    except StateCertError as exc:
+        raise CheckpointFormatError(source, f"the key serializer: {exc}") from None
     try:
-        check_key_serializer(restore_serializer(snapshot), snapshot)
+        check_key_serializer(serializer, snapshot)
     except StateCertError as exc:
         raise CheckpointFormatError(source, str(exc)) from None
 
@@ -203,7 +196,7 @@ def _keyed_checks(
 def _other_backends_format(snapshot_format: str) -> bool:
     """A native format of a backend other than the reference's (`native:<name>`, KB-RESTORE-5): only that backend
     reads it, so `inspect --verify` checks its file and not its content."""
-    return snapshot_format.startswith("native:") and snapshot_format not in (ROCKSDB_NATIVE_FORMAT,)
+    return snapshot_format.startswith("native:") and snapshot_format != ROCKSDB_NATIVE_FORMAT
 
 
 def _unreadable_format(handle: KeyGroupsStateHandle) -> None:
