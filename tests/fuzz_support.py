@@ -62,15 +62,22 @@ def same_or_error(reader: str, run: Callable[[], Any], expected: Any) -> None:
         raise SilentStateChange(f"{reader}: damaged input restored to a different state without an error")
 
 
-def assert_verify_agrees(directory: Path, what: str, refused: str | None, restore: str = "a restore") -> None:
-    """FMT-14: `inspect --verify` reports a problem with the checkpoint at `directory` exactly when `restore` refused
-    it (`refused`: the documented error it raised, None when it succeeded)."""
+def assert_verify_agrees(
+    directory: Path, what: str, restore: Callable[[], object], restore_name: str = "a restore"
+) -> None:
+    """FMT-14: `inspect --verify` reports a problem with the checkpoint at `directory` exactly when `restore()`
+    (which restores it) raises a documented error."""
     from statecert.reference.format.verify import verify_checkpoint
 
     report = verify_checkpoint(str(directory))
+    refused = None
+    try:
+        restore()
+    except StateCertError as exc:
+        refused = f"{type(exc).__name__}: {exc}"
     assert report.ok == (refused is None), (
         f"FMT-14: {what}: inspect --verify "
-        f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, {restore} "
+        f"{'passed' if report.ok else 'reported ' + repr(report.problems[:2])}, {restore_name} "
         f"{'succeeded' if refused is None else 'refused: ' + refused}"
     )
 

@@ -3,7 +3,6 @@ documented error, in restore and in `statecert inspect --verify`; never another 
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 from pathlib import Path
@@ -11,14 +10,9 @@ from pathlib import Path
 import pytest
 
 from statecert.cli.main import main
-from statecert.reference.format.canonical import CanonicalHeader, CanonicalReader, write_key_groups
-from statecert.reference.format.state_meta import StateMetaInfo
 from statecert.reference.format.verify import verify_checkpoint
 from statecert.spec import errors
-from statecert.spec.handles import FileStateHandle, KeyGroupsStateHandle
-from statecert.spec.keygroups import KeyGroupRange
-from statecert.spec.serializers import SerializerSnapshot
-from tests.hostile.cases import CASES, Case, keyed, read_plain, rerecord, write_plain
+from tests.hostile.cases import CASES, Case, Plain, edit_canonical, keyed, read_plain, write_plain
 from tests.hostile.savepoints import build, expected_state, read_state
 
 CORPUS = Path(__file__).resolve().parent / "hostile" / "corpus"
@@ -184,29 +178,15 @@ def test_a_restored_state_whose_serializer_id_nothing_registers_is_refused(
     state (Flink reads every restored state's serializer snapshot), and `inspect --verify` reports it alike."""
     directory = tmp_path / "savepoint"
     shutil.copytree(bases["hashmap"], directory)
-    plain = read_plain(directory)
-    for index in (0, 1):
-        handle_plain = keyed(plain, index)
-        path = directory / handle_plain["stream"]["path"]
-        rng = KeyGroupRange(handle_plain["start"], handle_plain["end"])
-        stream = FileStateHandle(str(path), handle_plain["stream"]["size"])
-        with CanonicalReader(KeyGroupsStateHandle(rng, tuple(handle_plain["offsets"]), stream)) as reader:
-            header = reader.header.to_plain()
-            blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in rng}
+
+    def forge(header: Plain) -> None:
         for state in header["states"]:
             if state["name"] == "count":
                 state["namespace_serializer"]["id"] = "no-such-serializer"
                 state["name"] = "count" if registered_by_the_job else "bount"
-        out = io.BytesIO()
-        header_object = CanonicalHeader(
-            header["backend"],
-            SerializerSnapshot.from_plain(header["key_serializer"]),
-            tuple(StateMetaInfo.from_plain(state) for state in header["states"]),
-        )
-        handle_plain["offsets"] = list(write_key_groups(out, header_object, rng, blocks.__getitem__))
-        path.write_bytes(out.getvalue())
-        rerecord(directory, handle_plain["stream"])
-    write_plain(directory, plain)
+
+    for index in (0, 1):
+        edit_canonical(lambda blocks: None, index, edit_header=forge)(directory)
     with pytest.raises(errors.StateMigrationError, match="no-such-serializer") as refused:
         read_state(str(directory), "hashmap", 1)
     assert "count" in str(refused.value) or "bount" in str(refused.value), (

@@ -89,8 +89,23 @@ def rerecord(directory: Path, stream: Plain) -> None:
     stream["size"], stream["crc32c"] = len(data), crc32c.crc32c(data)
 
 
-def edit_canonical(edit: Callable[[dict[int, list[Any]]], None], index: int = 0) -> Callable[[Path], None]:
-    """Re-write subtask `index`'s canonical stream with `edit` applied to its blocks (key group -> entries)."""
+class PlainHeader:
+    """A canonical header written as given, valid or not (`write_key_groups` asks a header for its plain form only)."""
+
+    def __init__(self, plain: Plain) -> None:
+        self.plain = plain
+
+    def to_plain(self) -> Plain:
+        return self.plain
+
+
+def edit_canonical(
+    edit: Callable[[dict[int, list[Any]]], None],
+    index: int = 0,
+    edit_header: Callable[[Plain], None] | None = None,
+) -> Callable[[Path], None]:
+    """Re-write subtask `index`'s canonical stream with `edit` applied to its blocks (key group -> entries) and
+    `edit_header`, when given, to its header's plain form (written as edited, valid or not)."""
 
     def damage(directory: Path) -> None:
         plain = read_plain(directory)
@@ -100,9 +115,12 @@ def edit_canonical(edit: Callable[[dict[int, list[Any]]], None], index: int = 0)
         rng = KeyGroupRange(handle_plain["start"], handle_plain["end"])
         handle = KeyGroupsStateHandle(rng, tuple(handle_plain["offsets"]), FileStateHandle(str(path), stream["size"]))
         with CanonicalReader(handle) as reader:
-            header: CanonicalHeader = reader.header
+            header: CanonicalHeader | PlainHeader = reader.header
             blocks = {kg: [list(e) for e in reader.key_group(kg)] for kg in rng}
         edit(blocks)
+        if edit_header is not None:
+            header = PlainHeader(header.to_plain())
+            edit_header(header.plain)
         out = io.BytesIO()
         handle_plain["offsets"] = list(write_key_groups(out, header, rng, lambda kg: blocks[kg]))  # type: ignore[arg-type]
         path.write_bytes(out.getvalue())
