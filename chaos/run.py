@@ -121,8 +121,8 @@ def _below(process: psutil.Process, ancestor: psutil.Process) -> bool:
 
 def _forked_by_the_daemon(process: psutil.Process) -> bool:
     """A Python worker is forked by PySpark's daemon; the daemon itself is not a target."""
-    parent = process.parent()
     try:
+        parent = process.parent()
         return parent is not None and "pyspark.daemon" in " ".join(parent.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
@@ -133,7 +133,8 @@ def completed_checkpoints(shared: Path) -> list[Path]:
 
 
 def checkpoint_number(directory: Path) -> int:
-    return int(directory.name.split("-")[-1]) if directory.name.split("-")[-1].isdigit() else -1
+    suffix = directory.name.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
 
 
 def newest_completed(shared: Path) -> Path | None:
