@@ -5,6 +5,7 @@ A fast subset of the library runs here; `tox -e scenarios` runs all of it on bot
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from statecert.scenarios.plan import backend_config
 from statecert.scenarios.results import expected_totals
 from statecert.scenarios.sim_runner import run_on_simulator
 from statecert.scenarios.spark import worker
+from statecert.scenarios.spark.job_failure import SparkJobFailed, retried
 from statecert.scenarios.spark.runner import run_on_spark
 from statecert.scenarios.spark.state_reader import COLUMNS, WrittenBy, keyed_state_rows, read_keyed_state
+from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions
 
 
@@ -233,3 +236,39 @@ def test_a_backend_keeping_stale_state_after_restore_fails_a_mini_batch_spark_sc
     result = run_on_spark(scenario, tmp_path, spark, "tests.broken_backends:stale_restore", mini_batch=True)
     assert not result.passed, "a backend that keeps stale state after restore passed in mini-batch mode"
     assert any("wrong running totals" in f or "final state" in f for f in result.failures), result.failures
+
+
+def _fails_while_marked(marker: str) -> Any:
+    """A Python function for a Spark task that fails (a PythonException in the driver) while `marker` has lines
+    left, taking one away each time: a query that fails its first attempts, as one whose executor died."""
+
+    def task(row: Any) -> Any:
+        path = Path(marker)
+        left = path.read_text().splitlines()
+        if left:
+            path.write_text("\n".join(left[1:]))
+            raise RuntimeError("the task's executor is gone")
+        return row
+
+    return task
+
+
+@pytest.mark.requirement("SCN-6")
+def test_a_read_only_query_failing_in_spark_runs_again_and_then_fails_as_one_documented_line(
+    spark: Any, tmp_path: Path
+) -> None:
+    master = re.fullmatch(r"local\[\d+,(\d+)\]", spark.sparkContext.master)
+    tries = int(master.group(1)) if master else int(spark.conf.get("spark.task.maxFailures", "4"))
+    marker = tmp_path / "failures-left"
+    marker.write_text("\n".join(["fail"] * 2 * tries))  # every attempt of the task fails, in two jobs
+    query = _fails_while_marked(str(marker))
+    got = retried(lambda: spark.sparkContext.parallelize([7], 1).map(query).collect(), "a query", attempts=3)
+    assert got == [7], f"SCN-6: retried(a query failing twice, attempts=3): expected its result [7], got {got}"
+    marker.write_text("\n".join(["fail"] * 3 * tries))
+    with pytest.raises(SparkJobFailed) as raised:
+        retried(lambda: spark.sparkContext.parallelize([7], 1).map(query).collect(), "a query", attempts=3)
+    message = str(raised.value)
+    assert isinstance(raised.value, StateCertError) and message.startswith("a query (failed 3 times): "), (
+        f"SCN-6: retried(a query failing 3 times, attempts=3): expected SparkJobFailed naming it, got {message!r}"
+    )
+    assert "\n" not in message, f"SCN-6: a failed query's error: expected one line, got {message!r}"

@@ -43,6 +43,7 @@ from statecert.scenarios.model import Action, Event, Scenario
 from statecert.scenarios.plan import RunSettings, backend_config, expected_error, resume_pointer, run_settings
 from statecert.scenarios.results import RunResult, ScenarioResult, aggregate_of, evaluate
 from statecert.scenarios.spark import input_table, worker
+from statecert.scenarios.spark.job_failure import SparkJobFailed, is_spark_failure, job_failed, retried
 from statecert.scenarios.spark.oracle import OracleCheck
 from statecert.scenarios.spark.staged_output import Row, StagedOutput
 from statecert.scenarios.spark.worker import EpochTask, InputSpec, TaskFault
@@ -50,10 +51,6 @@ from statecert.spec import errors
 from statecert.spec.errors import StateCertError
 from statecert.spec.metadata import CheckpointKind, OperatorSubtaskState
 from statecert.spec.operator_backend import OperatorBackendParameters
-
-
-class SparkJobFailed(Exception):
-    """A Spark job failed beyond its task retries; the runner fails the job over."""
 
 
 @dataclass
@@ -378,8 +375,8 @@ def run_epoch_job(task: EpochTask, splits: Any, markers: Any) -> list[tuple[Any,
             .collect()
         )
     except Exception as exc:  # Py4JJavaError: the job failed after its task retries
-        if type(exc).__name__ in ("Py4JJavaError", "PythonException", "SparkException"):
-            raise SparkJobFailed(str(exc).splitlines()[0]) from exc
+        if is_spark_failure(exc):
+            raise job_failed(exc, f"epoch of checkpoint {task.checkpoint_id}") from exc
         raise
     return [worker.epoch_result(row.result) for row in rows]
 
@@ -450,9 +447,16 @@ def run_on_spark(
                 break
         if oracle and scenario.job.window_ms and result.runs:
             committed = [out for run in runs for out in run.committed_rows()]
-            result.runs[-1].oracle_mismatches = OracleCheck(spark, scenario).compare_windows(committed)
+            result.runs[-1].oracle_mismatches = retried(
+                lambda: OracleCheck(spark, scenario).compare_windows(committed), "the oracle's window comparison"
+            )
     except StateCertError as exc:
         result.error, result.error_message = type(exc).__name__, str(exc)
+    except Exception as exc:  # a Spark job outside an epoch's failed beyond its retries: one line, not a trace
+        if not is_spark_failure(exc):
+            raise
+        failed = job_failed(exc, "a Spark job outside the epochs")
+        result.error, result.error_message = type(failed).__name__, str(failed)
     finally:
         for run in runs:
             _clear_worker_caches(spark, run.job_id)
@@ -473,9 +477,14 @@ def _run_result(scenario: Scenario, run: _Run, spark: Any, with_oracle: bool) ->
     last = run.last_committed or run.initial
     final_state, mismatches = None, []
     if with_oracle and last.pointer is not None and not scenario.job.window_ms:
-        oracle = OracleCheck(spark, scenario)
-        final_state = oracle.final_state(last.pointer, run.plan.serializer_version, run.config)
-        mismatches = oracle.compare(run.committed_rows(), run.start, last.offsets, final_state)
+        oracle, pointer, offsets = OracleCheck(spark, scenario), last.pointer, last.offsets
+        state = retried(
+            lambda: oracle.final_state(pointer, run.plan.serializer_version, run.config), f"reading back {pointer}"
+        )
+        final_state = state
+        mismatches = retried(
+            lambda: oracle.compare(run.committed_rows(), run.start, offsets, state), "the oracle's comparison"
+        )
     return RunResult(
         backend=run.plan.backend,
         parallelism=run.plan.parallelism,
