@@ -15,6 +15,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]  # `tests.test_traceability` and this fold
 from catalogue_page import catalogue_page  # noqa: E402
 from cli_reference import cli_reference  # noqa: E402
 from config_reference import config_reference  # noqa: E402
+from flink_differences import flink_differences  # noqa: E402
 from measured_figures import BENCHMARKS, benchmarks_page, mutation_page, reliability_page  # noqa: E402
 from requirement_index import requirement_index  # noqa: E402
 from tox_environments import tox_environments  # noqa: E402
@@ -25,6 +26,7 @@ PAGES = {
     "reference/requirements.md": requirement_index,
     "reference/catalogue.md": catalogue_page,
     "reference/tox-environments.md": tox_environments,
+    "reference/flink-differences.md": flink_differences,
     "figures/benchmarks.md": benchmarks_page,
     "figures/reliability.md": reliability_page,
     "figures/mutation.md": mutation_page,

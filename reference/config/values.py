@@ -9,18 +9,53 @@ from collections.abc import Callable, Iterable
 
 from statecert.spec.errors import IllegalConfigurationError
 
-_NUMBER_AND_UNIT = re.compile(r"^\s*(\d+)\s*([^\d\s]*)\s*$")
+# Java's String.trim: every character up to U+0020 (control characters included, Unicode blanks not)
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
+_JAVA_LONG_MAX = 2**63 - 1
 
-# Flink's TimeUtils: a plain number is milliseconds
-_TIME_UNITS_MS: dict[str, float] = {
-    **dict.fromkeys(("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1e-6),
-    **dict.fromkeys(("µs", "micro", "micros", "microsecond", "microseconds"), 1e-3),
-    **dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1),
-    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
-    **dict.fromkeys(("min", "m", "minute", "minutes"), 60_000),
-    **dict.fromkeys(("h", "hour", "hours"), 3_600_000),
-    **dict.fromkeys(("d", "day", "days"), 86_400_000),
+# Flink's TimeUtils: a plain number is milliseconds; each label's length in nanoseconds
+_TIME_UNITS_NS: dict[str, int] = {
+    **dict.fromkeys(("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1),
+    **dict.fromkeys(("µs", "micro", "micros", "microsecond", "microseconds"), 10**3),
+    **dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 10**6),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 10**9),
+    **dict.fromkeys(("min", "m", "minute", "minutes"), 60 * 10**9),
+    **dict.fromkeys(("h", "hour", "hours"), 3600 * 10**9),
+    **dict.fromkeys(("d", "day", "days"), 86400 * 10**9),
 }
+# java.time.Duration.parse's ISO-8601 form (PnDTnHnMn.nS), which Flink 2.x reads when the text starts with no digit
+_ISO_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE | re.ASCII,  # Java's CASE_INSENSITIVE folds ASCII letters only
+)
+
+
+def _number_and_unit(text: str) -> tuple[str, str]:
+    """Flink's split of a duration or memory size: the leading ASCII digits and the rest, Java-trimmed and in lower
+    case (`TimeUtils.parseDuration`, `MemorySize.parse`)."""
+    trimmed = text.strip(_JAVA_TRIMMED)
+    digits = len(trimmed) - len(trimmed.lstrip("0123456789"))
+    return trimmed[:digits], trimmed[digits:].strip(_JAVA_TRIMMED).lower()
+
+
+def _iso_duration_ns(text: str) -> int | None:
+    """`java.time.Duration.parse(text)` in nanoseconds, or None where Java refuses the text (no section, a lone
+    `T`, a number beyond a Java long, seconds beyond a Java long)."""
+    match = _ISO_DURATION.fullmatch(text)
+    if match is None or match.group(3) == "T" or not any(match.group(i) for i in (2, 4, 5, 6)):
+        return None
+    seconds = 0
+    for group, length in ((2, 86400), (4, 3600), (5, 60), (6, 1)):
+        number = int(match.group(group) or 0)
+        if not -(2**63) <= number <= _JAVA_LONG_MAX or not -(2**63) <= number * length <= _JAVA_LONG_MAX:
+            return None
+        seconds += number * length
+    if not -(2**63) <= seconds <= _JAVA_LONG_MAX:
+        return None
+    fraction = int((match.group(7) or "").ljust(9, "0"))
+    nanos = seconds * 10**9 + (-fraction if (match.group(6) or "").startswith("-") else fraction)
+    return -nanos if match.group(1) == "-" else nanos
+
 
 # Flink's MemorySize.MemoryUnit: a plain number is bytes
 _MEMORY_UNITS: dict[str, int] = {
@@ -34,10 +69,12 @@ _MEMORY_UNITS: dict[str, int] = {
 Parser = Callable[[str, object], object]
 
 
-def _text(key: str, value: object, what: str) -> str:
+def _text(key: str, value: object, what: str, strip: bool = True) -> str:
+    """The value as text (a number given as a number is its text), blanks stripped unless the caller trims as Java
+    does."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise IllegalConfigurationError(f"{key}: expected {what}, got {value!r}")
-    return str(value).strip()
+    return str(value).strip() if strip else str(value)
 
 
 def parse_string(key: str, value: object) -> str:
@@ -84,30 +121,40 @@ def float_parser(minimum: float | None = None, maximum: float | None = None) -> 
 
 
 def parse_duration_ms(key: str, value: object) -> int:
-    """Flink's duration syntax (`TimeUtils.parseDuration`): a number with an optional unit, `10 min`, `500ms`,
-    `1 h`; a plain number is milliseconds. Returns whole milliseconds."""
-    text = _text(key, value, "a duration such as '10 min' or '500 ms'")
-    match = _NUMBER_AND_UNIT.match(text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _TIME_UNITS_MS:
-        raise IllegalConfigurationError(
-            f"{key}: expected a duration such as '10 min' or '500 ms' (units ms, s, min, h, d), got {value!r}"
-        )
-    return round(int(match.group(1)) * _TIME_UNITS_MS[unit])
+    """Flink 2.x's duration syntax (`TimeUtils.parseDuration`): a number with an optional unit, `10 min`, `500ms`,
+    `1 h` (a plain number is milliseconds), or ISO-8601 (`PT10M`); negative durations are refused. Returns the whole
+    milliseconds Java's `Duration.toMillis` gives (sub-millisecond parts truncated); a duration that is not a Java
+    long of milliseconds is refused, as Flink fails on it."""
+    what = "a duration such as '10 min', '500 ms' or 'PT10M'"
+    text = _text(key, value, what, strip=False)
+    number, unit = _number_and_unit(text)
+    if number:
+        nanos = int(number) * _TIME_UNITS_NS[unit] if unit in _TIME_UNITS_NS else None
+    else:
+        nanos = _iso_duration_ns(text.strip(_JAVA_TRIMMED))
+    if nanos is None or nanos < 0:
+        raise IllegalConfigurationError(f"{key}: expected {what} (units ns, µs, ms, s, min, h, d), got {value!r}")
+    millis = nanos // 10**6
+    if millis > _JAVA_LONG_MAX or nanos // 10**9 > _JAVA_LONG_MAX:
+        raise IllegalConfigurationError(f"{key}: a duration of at most {_JAVA_LONG_MAX} ms, got {value!r}")
+    return millis
 
 
 def parse_memory_size(key: str, value: object) -> int:
     """Flink's MemorySize syntax: a number with an optional unit (b/bytes, k/kb/kibibytes, m/mb/mebibytes,
-    g/gb/gibibytes, t/tb/tebibytes), case-insensitive; a plain number is bytes."""
-    text = _text(key, value, "a memory size such as '20kb'")
-    match = _NUMBER_AND_UNIT.match(text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _MEMORY_UNITS:
+    g/gb/gibibytes, t/tb/tebibytes), case-insensitive; a plain number is bytes. Bytes beyond a Java long are
+    refused, as Flink refuses them."""
+    text = _text(key, value, "a memory size such as '20kb'", strip=False)
+    number, unit = _number_and_unit(text)
+    if not number or unit not in _MEMORY_UNITS:
         raise IllegalConfigurationError(
             f"{key}: expected a memory size such as '20kb' (units b, kb, mb, gb, tb and Flink's other spellings), "
             f"got {value!r}"
         )
-    return int(match.group(1)) * _MEMORY_UNITS[unit]
+    size = int(number) * _MEMORY_UNITS[unit]
+    if int(number) > _JAVA_LONG_MAX or size > _JAVA_LONG_MAX:
+        raise IllegalConfigurationError(f"{key}: a memory size of at most {_JAVA_LONG_MAX} bytes, got {value!r}")
+    return size
 
 
 def enum_parser(values: Iterable[str], aliases: dict[str, str] | None = None) -> Callable[[str, object], str]:
