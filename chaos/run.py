@@ -79,10 +79,11 @@ class RunOutcome:
     """Where a run with a violation failed: the driver's Python traceback in short, or its last lines."""
 
 
-def targets(driver: psutil.Process, kind: str) -> list[psutil.Process]:
+def targets(driver: psutil.Process, kind: str, any_moment: bool = False) -> list[psutil.Process]:
     """The application's processes of `kind` that are running a task now (mid-epoch): Python workers (forked by
     PySpark's daemon) that used CPU in the last 50 ms, or executor JVMs (`CoarseGrainedExecutorBackend`) with such
-    a worker below them. An idle worker waits for its next task: killing it fails nothing."""
+    a worker below them. An idle worker waits for its next task: killing it fails nothing. `any_moment`: every
+    process of the kind, running a task or not (an executor then also dies under the driver's own queries)."""
     executors, workers = [], []
     for process in driver.children(recursive=True):
         try:
@@ -93,6 +94,8 @@ def targets(driver: psutil.Process, kind: str) -> list[psutil.Process]:
             executors.append(process)
         elif "pyspark.daemon" in line and _forked_by_the_daemon(process):
             workers.append(process)
+    if any_moment:
+        return workers if kind == "worker" else executors
     busy = _busy(workers)
     if kind == "worker":
         return busy
@@ -166,6 +169,7 @@ def killer(
     rng: random.Random,
     kills: list[Kill],
     kept: Path,
+    any_moment: bool = False,
 ) -> None:
     """After the first completed checkpoint, SIGKILL one process of `kind` running a task every 2-8 s (seeded),
     `points` times or until the driver ends; a kill waits up to 20 s for a task to run (tasks run only in epochs)."""
@@ -177,7 +181,7 @@ def killer(
         time.sleep(rng.uniform(2.0, 8.0))
         deadline = time.monotonic() + 20
         while driver.poll() is None and time.monotonic() < deadline:
-            found = targets(process, kind)
+            found = targets(process, kind, any_moment)
             if found:
                 victim = rng.choice(found)
                 try:
@@ -210,7 +214,9 @@ def judge(report: Path, outcome: RunOutcome) -> None:
         outcome.violations.append(f"no report: the driver exited with status {outcome.exit_status}")
 
 
-def run_once(index: int, kind: str, points: int, master: str, rng: random.Random, scratch: Path) -> RunOutcome:
+def run_once(
+    index: int, kind: str, points: int, master: str, rng: random.Random, scratch: Path, any_moment: bool = False
+) -> RunOutcome:
     shared, report = scratch / f"run{index}" / "shared", scratch / f"run{index}" / "report.json"
     shared.mkdir(parents=True)
     command = scenario_command(list(FAULT_SCENARIOS), master, shared, report, scratch / f"run{index}" / "driver")
@@ -218,7 +224,9 @@ def run_once(index: int, kind: str, points: int, master: str, rng: random.Random
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     kills: list[Kill] = []
     kept = scratch / f"run{index}" / "kept"
-    thread = threading.Thread(target=killer, args=(driver, kind, shared, points, rng, kills, kept), daemon=True)
+    thread = threading.Thread(
+        target=killer, args=(driver, kind, shared, points, rng, kills, kept, any_moment), daemon=True
+    )
     thread.start()
     output, _ = driver.communicate(timeout=3600)
     thread.join(timeout=30)
@@ -317,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
         help="which process to SIGKILL; none: one run of the fault scenarios without kills (the baseline)",
     )
     parser.add_argument("--points", type=int, default=20, help="kill points in all (default 20)")
+    parser.add_argument(
+        "--any-moment",
+        action="store_true",
+        help="worker, executor: kill any process of the kind, running a task or not (default: only those running one)",
+    )
     parser.add_argument("--master", default="local-cluster[2,1,1024]", help="the Spark master (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of the kill moments and victims")
     parser.add_argument("--max-runs", type=int, default=6, help="driver runs at most (default 6)")
@@ -337,12 +350,18 @@ def main(argv: list[str] | None = None) -> int:
             if len(outcomes) == args.max_runs:
                 break
             left = args.points - sum(len(o.kills) for o in outcomes)
-            outcomes.append(run_once(len(outcomes) + 1, args.kind, left, args.master, rng, Path(scratch)))
+            outcomes.append(
+                run_once(len(outcomes) + 1, args.kind, left, args.master, rng, Path(scratch), args.any_moment)
+            )
             progress.update(task, completed=sum(len(o.kills) for o in outcomes))
     kills = sum(len(o.kills) for o in outcomes)
     summary = {
         "kind": args.kind,
-        "targets": "the driver between two epochs" if args.kind == "driver" else "processes running a task",
+        "targets": "the driver between two epochs"
+        if args.kind == "driver"
+        else "any process of the kind, running a task or not"
+        if args.any_moment
+        else "processes running a task",
         "master": args.master,
         "seed": args.seed,
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
