@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from statecert.reference import config as cfg
 from statecert.reference.changelog.backend import ChangelogStateBackend
 from statecert.reference.config import catalog
-from statecert.reference.config.values import float_parser, parse_duration_ms, parse_memory_size
+from statecert.reference.config.values import float_parser, int_parser, parse_duration_ms, parse_memory_size
 from statecert.reference.coordinator.restart import (
     ExponentialDelayRestart,
     FailureRateRestart,
@@ -431,8 +431,13 @@ def test_bad_values_name_the_key(key: str, value: object) -> None:
     ],
 )
 def test_an_unknown_key_is_named_with_the_closest_known_one(typo: str, closest: str) -> None:
-    with pytest.warns(cfg.UnknownConfigurationKeyWarning, match=rf"{typo}: .*did you mean {closest}\?"):
+    with pytest.warns(cfg.UnknownConfigurationKeyWarning, match=rf"{typo}: .*did you mean {closest}\?") as caught:
         load_state_backend(job_config={typo: "x"})
+    where = {w.filename for w in caught}
+    assert where == {__file__}, (
+        f"LD-10: load_state_backend(job_config={{{typo!r}: 'x'}}) warned; expected the warning attributed to its "
+        f"caller ({__file__}), got {sorted(where)}"
+    )
 
 
 @pytest.mark.requirement("LD-10")
@@ -531,3 +536,98 @@ def test_the_inline_threshold_is_at_most_one_mebibyte(size: int) -> None:
         assert size > 1024 * 1024 and key in str(exc), f"LD-6: {key}={size}b: expected {size}, got {exc}"
         return
     assert size <= 1024 * 1024 and got == size, f"LD-6: {key}={size}b: expected the error, got {got}"
+
+
+# -- where a warning points, overlays, parsers' edges (from the config target's mutation survivors) -----------------
+@pytest.mark.requirement("LD-9")
+def test_a_deprecated_key_warns_at_the_line_of_the_users_code_that_passed_it() -> None:
+    with pytest.warns(DeprecationWarning, match="state.backend is deprecated; use state.backend.type") as caught:
+        load_state_backend(job_config={"state.backend": "hashmap"})
+    where = {w.filename for w in caught if issubclass(w.category, DeprecationWarning)}
+    assert where == {__file__}, (
+        "LD-9: load_state_backend(job_config={'state.backend': 'hashmap'}) warned; expected the DeprecationWarning "
+        f"attributed to its caller ({__file__}), got {sorted(where)}"
+    )
+
+
+@pytest.mark.requirement("LD-10")
+def test_an_unknown_key_given_to_the_storage_loader_is_named_too() -> None:
+    typo = "execution.checkpointing.dirr"
+    with pytest.warns(cfg.UnknownConfigurationKeyWarning) as caught:
+        load_checkpoint_storage(job_config={typo: "memory://x"})
+    named = [str(w.message) for w in caught if issubclass(w.category, cfg.UnknownConfigurationKeyWarning)]
+    assert any(m.startswith(f"{typo}: ") for m in named), (
+        f"LD-10: load_checkpoint_storage(job_config={{{typo!r}: ...}}): expected a warning naming {typo}, got {named}"
+    )
+
+
+@pytest.mark.requirement("LD-9")
+@given(option=st.sampled_from([o for o in catalog.OPTIONS if o.deprecated_keys]), data=st.data())
+def test_an_overlay_setting_an_option_by_any_key_drops_every_key_of_it_from_the_base(
+    option: cfg.ConfigOption[Any], data: st.DataObject
+) -> None:
+    old = data.draw(st.sampled_from(option.deprecated_keys))
+    base = {key: f"base-{key}" for key in option.all_keys} | {"unrelated.key": "kept"}
+    merged = cfg.overlay(base, {old: "override"})
+    assert merged == {old: "override", "unrelated.key": "kept"}, (
+        f"LD-9: overlay(every key of {option.key} set, {{{old!r}: 'override'}}): expected only the override's key "
+        f"of the option (a 1.x key not masked by the base's current one), got {merged}"
+    )
+
+
+@pytest.mark.requirement("LD-6")
+@pytest.mark.parametrize("value", [1, 0, 1.0, ["true"], {"true": 1}])
+def test_a_boolean_key_given_a_non_text_non_boolean_value_is_a_configuration_error(value: object) -> None:
+    with pytest.raises(IllegalConfigurationError, match=r"^execution\.checkpointing\.incremental: "):
+        cfg.read({"execution.checkpointing.incremental": value}, catalog.INCREMENTAL_CHECKPOINTS)
+
+
+@pytest.mark.requirement("LD-6")
+@given(data=st.data())
+def test_a_bounded_integer_key_names_its_bounds_when_refusing(data: st.DataObject) -> None:
+    option = data.draw(st.sampled_from([o for o in catalog.OPTIONS if o.type_name == "integer"]))
+    for value in ("-9999999999999", "99999999999999999999"):
+        try:
+            option.parse(option.key, value)
+        except IllegalConfigurationError as exc:
+            message = str(exc)
+            bounds = re.search(r"an integer in (-?\d+|-inf)\.\.(-?\d+|inf), got", message)
+            below = value.startswith("-")
+            assert bounds is not None and bounds.group(1 if below else 2) not in ("-inf", "inf"), (
+                f"LD-6: {option.key}={value}: expected the refusal to name the key's {'lower' if below else 'upper'} "
+                f"bound, got {message!r}"
+            )
+
+
+# the smallest value each integer key takes (below it: IllegalConfigurationError), and the largest where there is one
+INTEGER_BOUNDS = {
+    "execution.checkpointing.num-retained": (1, None),
+    "execution.checkpointing.max-concurrent-checkpoints": (1, None),
+    "execution.checkpointing.tolerable-failed-checkpoints": (0, None),
+    "restart-strategy.fixed-delay.attempts": (0, None),
+    "restart-strategy.failure-rate.max-failures-per-interval": (1, None),
+    "restart-strategy.exponential-delay.attempts-before-reset-backoff": (1, None),
+    "state.changelog.max-failures-allowed": (1, None),
+}
+
+
+@pytest.mark.requirement("LD-6")
+@pytest.mark.parametrize(("key", "bounds"), sorted(INTEGER_BOUNDS.items()))
+def test_an_integer_key_takes_its_bounds_and_refuses_one_past_them(key: str, bounds: tuple[int, int | None]) -> None:
+    option = next(o for o in catalog.OPTIONS if o.key == key)
+    low, high = bounds
+    for taken in (low, *([high] if high is not None else [low + 10**12])):
+        assert option.parse(key, str(taken)) == taken, f"LD-6: {key}={taken}: expected it taken, got a refusal"
+    for refused in (low - 1, *([high + 1] if high is not None else [])):
+        with pytest.raises(IllegalConfigurationError, match=f"^{re.escape(key)}: "):
+            option.parse(key, str(refused))
+
+
+@pytest.mark.requirement("LD-6")
+def test_an_integer_parser_takes_both_of_its_bounds() -> None:
+    parse = int_parser(-3, 10)
+    taken = [parse("key", str(n)) for n in (-3, 10)]
+    assert taken == [-3, 10], f"LD-6: int_parser(-3, 10) on -3 and 10: expected both taken, got {taken}"
+    for refused in ("-4", "11"):
+        with pytest.raises(IllegalConfigurationError, match=r"^key: expected an integer in -3\.\.10, got "):
+            parse("key", refused)

@@ -43,6 +43,14 @@ class TakesNoConfig(HashMapStateBackend):
 
 def takes_two(config, extra):
     return NamedBackend("two")
+
+class _NoSignature:  # a callable whose signature cannot be introspected (as some C-implemented callables)
+    __signature__ = "not a signature"
+
+    def __call__(self, config):
+        return NamedBackend("without-signature")
+
+WITHOUT_SIGNATURE = _NoSignature()
 """
 
 
@@ -98,6 +106,15 @@ def test_application_backend_beats_config_and_keeps_its_settings(plugin: str) ->
 def test_module_attr_factory_path(plugin: str) -> None:
     backend: Any = load_state_backend(job_config={"state.backend.type": f"{plugin}:factory", "custom.x": "1"})
     assert backend.name == "from-factory" and backend.settings == {"custom.x": "1"}
+
+
+@pytest.mark.requirement("LD-3", "LD-5")
+def test_a_factory_whose_signature_cannot_be_read_is_called_with_the_configuration(plugin: str) -> None:
+    backend: Any = load_state_backend(job_config={"state.backend.type": f"{plugin}:WITHOUT_SIGNATURE"})
+    assert getattr(backend, "name", None) == "without-signature", (
+        f"LD-3: load_state_backend(state.backend.type={plugin}:WITHOUT_SIGNATURE), a callable inspect.signature "
+        f"cannot read: expected the backend it returns, got {backend!r}"
+    )
 
 
 @pytest.mark.requirement("LD-4")

@@ -4,6 +4,7 @@ the current key wins; a deprecated key is read with a DeprecationWarning naming 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,16 @@ class ConfigOption(Generic[T]):
         return (self.key, *self.deprecated_keys)
 
 
+def outside_statecert() -> int:
+    """The `stacklevel`, for a `warnings.warn` in the function calling this one, of the first frame outside
+    statecert's modules: a warning about a configuration names the line of the user's code that passed it, however
+    deep in statecert the key is read."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("statecert."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def lookup(config: Config, option: ConfigOption[T]) -> tuple[str, object] | None:
     """The key the value comes from and the raw value, or None when no key of the option is set."""
     value = config.get(option.key)
@@ -40,7 +51,7 @@ def lookup(config: Config, option: ConfigOption[T]) -> tuple[str, object] | None
     for old in option.deprecated_keys:
         value = config.get(old)
         if value is not None:
-            warnings.warn(f"{old} is deprecated; use {option.key}", DeprecationWarning, stacklevel=4)
+            warnings.warn(f"{old} is deprecated; use {option.key}", DeprecationWarning, stacklevel=outside_statecert())
             return old, value
     return None
 

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Mapping
 
 from statecert.reference.config.catalog import KEY_PREFIXES, OPTIONS, UNSUPPORTED
+from statecert.reference.config.option import outside_statecert
 
 FAMILIES = ("state.", "execution.checkpointing.", "execution.state-recovery.", "restart-strategy")
 
@@ -42,5 +43,5 @@ def warn_unknown_keys(config: Mapping[str, object]) -> None:
         warnings.warn(
             f"{key}: not a configuration key statecert knows{hint} (statecert config --list)",
             UnknownConfigurationKeyWarning,
-            stacklevel=3,
+            stacklevel=outside_statecert(),
         )
