@@ -103,6 +103,8 @@ TARGETS = {
     # backend shares: certified through the heap backend (the changelog backend wrapping it)
     "operator": ["reference/operator_state.py", "reference/format/operator_stream.py"],
     "timers": ["reference/timers/timer_queue.py", "reference/timers/timer_service.py"],
+    # serializer snapshots, their compatibility and state migration (SER): certified through the heap backend
+    "migration": ["reference/migration.py", "reference/serializers.py"],
     "changelog": sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "changelog").glob("*.py") if p.name != "__init__.py"
     ),
@@ -179,6 +181,7 @@ REPOSITORY_TESTS = {
         "tests/test_loader.py",
         "tests/test_changelog_config.py",
         "tests/test_flink_config_table.py",
+        "tests/test_flink_options.py",
     ],
     "rocksdb-settings": [
         "tests/test_rocksdb_tuning.py",
@@ -204,6 +207,7 @@ BACKEND_ARGUMENT: dict[str, str | None] = {
     "incremental": "tests.incremental_backends:by_key_group",
     "operator": "hashmap",
     "timers": "hashmap",
+    "migration": "hashmap",
     "changelog": "hashmap",
     "storage": None,  # certified with --statecert-storage-under-test (CONFIGS)
     "format": None,  # REPOSITORY_TESTS
@@ -229,6 +233,7 @@ CONFIGS = {
     "incremental": [[]],
     "operator": [[]],
     "timers": [[]],
+    "migration": [[]],
     "changelog": [["--statecert-config", "state.changelog.enabled=true"]],
     # the file-system storage on the local disk and on `memory://`, where fsspec expands glob characters (CS-1)
     "storage": [
@@ -396,7 +401,13 @@ def main(argv: list[str] | None = None) -> int:
     # A rerun carries over every result it does not run again: the killed mutants, and the survivors that --only
     # or --sample leave out, so that its totals are those of the whole previous report.
     running = {(m.module, m.line, m.description) for m in mutants}
-    carried = [r for r in previous if (r["module"], r["line"], r["mutation"]) not in running]
+    # ... but not the results of mutants the code no longer has (a line changed since): they measured other code
+    existing = {
+        (m.module, m.line, m.description)
+        for path in TARGETS[args.backend]
+        for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
+    }
+    carried = [r for r in previous if (k := (r["module"], r["line"], r["mutation"])) not in running and k in existing]
     report = Path(args.report or ROOT / ".tox" / "reports" / f"mutation-{args.backend}.json")
     report.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecert-mutation-") as tmp:

@@ -135,7 +135,7 @@ def parse_duration_ms(key: str, value: object) -> int:
     if nanos is None or nanos < 0:
         raise IllegalConfigurationError(f"{key}: expected {what} (units ns, µs, ms, s, min, h, d), got {value!r}")
     millis = nanos // 10**6
-    if millis > _JAVA_LONG_MAX or nanos // 10**9 > _JAVA_LONG_MAX:
+    if millis > _JAVA_LONG_MAX:  # Duration.toMillis overflows (its seconds then overflow too)
         raise IllegalConfigurationError(f"{key}: a duration of at most {_JAVA_LONG_MAX} ms, got {value!r}")
     return millis
 

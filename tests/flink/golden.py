@@ -44,14 +44,17 @@ def flink_options(referee: Referee, keys: list[str]) -> dict[str, Any]:
 # a unit (Flink's spellings, near misses) in any case; and ISO-8601 durations with signs and fractions
 NUMBERS = ("0", "1", "7", "999999", "1000001", "9223372036854775", "9223372036854775807", "9223372036854775808",
            "99999999999999999999999", "-1", "+3", "1.5", "0x10", "٣", "")  # fmt: skip
-BLANKS = ("", " ", "\t", "\x01", "\x1f", "\u00a0", "\n")
+BLANKS = ("", " ", "\t", "\x01", "\x1f", "\u00a0", "\n", "!")
 DURATION_UNITS = ("", "ns", "nanos", "µs", "us", "micro", "microseconds", "ms", "millis", "s", "sec", "seconds",
                   "m", "min", "mins", "minute", "h", "hours", "d", "day", "days", "w", "hr")  # fmt: skip
 MEMORY_UNITS = ("", "b", "bytes", "byte", "k", "kb", "kib", "kibibytes", "m", "mb", "mebibytes", "g", "gb",
                 "gibibytes", "t", "tb", "tebibytes", "p", "pb")  # fmt: skip
 ISO_PARTS = ("P1D", "PT10M", "pt1h30m", "PT-1S", "-PT5S", "PT1.5S", "PT0,0001S", "PT-0.5S", "P-1DT24H", "PT", "P",
              "PT1H-61M", "P106751991167300DT", "PT9223372036854775807S", "PT9223372036854775.807S", "P1W",
-             "PT1s")  # fmt: skip
+             "PT1s", "P1DT", "PT5H", "PT2M", "PT3S", "PT9223372036854775808S", "PT-9223372036854775809S",
+             "P-106751991167300DT9223372036854775807S", "PT1H153722867280912930M-9223372036854775808S",
+             "P-106751991167301DT9223372036854775807S", "PT1H153722867280912930M-9223372036854775809S",
+             "PT1H-153722867280912931M9223372036854775807S")  # fmt: skip
 
 
 def sample_values(seed: int, units: tuple[str, ...], iso: bool, count: int) -> list[str]:
