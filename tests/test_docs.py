@@ -4,6 +4,7 @@ version is the one `statecert --version` prints. (`tox -e docs` builds the site 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ sys.path.insert(0, str(ROOT / "docs" / "scripts"))
 from catalogue import read_catalogue  # noqa: E402
 from cli_reference import cli_reference  # noqa: E402
 from config_reference import config_reference  # noqa: E402
+from measured_figures import DATA, _equivalent_mutants  # noqa: E402
 from requirement_index import requirement_index  # noqa: E402
 
 from statecert.cli.main import _parser  # noqa: E402
@@ -71,4 +73,20 @@ def test_the_version_is_the_changelogs_newest() -> None:
     ).stdout.split()
     assert newest and printed == ["statecert", newest[1]], (
         f"statecert --version: expected 'statecert {newest[1] if newest else '?'}', got {printed}"
+    )
+
+
+def test_every_mutant_argued_equivalent_is_a_survivor_of_its_committed_report() -> None:
+    stale = []
+    for target, module, line, mutation in _equivalent_mutants():
+        path = DATA / f"mutation-{target}.json"
+        results = json.loads(path.read_text())["results"] if path.exists() else []
+        if not any(
+            (r["module"], r["line"], r["mutation"], r["outcome"]) == (module, line, mutation, "survived")
+            for r in results
+        ):
+            stale.append(f"{target} {module}:{line} {mutation}")
+    assert not stale, (
+        "mutation/equivalent.toml: expected every entry to name a survivor of docs/data/mutation-<target>.json, "
+        f"got entries no committed report has as a survivor: {stale}"
     )

@@ -125,9 +125,11 @@ def reliability_page() -> str:
             "that used CPU in the last 50 ms, an executor above one); the driver once its 1st to 3rd checkpoint has "
             "`_metadata`, then the scenario resumes in a new driver. The failovers and task retries include those "
             "the scenarios inject themselves (a worker run's count was 6 when the kills fell on idle workers). A "
-            "violation is a run that ended otherwise than exactly-once or with a documented error; the row "
-            "`executor (any moment)` is an earlier run that killed executors whether or not they ran a task, in "
-            "which one driver ended with Spark's uncaught job failure (a Java stack trace, no report).",
+            "violation is a run that ended otherwise than exactly-once or with a documented error. The executor "
+            "row killing any process of the kind, running a task or not (`--any-moment`), also kills executors "
+            "under the driver's own queries (the oracle's, the state read-back): its first run, before version "
+            "0.3.2, ended one driver with Spark's uncaught job failure (a Java stack trace, no report); the row "
+            "is the run after the fix.",
             "",
             "| process killed | run | master | kill points | driver runs | failovers and task retries | scenario runs "
             "exactly-once | documented errors | violations | checkpoints verified | not restorable |",
@@ -146,36 +148,69 @@ def reliability_page() -> str:
     return "\n".join([*lines, ""])
 
 
+def _equivalent_mutants() -> dict[tuple[str, str, int, str], str]:
+    """The survivors argued equivalent (`mutation/equivalent.toml`), by target, module, line and mutation."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    path = ROOT / "mutation" / "equivalent.toml"
+    entries = tomllib.loads(path.read_text(encoding="utf-8")).get("equivalent", []) if path.exists() else []
+    return {(e["target"], e["module"], e["line"], e["mutation"]): e["reason"] for e in entries}
+
+
 def mutation_page() -> str:
     lines = [
         "# Mutation scores",
         "",
-        "How many mutants of each module the conformance suite (or, for the checkpoint file readers and writers, "
-        "the repository's format tests) kills: `tox -e mutation`, one report per target under `docs/data/`, "
-        "generated into this page when the documentation is built.",
+        "How many mutants of each module the conformance suite (or, for the modules no backend runs, the repository's "
+        "tests of them) kills: `tox -e mutation`, one report per target under `docs/data/`, generated into this page "
+        "when the documentation is built. A survivor argued equivalent (no test can tell it from the original: "
+        "`mutation/equivalent.toml`, with its reason below) is left out of the kill rate; every other survivor counts "
+        "against it.",
         "",
     ]
     reports = sorted(DATA.glob("mutation-*.json"))
     if not reports:
         return "\n".join([*lines, "No mutation run is committed: `tox -e mutation` writes the reports.", ""])
-    lines += ["| target | module | killed | survived | kill rate |", "| --- | --- | --- | --- | --- |"]
-    for path in reports:
-        report = json.loads(path.read_text())
-        for module, counts in sorted(report.get("by_module", {}).items()):
-            total = counts["killed"] + counts["survived"]
-            rate = f"{counts['killed'] / total:.1%}" if total else "-"
-            lines.append(f"| {report['backend']} | `{module}` | {counts['killed']} | {counts['survived']} | {rate} |")
+    equivalent = _equivalent_mutants()
     runs = [json.loads(p.read_text()) for p in reports]
+    lines += [
+        "| target | module | mutants | killed | equivalent | not killed | kill rate (of the non-equivalent) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for report in runs:
+        target = report["backend"]
+        for module in sorted({r["module"] for r in report["results"]}):
+            results = [r for r in report["results"] if r["module"] == module]
+            killed = sum(r["outcome"] == "killed" for r in results)
+            same = sum(
+                r["outcome"] == "survived" and (target, module, r["line"], r["mutation"]) in equivalent for r in results
+            )
+            missed = len(results) - killed - same
+            rate = f"{killed / (killed + missed):.1%}" if killed + missed else "-"
+            lines.append(f"| {target} | `{module}` | {len(results)} | {killed} | {same} | {missed} | {rate} |")
     lines += ["", "The runs:", ""]
     for r in runs:
         sample = f" --sample {r['sampled']} --seed {r.get('seed', 0)}" if r.get("sampled") else ""
+        rerun = f" --rerun {r['carried_over_from']}" if r.get("carried_over_from") else ""
         when = r.get("measured_at", "date not recorded")
+        same = sum(
+            s["outcome"] == "survived" and (r["backend"], s["module"], s["line"], s["mutation"]) in equivalent
+            for s in r["results"]
+        )
+        rate = r["killed"] / (r["mutants"] - same) if r["mutants"] > same else 0.0
+        of = "a seeded sample of the target's mutants" if r.get("sampled") else "every mutant of the target"
         lines.append(
-            f"- `{r['backend']}`: `python mutation/run.py --backend {r['backend']}{sample}`, finished {when}: "
-            f"{r['killed']} of {r['mutants']} mutants killed ({r['kill_rate']:.1%})."
+            f"- `{r['backend']}`: `python mutation/run.py --backend {r['backend']}{sample}{rerun}`, finished {when} "
+            f"({of}): {r['killed']} of {r['mutants']} mutants killed, {same} equivalent: {rate:.1%} of the "
+            "non-equivalent."
         )
     survivors = [(r["backend"], s) for r in runs for s in r.get("results", []) if s["outcome"] == "survived"]
     if survivors:
-        lines += ["", "## Survivors", "", "| target | where | mutation |", "| --- | --- | --- |"]
-        lines += [f"| {b} | `{s['module']}:{s['line']}` | {s['mutation']} |" for b, s in survivors]
+        lines += ["", "## Survivors", "", "| target | where | mutation | equivalent? |", "| --- | --- | --- | --- |"]
+        for b, s in survivors:
+            reason = equivalent.get((b, s["module"], s["line"], s["mutation"]))
+            why = f"equivalent: {reason}" if reason else "**not killed**"
+            lines.append(f"| {b} | `{s['module']}:{s['line']}` | {s['mutation']} | {why} |")
     return "\n".join([*lines, ""])
