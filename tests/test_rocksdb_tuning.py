@@ -3,14 +3,19 @@ file RocksDB writes and from RocksDB's own properties, never from statecert's se
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statecert.conformance.helpers import keyed_backend
 from statecert.reference.rocksdb.backend import EmbeddedRocksDBStateBackend
-from statecert.reference.rocksdb.shared_memory import cache_capacity
+from statecert.reference.rocksdb.settings import RocksDBSettings, settings_from_config
+from statecert.reference.rocksdb.shared_memory import SlotMemory, cache_capacity, write_buffer_manager_capacity
 from statecert.reference.serializers import LongSerializer
 from statecert.spec.errors import DynamicCodeLoadingError, IllegalConfigurationError
 from statecert.spec.keygroups import KeyGroupRange
@@ -47,16 +52,19 @@ def rocksdb(tmp_path: Path, config: dict[str, object], **explicit: Any) -> Any:
     return EmbeddedRocksDBStateBackend(local_dir=str(tmp_path), **explicit).configure(config)
 
 
+# Flink's PredefinedOptions, as RocksDB records them in its OPTIONS file; every profile: no fsync, no stats dump
 PROFILES = {
     "DEFAULT": {"max_background_jobs": "2", "target_file_size_base": str(64 * MB), "max_write_buffer_number": "2"},
     "SPINNING_DISK_OPTIMIZED": {
         "max_background_jobs": "4",
+        "max_open_files": "-1",
         "compaction_style": "kCompactionStyleLevel",
         "level_compaction_dynamic_level_bytes": "true",
         "target_file_size_base": str(64 * MB),
     },
     "SPINNING_DISK_OPTIMIZED_HIGH_MEM": {
         "max_background_jobs": "4",
+        "max_open_files": "-1",
         "target_file_size_base": str(256 * MB),
         "max_bytes_for_level_base": str(1024 * MB),
         "write_buffer_size": str(64 * MB),
@@ -65,8 +73,9 @@ PROFILES = {
         "block_size": str(128 * 1024),
         "filter_policy": "bloomfilter",
     },
-    "FLASH_SSD_OPTIMIZED": {"max_background_jobs": "4", "target_file_size_base": str(64 * MB)},
+    "FLASH_SSD_OPTIMIZED": {"max_background_jobs": "4", "max_open_files": "-1", "target_file_size_base": str(64 * MB)},
 }
+EVERY_PROFILE = {"use_fsync": "false", "stats_dump_period_sec": "0"}
 
 
 @pytest.mark.requirement("RDB-8")
@@ -75,9 +84,119 @@ def test_predefined_options_reach_rocksdb(tmp_path: Path, profile: str) -> None:
     config = {"state.backend.rocksdb.predefined-options": profile.lower() if profile != "DEFAULT" else profile}
     with filled(rocksdb(tmp_path, config)) as backend:
         written = options_of(backend)
-    wrong = {k: (v, written.get(k)) for k, v in PROFILES[profile].items() if written.get(k) != v}
-    assert not wrong, f"{profile}: OPTIONS file entries differ, (expected, got): {wrong}"
-    assert written["use_fsync"] == "false"
+    expected = {**EVERY_PROFILE, **PROFILES[profile]}
+    wrong = {k: (v, written.get(k)) for k, v in expected.items() if written.get(k) != v}
+    assert not wrong, (
+        f"RDB-8: predefined-options={profile}: expected Flink's settings in RocksDB's OPTIONS file, got these "
+        f"entries differing (expected, got): {wrong}"
+    )
+
+
+@pytest.mark.requirement("RDB-8", "RDB-10")
+def test_the_high_memory_profiles_own_block_cache_is_flinks_when_memory_is_not_shared(tmp_path: Path) -> None:
+    config = {
+        "state.backend.rocksdb.predefined-options": "SPINNING_DISK_OPTIMIZED_HIGH_MEM",
+        "state.backend.rocksdb.memory.managed": "false",
+        "state.backend.rocksdb.metrics.block-cache-capacity": "true",
+    }
+    with filled(rocksdb(tmp_path, config)) as backend:
+        capacity = backend.native_metrics()["block-cache-capacity"]
+    assert capacity == 256 * MB, (
+        f"RDB-8: SPINNING_DISK_OPTIMIZED_HIGH_MEM without managed memory, native metric block-cache-capacity: "
+        f"expected Flink's 256 MiB block cache ({256 * MB}), got {capacity}"
+    )
+
+
+@pytest.mark.requirement("RDB-10")
+@given(total=st.integers(1 * MB, 1 << 40), ratio=st.floats(0.01, 0.99))
+def test_the_shared_cache_and_write_buffer_manager_are_sized_as_flink_sizes_them(total: int, ratio: float) -> None:
+    """Flink's RocksDBMemoryControllerUtils: cache (long) ((3 - r) * total / 3), write buffer manager
+    (long) (2 * total * r / 3), so memtables and cached blocks together stay within the total."""
+    got = (cache_capacity(total, ratio), write_buffer_manager_capacity(total, ratio))
+    expected = (int((3 - ratio) * total / 3), int(2 * total * ratio / 3))
+    assert got == expected, (
+        f"RDB-10: (cache_capacity, write_buffer_manager_capacity)({total}, {ratio}): expected Flink's {expected}, "
+        f"got {got}"
+    )
+
+
+@pytest.mark.requirement("RDB-10")
+def test_a_slots_memory_is_made_anew_in_each_process_and_slots_are_interchangeable() -> None:
+    """A slot's shared cache does not travel to a Spark worker (pickling drops it, the worker makes its own), and a
+    backend's identity does not depend on which slot object it holds."""
+    slot = SlotMemory()
+    here = slot.get(8 * MB, 0.5)
+    copy = pickle.loads(pickle.dumps(slot))
+    there = copy.get(8 * MB, 0.5)
+    assert there is not here and there.cache is not here.cache and copy.get(8 * MB, 0.5) is there, (
+        "RDB-10: pickle.loads(pickle.dumps(slot)).get(8 MiB, 0.5): expected new shared resources of its own, made "
+        f"once, got {'the original' if there is here else 'new ones each call'}"
+    )
+    assert SlotMemory() == slot and hash(SlotMemory()) == hash(slot), (
+        "RDB-10: SlotMemory() == another SlotMemory(): expected equal with equal hashes, got unequal"
+    )
+
+
+@pytest.mark.requirement("RDB-10", "LD-6")
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"state.backend.rocksdb.memory.fixed-per-slot": str(MB - 1)}, "fixed-per-slot"),
+        ({"state.backend.rocksdb.memory.fixed-per-tm": str(MB - 1)}, "fixed-per-tm"),
+        ({"state.backend.rocksdb.memory.write-buffer-ratio": "0"}, "write-buffer-ratio: must lie in (0, 1)"),
+        ({"state.backend.rocksdb.memory.high-prio-pool-ratio": "0"}, "high-prio-pool-ratio: must lie in (0, 1)"),
+        ({"state.backend.rocksdb.memory.write-buffer-ratio": "1"}, "write-buffer-ratio: must lie in (0, 1)"),
+        ({"state.backend.rocksdb.memory.write-buffer-ratio": "1.5"}, "write-buffer-ratio: must lie in (0, 1)"),
+        (
+            {
+                "state.backend.rocksdb.memory.write-buffer-ratio": "0.5",
+                "state.backend.rocksdb.memory.high-prio-pool-ratio": "0.5",
+            },
+            "the two must sum to less than 1",
+        ),
+    ],
+)
+def test_memory_settings_just_outside_their_bounds_are_refused(
+    tmp_path: Path, config: dict[str, str], named: str
+) -> None:
+    with pytest.raises(IllegalConfigurationError) as raised:
+        rocksdb(tmp_path, config)
+    assert named in str(raised.value), (
+        f"RDB-10: configure({config}): expected an IllegalConfigurationError naming {named!r}, got {raised.value}"
+    )
+
+
+@pytest.mark.requirement("RDB-10")
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"state.backend.rocksdb.memory.fixed-per-slot": str(MB)},
+        {"state.backend.rocksdb.memory.managed": "false", "state.backend.rocksdb.memory.fixed-per-tm": str(MB)},
+        {
+            "state.backend.rocksdb.memory.write-buffer-ratio": "0.49",
+            "state.backend.rocksdb.memory.high-prio-pool-ratio": "0.5",
+        },
+    ],
+)
+def test_memory_settings_on_their_bounds_are_taken(tmp_path: Path, config: dict[str, str]) -> None:
+    try:
+        with filled(rocksdb(tmp_path, config), 10):
+            pass
+    except IllegalConfigurationError as exc:
+        raise AssertionError(f"RDB-10: configure({config}): expected a working backend, got {exc}") from exc
+
+
+@pytest.mark.requirement("RDB-6", "LD-6")
+def test_settings_made_without_configuration_are_the_configuration_defaults() -> None:
+    """`RocksDBSettings()` (a backend made in code) is what an empty configuration gives, and settings are an
+    immutable value: equal settings hash alike, so they can key a cache of configured backends."""
+    from_code, from_config = RocksDBSettings(), settings_from_config({})
+    assert from_code == from_config and hash(from_code) == hash(from_config), (
+        f"RDB-6: RocksDBSettings() vs settings_from_config({{}}): expected equal values, got {from_code} and "
+        f"{from_config}"
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        from_code.incremental = True  # type: ignore[misc]
 
 
 @pytest.mark.requirement("RDB-9")
