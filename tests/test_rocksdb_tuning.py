@@ -92,21 +92,6 @@ def test_predefined_options_reach_rocksdb(tmp_path: Path, profile: str) -> None:
     )
 
 
-@pytest.mark.requirement("RDB-8", "RDB-10")
-def test_the_high_memory_profiles_own_block_cache_is_flinks_when_memory_is_not_shared(tmp_path: Path) -> None:
-    config = {
-        "state.backend.rocksdb.predefined-options": "SPINNING_DISK_OPTIMIZED_HIGH_MEM",
-        "state.backend.rocksdb.memory.managed": "false",
-        "state.backend.rocksdb.metrics.block-cache-capacity": "true",
-    }
-    with filled(rocksdb(tmp_path, config)) as backend:
-        capacity = backend.native_metrics()["block-cache-capacity"]
-    assert capacity == 256 * MB, (
-        f"RDB-8: SPINNING_DISK_OPTIMIZED_HIGH_MEM without managed memory, native metric block-cache-capacity: "
-        f"expected Flink's 256 MiB block cache ({256 * MB}), got {capacity}"
-    )
-
-
 @pytest.mark.requirement("RDB-10")
 @given(total=st.integers(1 * MB, 1 << 40), ratio=st.floats(0.01, 0.99))
 def test_the_shared_cache_and_write_buffer_manager_are_sized_as_flink_sizes_them(total: int, ratio: float) -> None:
@@ -250,15 +235,29 @@ def test_managed_and_fixed_memory_override_the_factorys_cache(
     )
 
 
-@pytest.mark.requirement("RDB-10")
-def test_without_managed_memory_the_factorys_cache_is_used(tmp_path: Path) -> None:
+@pytest.mark.requirement("RDB-8", "RDB-9", "RDB-10")
+@pytest.mark.parametrize(
+    ("setting", "capacity"),
+    [
+        ({"state.backend.rocksdb.options-factory": "tests.rocksdb_options_factories:MoreWriteBuffers"}, 1024 * MB),
+        ({"state.backend.rocksdb.predefined-options": "SPINNING_DISK_OPTIMIZED_HIGH_MEM"}, 256 * MB),
+    ],
+    ids=["the options factory's", "the high-memory profile's"],
+)
+def test_without_managed_memory_the_configured_block_cache_is_used(
+    tmp_path: Path, setting: dict[str, str], capacity: int
+) -> None:
     config = {
         "state.backend.rocksdb.memory.managed": "false",
-        "state.backend.rocksdb.options-factory": "tests.rocksdb_options_factories:MoreWriteBuffers",
         "state.backend.rocksdb.metrics.block-cache-capacity": "true",
+        **setting,
     }
     with filled(rocksdb(tmp_path, config)) as backend:
-        assert backend.native_metrics()["block-cache-capacity"] == 1024 * MB
+        got = backend.native_metrics()["block-cache-capacity"]
+    assert got == capacity, (
+        f"RDB-10: {setting} without managed memory, native metric block-cache-capacity: expected the configured "
+        f"cache's {capacity}, got {got}"
+    )
 
 
 @pytest.mark.requirement("RDB-10")
