@@ -461,7 +461,7 @@ MINI_BATCH_ALLOW_LATENCY = ConfigOption[int](
 )
 MINI_BATCH_SIZE = ConfigOption[int](
     "table.exec.mini-batch.size",
-    int_parser(),
+    int_parser(bits=64),
     -1,
     "The most records a bundle holds; a full bundle is applied at once.",
     "mini-batch",

@@ -84,20 +84,35 @@ def parse_string(key: str, value: object) -> str:
 
 
 def parse_bool(key: str, value: object) -> bool:
+    """`true` or `false` in any case, as Flink's Configuration reads a boolean (no blanks around it)."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
     raise IllegalConfigurationError(f"{key}: expected true or false, got {value!r}")
 
 
-def int_parser(minimum: int | None = None, maximum: int | None = None) -> Callable[[str, object], int]:
+# Java's Integer.parseInt / Long.parseLong: a sign, then decimal digits (of any script, as Character.digit takes)
+_JAVA_INTEGER = re.compile(r"[+-]?\d+")
+# Java's Double.parseDouble (ASCII digits; hexadecimal floats left out): NaN, Infinity, decimal with exponent and
+# a float/double suffix
+_JAVA_DOUBLE = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)")
+
+
+def int_parser(minimum: int | None = None, maximum: int | None = None, bits: int = 32) -> Callable[[str, object], int]:
+    """A Java `int` (`bits` 32) or `long` (64) as Flink's Configuration reads it (no blanks, no underscores), then
+    within [minimum, maximum]."""
+
     def parse(key: str, value: object) -> int:
-        text = _text(key, value, "an integer")
-        try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = _text(key, value, "an integer", strip=False)
+            if not _JAVA_INTEGER.fullmatch(text):
+                raise IllegalConfigurationError(f"{key}: expected an integer, got {value!r}")
             number = int(text)
-        except ValueError:
-            raise IllegalConfigurationError(f"{key}: expected an integer, got {value!r}") from None
+        if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+            raise IllegalConfigurationError(f"{key}: expected a {bits}-bit integer, got {value!r}")
         if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
             bounds = f"{minimum if minimum is not None else '-inf'}..{maximum if maximum is not None else 'inf'}"
             raise IllegalConfigurationError(f"{key}: expected an integer in {bounds}, got {number}")
@@ -107,12 +122,17 @@ def int_parser(minimum: int | None = None, maximum: int | None = None) -> Callab
 
 
 def float_parser(minimum: float | None = None, maximum: float | None = None) -> Callable[[str, object], float]:
+    """A Java `double` as Flink's Configuration reads it (`Double.parseDouble`: Java-trimmed, `NaN`, `Infinity`, an
+    exponent, an `f`/`d` suffix), then within [minimum, maximum]."""
+
     def parse(key: str, value: object) -> float:
-        text = _text(key, value, "a number")
-        try:
-            number = float(text)
-        except ValueError:
-            raise IllegalConfigurationError(f"{key}: expected a number, got {value!r}") from None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            text = _text(key, value, "a number", strip=False).strip(_JAVA_TRIMMED)
+            if not _JAVA_DOUBLE.fullmatch(text):
+                raise IllegalConfigurationError(f"{key}: expected a number, got {value!r}")
+            number = float(text.rstrip("fFdD"))
         if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
             raise IllegalConfigurationError(f"{key}: expected a number in [{minimum}, {maximum}], got {number}")
         return number
@@ -158,15 +178,16 @@ def parse_memory_size(key: str, value: object) -> int:
 
 
 def enum_parser(values: Iterable[str], aliases: dict[str, str] | None = None) -> Callable[[str, object], str]:
-    """One of `values` (canonical spelling returned), matched without regard to case, or an alias of one."""
-    canonical = {v.lower(): v for v in values}
-    canonical.update({alias.lower(): target for alias, target in (aliases or {}).items()})
+    """One of `values` (canonical spelling returned) or an alias of one, matched as Flink matches an enum's name:
+    in upper case, with no blanks around it."""
+    canonical = {v.upper(): v for v in values}
+    canonical.update({alias.upper(): target for alias, target in (aliases or {}).items()})
 
     def parse(key: str, value: object) -> str:
-        text = _text(key, value, f"one of {sorted(set(canonical.values()))}")
-        if text.lower() not in canonical:
+        text = _text(key, value, f"one of {sorted(set(canonical.values()))}", strip=False)
+        if text.upper() not in canonical:
             raise IllegalConfigurationError(f"{key}: expected one of {sorted(set(canonical.values()))}, got {value!r}")
-        return canonical[text.lower()]
+        return canonical[text.upper()]
 
     return parse
 

@@ -50,6 +50,7 @@ public final class Referee {
             case "options": return options(w);
             case "counted": return counted();
             case "load": return load(text(w.length > 1 ? w[1] : ""));
+            case "typed": return typed(w[1], text(w.length > 2 ? w[2] : ""));
             default: return "error unknown request " + w[0];
         }
     }
@@ -152,6 +153,27 @@ public final class Referee {
 
     private static String path(org.apache.flink.core.fs.Path path) {
         return path == null ? "-" : hex(path.toString());
+    }
+
+    // typed <int|long|double|boolean|enum> <hex>: a value set as text read back through a typed ConfigOption (enum:
+    // Flink's CheckpointingMode), as Flink's Configuration converts it
+    private static String typed(String type, String value) {
+        org.apache.flink.configuration.Configuration conf = new org.apache.flink.configuration.Configuration();
+        conf.setString("statecert.k", value);
+        org.apache.flink.configuration.ConfigOptions.OptionBuilder key =
+                org.apache.flink.configuration.ConfigOptions.key("statecert.k");
+        Object got;
+        switch (type) {
+            case "int": got = conf.get(key.intType().noDefaultValue()); break;
+            case "long": got = conf.get(key.longType().noDefaultValue()); break;
+            case "double": got = conf.get(key.doubleType().noDefaultValue()); break;
+            case "boolean": got = conf.get(key.booleanType().noDefaultValue()); break;
+            case "enum":
+                got = conf.get(key.enumType(org.apache.flink.core.execution.CheckpointingMode.class).noDefaultValue());
+                break;
+            default: throw new IllegalArgumentException(type);
+        }
+        return "ok " + hex(String.valueOf(got));
     }
 
     // counted: for every CheckpointFailureReason, whether one failed checkpoint of it counts toward the tolerable

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.flink.referee import FlinkOption, Referee, hex_text
+from tests.flink.referee import FlinkOption, Referee, hex_text, text_of
 
 GOLDEN = Path(__file__).with_name("golden")
 OPTIONS_FILE = GOLDEN / "config_options.json"
@@ -72,15 +72,33 @@ def sample_values(seed: int, units: tuple[str, ...], iso: bool, count: int) -> l
     return values
 
 
+# typed values: what a number, a boolean or an enum's name may look like, right or wrong
+TYPED_WORDS = ("0", "5", "+5", "-7", "2147483647", "2147483648", "-2147483648", "-2147483649", "9223372036854775807",
+               "9223372036854775808", "1.5", "1e3", ".5", "1.", "1.5f", "2d", "NaN", "Infinity", "-Infinity", "inf",
+               "nan", "5_0", "٣", "0x10", "true", "TRUE", "False", "yes", "1", "exactly_once", "AT_LEAST_ONCE",
+               "Exactly_Once", "at-least-once", "")  # fmt: skip
+TYPED = {"int": "int", "long": "long", "double": "double", "boolean": "boolean", "enum": "enum"}
+
+
+def sample_typed(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    return [rng.choice(BLANKS) + rng.choice(TYPED_WORDS) + rng.choice(BLANKS) for _ in range(count)]
+
+
 def flink_values(referee: Referee) -> dict[str, list[tuple[str, str]]]:
-    """Flink's reading of the sampled values: milliseconds or bytes as text, or `error`."""
-    kinds = (("duration_ms", "duration", DURATION_UNITS, True), ("memory_bytes", "memory", MEMORY_UNITS, False))
+    """Flink's reading of the sampled values: milliseconds or bytes, a typed value as Java prints it, or `error`."""
+    requests: list[tuple[str, tuple[str, ...], list[str]]] = [
+        ("duration_ms", ("duration",), sample_values(0, DURATION_UNITS, True, 600)),
+        ("memory_bytes", ("memory",), sample_values(0, MEMORY_UNITS, False, 600)),
+    ]
+    requests += [(kind, ("typed", kind), sample_typed(i, 300)) for i, kind in enumerate(TYPED)]
     answers: dict[str, list[tuple[str, str]]] = {}
-    for kind, request, units, iso in kinds:
+    for kind, request, texts in requests:
         answers[kind] = []
-        for text in sorted(set(sample_values(0, units, iso, 600))):
-            answer = referee.ask(request, hex_text(text))
-            answers[kind].append((text, "error" if answer[0] == "error" else answer[0]))
+        for text in sorted(set(texts)):
+            answer = referee.ask(*request, hex_text(text))
+            read = "error" if answer[0] == "error" else answer[0] if request[0] != "typed" else text_of(answer[0])
+            answers[kind].append((text, read))
     return answers
 
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from statecert.reference.config import OPTIONS
 from statecert.reference.config.values import parse_duration_ms, parse_memory_size
 from statecert.spec.errors import IllegalConfigurationError
-from tests.flink.golden import OPTIONS_FILE, VALUES_FILE, flink_options, flink_values, read_values
-from tests.flink.referee import Referee, hex_text
+from tests.flink.golden import BLANKS, OPTIONS_FILE, TYPED_WORDS, VALUES_FILE, flink_options, flink_values, read_values
+from tests.flink.referee import Referee, hex_text, text_of
 
 pytestmark = pytest.mark.flink
 
@@ -100,4 +100,24 @@ def test_a_memory_size_reads_as_flink_reads_it(flink: Referee, text: str) -> Non
     assert found is None, (
         f"LD-6: parse_memory_size('key', {text!r}) vs Flink's MemorySize.parse(...).getBytes(): expected the same "
         f"bytes or both refusing, got {found}"
+    )
+
+
+@pytest.mark.requirement("LD-6")
+@pytest.mark.parametrize("kind", ["int", "long", "double", "boolean", "enum"])
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_typed_value_reads_as_flink_reads_it(flink: Referee, kind: str, data: st.DataObject) -> None:
+    from tests.test_flink_options import PARSERS, _as_text, _same
+
+    word = st.sampled_from(TYPED_WORDS) | st.text(alphabet="0123456789+-.eE_xXfdFD aAnNiIfFtTrRuUsS\t\x01٣", max_size=8)
+    text = data.draw(st.tuples(st.sampled_from(BLANKS), word, st.sampled_from(BLANKS)).map("".join))
+    try:
+        ours = _as_text(PARSERS[kind]("key", text))
+    except IllegalConfigurationError:
+        ours = "error"
+    answer = flink.ask("typed", kind, hex_text(text))
+    theirs = "error" if answer[0] == "error" else text_of(answer[0])
+    assert _same(kind, ours, theirs), (
+        f"LD-6: reading the {kind} value {text!r}: expected Flink's Configuration reading {theirs!r}, got {ours!r}"
     )
