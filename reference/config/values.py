@@ -69,12 +69,12 @@ _MEMORY_UNITS: dict[str, int] = {
 Parser = Callable[[str, object], object]
 
 
-def _text(key: str, value: object, what: str, strip: bool = True) -> str:
-    """The value as text (a number given as a number is its text), blanks stripped unless the caller trims as Java
-    does."""
+def _text(key: str, value: object, what: str) -> str:
+    """The value as text, as it was given (a number given as a number is its text): each reader trims, or not, as
+    Flink's does."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise IllegalConfigurationError(f"{key}: expected {what}, got {value!r}")
-    return str(value).strip() if strip else str(value)
+    return str(value)
 
 
 def parse_string(key: str, value: object) -> str:
@@ -107,7 +107,7 @@ def int_parser(minimum: int | None = None, maximum: int | None = None, bits: int
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
-            text = _text(key, value, "an integer", strip=False)
+            text = _text(key, value, "an integer")
             if not _JAVA_INTEGER.fullmatch(text):
                 raise IllegalConfigurationError(f"{key}: expected an integer, got {value!r}")
             number = int(text)
@@ -129,7 +129,7 @@ def float_parser(minimum: float | None = None, maximum: float | None = None) -> 
         if isinstance(value, int | float) and not isinstance(value, bool):
             number = float(value)
         else:
-            text = _text(key, value, "a number", strip=False).strip(_JAVA_TRIMMED)
+            text = _text(key, value, "a number").strip(_JAVA_TRIMMED)
             if not _JAVA_DOUBLE.fullmatch(text):
                 raise IllegalConfigurationError(f"{key}: expected a number, got {value!r}")
             number = float(text.rstrip("fFdD"))
@@ -146,7 +146,7 @@ def parse_duration_ms(key: str, value: object) -> int:
     milliseconds Java's `Duration.toMillis` gives (sub-millisecond parts truncated); a duration that is not a Java
     long of milliseconds is refused, as Flink fails on it."""
     what = "a duration such as '10 min', '500 ms' or 'PT10M'"
-    text = _text(key, value, what, strip=False)
+    text = _text(key, value, what)
     number, unit = _number_and_unit(text)
     if number:
         nanos = int(number) * _TIME_UNITS_NS[unit] if unit in _TIME_UNITS_NS else None
@@ -164,7 +164,7 @@ def parse_memory_size(key: str, value: object) -> int:
     """Flink's MemorySize syntax: a number with an optional unit (b/bytes, k/kb/kibibytes, m/mb/mebibytes,
     g/gb/gibibytes, t/tb/tebibytes), case-insensitive; a plain number is bytes. Bytes beyond a Java long are
     refused, as Flink refuses them."""
-    text = _text(key, value, "a memory size such as '20kb'", strip=False)
+    text = _text(key, value, "a memory size such as '20kb'")
     number, unit = _number_and_unit(text)
     if not number or unit not in _MEMORY_UNITS:
         raise IllegalConfigurationError(
@@ -184,7 +184,7 @@ def enum_parser(values: Iterable[str], aliases: dict[str, str] | None = None) ->
     canonical.update({alias.upper(): target for alias, target in (aliases or {}).items()})
 
     def parse(key: str, value: object) -> str:
-        text = _text(key, value, f"one of {sorted(set(canonical.values()))}", strip=False)
+        text = _text(key, value, f"one of {sorted(set(canonical.values()))}")
         if text.upper() not in canonical:
             raise IllegalConfigurationError(f"{key}: expected one of {sorted(set(canonical.values()))}, got {value!r}")
         return canonical[text.upper()]
