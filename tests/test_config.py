@@ -632,3 +632,22 @@ def test_an_integer_parser_takes_both_of_its_bounds() -> None:
     for refused in ("-4", "11"):
         with pytest.raises(IllegalConfigurationError, match=r"^key: expected an integer in -3\.\.10, got "):
             parse("key", refused)
+
+
+@pytest.mark.requirement("LD-6")
+@pytest.mark.parametrize(
+    ("bits", "key"), [(32, "execution.checkpointing.num-retained"), (64, "table.exec.mini-batch.size")]
+)
+def test_an_integer_holds_its_java_type_and_a_boolean_is_no_number(bits: int, key: str) -> None:
+    parse = int_parser(bits=bits)
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    taken = [parse("key", str(n)) for n in (low, high)]
+    assert taken == [low, high], f"LD-6: int_parser(bits={bits}) on {low} and {high}: expected both taken, got {taken}"
+    for refused in (low - 1, high + 1, True):
+        with pytest.raises(IllegalConfigurationError, match=r"^key: "):
+            parse("key", refused if isinstance(refused, bool) else str(refused))
+    option = next(o for o in catalog.OPTIONS if o.key == key)
+    with pytest.raises(IllegalConfigurationError, match=f"^{re.escape(key)}: expected a {bits}-bit integer"):
+        option.parse(key, str(high + 1))
+    with pytest.raises(IllegalConfigurationError, match=r"^key: "):
+        float_parser()("key", True)
