@@ -33,7 +33,8 @@ def flink_differences() -> str:
         "- every key of the configuration catalog against Flink's `ConfigOption` of that key "
         f"({len(options['options'])} keys): the key, its fallback keys in Flink's order, its default (LD-6);",
         "- durations (`TimeUtils.parseDuration`, ISO-8601 included) and memory sizes (`MemorySize.parse`) over "
-        "generated values (LD-6);",
+        "generated values, and integers, longs, doubles, booleans and enum names read through typed "
+        "`ConfigOption`s (LD-6);",
         "- the loaders' outcome on generated job configurations (`StateBackendLoader`, `CheckpointStorageLoader`): "
         "the backend, whether the changelog backend wraps it, incremental checkpoints, the timer service, the "
         "checkpoint storage with its directories and inline threshold, or the error (LD-1, LD-3, LD-6 to LD-9);",
@@ -41,7 +42,7 @@ def flink_differences() -> str:
         "(`CheckpointFailureManager.checkFailureCounter`, COORD-6).",
         "",
         "CI runs no JVM: it checks the catalog against Flink's options, the parsers against Flink's readings of a "
-        f"seeded sample ({counts.get('duration_ms', 0)} durations, {counts.get('memory_bytes', 0)} memory sizes) "
+        f"seeded sample ({sum(counts.values())} values of {len(counts)} kinds) "
         "and the coordinator against Flink's counted failure reasons, all recorded by `python -m tests.flink.golden` "
         "in `tests/flink/golden/`; `tox -e flink` fails when the "
         "recordings are not the live Flink's.",
