@@ -6,23 +6,14 @@ with its reason; an entry there that no longer differs fails too."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from statecert.reference.config import OPTIONS, catalog
-from statecert.reference.config.values import (
-    float_parser,
-    int_parser,
-    parse_bool,
-    parse_duration_ms,
-    parse_memory_size,
-)
-from statecert.spec.errors import IllegalConfigurationError
+from statecert.reference.config import OPTIONS
 from tests.flink.differences import documented_differences
 from tests.flink.golden import read_options, read_values
+from tests.flink.readings import PARSERS, same, statecert_reads
 
 OPTION_DIFFERENCES = ("no Flink option ", "fallback keys of ", "default of ")  # the ids this module reports
 
@@ -66,43 +57,16 @@ def test_every_configuration_key_has_flinks_fallback_keys_and_default_or_a_docum
     )
 
 
-# statecert's reading of each kind of recorded value, as text comparable with Flink's
-def _as_text(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-PARSERS: dict[str, Callable[[str, object], object]] = {
-    "duration_ms": parse_duration_ms,
-    "memory_bytes": parse_memory_size,
-    "int": int_parser(),
-    "long": int_parser(bits=64),
-    "double": float_parser(),
-    "boolean": parse_bool,
-    "enum": catalog.CHECKPOINTING_MODE.parse,
-}
-
-
-def _same(kind: str, ours: str, flink: str) -> bool:
-    if kind == "double" and "error" not in (ours, flink):
-        a, b = float(ours), float(flink)
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return ours == flink
-
-
 @pytest.mark.requirement("LD-6")
 @pytest.mark.parametrize("kind", sorted(PARSERS))
 def test_a_value_reads_as_flink_read_it(kind: str) -> None:
-    parse = PARSERS[kind]
     differing = []
     for text, flink in read_values()[kind]:
-        try:
-            ours = _as_text(parse("key", text))
-        except IllegalConfigurationError:
-            ours = "error"
-        if not _same(kind, ours, flink):
+        ours = statecert_reads(kind, text)
+        if not same(kind, ours, flink):
             differing.append((text, ours, flink))
     assert not differing, (
-        f"LD-6: reading a {kind} value ({getattr(parse, '__name__', kind)}) over Flink's recorded readings "
+        f"LD-6: reading a {kind} value ({getattr(PARSERS[kind], '__name__', kind)}) over Flink's recorded readings "
         f"(tests/flink/golden): expected Flink's value or a refusal where Flink refused, got (text, statecert, Flink) "
         f"{differing[:6]}"
     )

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.flink.referee import FlinkOption, Referee, hex_text, text_of
+from tests.flink.readings import TYPED_KINDS, flink_reads
+from tests.flink.referee import FlinkOption, Referee
 
 GOLDEN = Path(__file__).with_name("golden")
 OPTIONS_FILE = GOLDEN / "config_options.json"
@@ -77,7 +78,6 @@ TYPED_WORDS = ("0", "5", "+5", "-7", "2147483647", "2147483648", "-2147483648", 
                "9223372036854775808", "1.5", "1e3", ".5", "1.", "1.5f", "2d", "NaN", "Infinity", "-Infinity", "inf",
                "nan", "5_0", "٣", "0x10", "true", "TRUE", "False", "yes", "1", "exactly_once", "AT_LEAST_ONCE",
                "Exactly_Once", "at-least-once", "")  # fmt: skip
-TYPED = {"int": "int", "long": "long", "double": "double", "boolean": "boolean", "enum": "enum"}
 
 
 def sample_typed(seed: int, count: int) -> list[str]:
@@ -87,19 +87,15 @@ def sample_typed(seed: int, count: int) -> list[str]:
 
 def flink_values(referee: Referee) -> dict[str, list[tuple[str, str]]]:
     """Flink's reading of the sampled values: milliseconds or bytes, a typed value as Java prints it, or `error`."""
-    requests: list[tuple[str, tuple[str, ...], list[str]]] = [
-        ("duration_ms", ("duration",), sample_values(0, DURATION_UNITS, True, 600)),
-        ("memory_bytes", ("memory",), sample_values(0, MEMORY_UNITS, False, 600)),
-    ]
-    requests += [(kind, ("typed", kind), sample_typed(i, 300)) for i, kind in enumerate(TYPED)]
-    answers: dict[str, list[tuple[str, str]]] = {}
-    for kind, request, texts in requests:
-        answers[kind] = []
-        for text in sorted(set(texts)):
-            answer = referee.ask(*request, hex_text(text))
-            read = "error" if answer[0] == "error" else answer[0] if request[0] != "typed" else text_of(answer[0])
-            answers[kind].append((text, read))
-    return answers
+    samples = {
+        "duration_ms": sample_values(0, DURATION_UNITS, True, 600),
+        "memory_bytes": sample_values(0, MEMORY_UNITS, False, 600),
+        **{kind: sample_typed(i, 300) for i, kind in enumerate(TYPED_KINDS)},
+    }
+    return {
+        kind: [(text, flink_reads(referee, kind, text)) for text in sorted(set(texts))]
+        for kind, texts in samples.items()
+    }
 
 
 def flink_failure_reasons(referee: Referee) -> dict[str, bool]:

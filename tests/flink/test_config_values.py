@@ -1,7 +1,7 @@
 """Configuration values asked of Flink 2.3 in a JVM: the `ConfigOption`s statecert's catalog follows (the golden
-file CI reads must be the live Flink's), and Flink's duration (`TimeUtils.parseDuration`) and memory size
-(`MemorySize.parse`) syntax over generated values, which statecert reads with `parse_duration_ms` and
-`parse_memory_size` (CFG, LD-6)."""
+file CI reads must be the live Flink's), and Flink's reading of generated values: durations
+(`TimeUtils.parseDuration`), memory sizes (`MemorySize.parse`) and integers, longs, doubles, booleans and enum names
+through typed `ConfigOption`s, against statecert's readers of each (`tests/flink/readings.py`; CFG, LD-6)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statecert.reference.config import OPTIONS
-from statecert.reference.config.values import parse_duration_ms, parse_memory_size
-from statecert.spec.errors import IllegalConfigurationError
 from tests.flink.golden import BLANKS, OPTIONS_FILE, TYPED_WORDS, VALUES_FILE, flink_options, flink_values, read_values
-from tests.flink.referee import Referee, hex_text, text_of
+from tests.flink.readings import TYPED_KINDS, flink_reads, same, statecert_reads
+from tests.flink.referee import Referee
 
 pytestmark = pytest.mark.flink
 
@@ -48,13 +47,6 @@ ISO_DURATIONS = st.from_regex(
 )
 
 
-def _ours(parse: object, text: str) -> list[str]:
-    try:
-        return [str(parse("key", text))]  # type: ignore[operator]
-    except IllegalConfigurationError:
-        return ["error"]
-
-
 @pytest.mark.requirement("LD-6")
 def test_the_golden_configuration_options_are_the_live_flinks(flink: Referee) -> None:
     live = flink_options(flink, [o.key for o in OPTIONS])
@@ -66,7 +58,7 @@ def test_the_golden_configuration_options_are_the_live_flinks(flink: Referee) ->
 
 
 @pytest.mark.requirement("LD-6")
-def test_the_golden_duration_and_memory_readings_are_the_live_flinks(flink: Referee) -> None:
+def test_the_golden_value_readings_are_the_live_flinks(flink: Referee) -> None:
     live = flink_values(flink)
     assert read_values() == live, (
         f"LD-6: {VALUES_FILE}: expected Flink {flink.version}'s readings of the sampled values, got a recording that "
@@ -74,50 +66,26 @@ def test_the_golden_duration_and_memory_readings_are_the_live_flinks(flink: Refe
     )
 
 
-def _difference(kind: str, text: str, ours: list[str], theirs: list[str]) -> str | None:
-    """None when statecert and Flink agree on `text` (both refuse it, or both read the same number)."""
-    if (ours == ["error"]) == (theirs[0] == "error") and (ours == ["error"] or ours == theirs):
-        return None
-    return f"{kind} {text!r}: statecert {ours}, Flink {theirs}"
+# what each kind's generated values look like: a duration or memory size written from its parts (ISO-8601 durations
+# too), a typed value from the words of the golden sample or characters numbers and names are made of, blanks around
+_WORDS = st.sampled_from(TYPED_WORDS) | st.text(alphabet="0123456789+-.eE_xXfdFD aAnNiIfFtTrRuUsS\t\x01٣", max_size=8)
+STRATEGIES: dict[str, st.SearchStrategy[str]] = {
+    "duration_ms": _values(DURATION_UNITS) | ISO_DURATIONS,
+    "memory_bytes": _values(MEMORY_UNITS),
+    **{kind: st.tuples(st.sampled_from(BLANKS), _WORDS, st.sampled_from(BLANKS)).map("".join) for kind in TYPED_KINDS},
+}
 
 
 @pytest.mark.requirement("LD-6")
+@pytest.mark.parametrize("kind", sorted(STRATEGIES))
 @settings(max_examples=1000, deadline=None)
-@given(text=_values(DURATION_UNITS) | ISO_DURATIONS)
-def test_a_duration_reads_as_flink_reads_it(flink: Referee, text: str) -> None:
-    found = _difference("duration", text, _ours(parse_duration_ms, text), flink.ask("duration", hex_text(text)))
-    assert found is None, (
-        f"LD-6: parse_duration_ms('key', {text!r}) vs Flink's TimeUtils.parseDuration(...).toMillis(): expected the "
-        f"same milliseconds or both refusing, got {found}"
-    )
-
-
-@pytest.mark.requirement("LD-6")
-@settings(max_examples=1000, deadline=None)
-@given(text=_values(MEMORY_UNITS))
-def test_a_memory_size_reads_as_flink_reads_it(flink: Referee, text: str) -> None:
-    found = _difference("memory size", text, _ours(parse_memory_size, text), flink.ask("memory", hex_text(text)))
-    assert found is None, (
-        f"LD-6: parse_memory_size('key', {text!r}) vs Flink's MemorySize.parse(...).getBytes(): expected the same "
-        f"bytes or both refusing, got {found}"
-    )
-
-
-@pytest.mark.requirement("LD-6")
-@pytest.mark.parametrize("kind", ["int", "long", "double", "boolean", "enum"])
-@settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_a_typed_value_reads_as_flink_reads_it(flink: Referee, kind: str, data: st.DataObject) -> None:
-    from tests.test_flink_options import PARSERS, _as_text, _same
-
-    word = st.sampled_from(TYPED_WORDS) | st.text(alphabet="0123456789+-.eE_xXfdFD aAnNiIfFtTrRuUsS\t\x01٣", max_size=8)
-    text = data.draw(st.tuples(st.sampled_from(BLANKS), word, st.sampled_from(BLANKS)).map("".join))
-    try:
-        ours = _as_text(PARSERS[kind]("key", text))
-    except IllegalConfigurationError:
-        ours = "error"
-    answer = flink.ask("typed", kind, hex_text(text))
-    theirs = "error" if answer[0] == "error" else text_of(answer[0])
-    assert _same(kind, ours, theirs), (
-        f"LD-6: reading the {kind} value {text!r}: expected Flink's Configuration reading {theirs!r}, got {ours!r}"
+def test_a_value_reads_as_flink_reads_it(flink: Referee, kind: str, data: st.DataObject) -> None:
+    """Durations (`TimeUtils.parseDuration(...).toMillis()`), memory sizes (`MemorySize.parse(...).getBytes()`) and
+    typed values (Flink's `Configuration` through a typed `ConfigOption`)."""
+    text = data.draw(STRATEGIES[kind])
+    ours, theirs = statecert_reads(kind, text), flink_reads(flink, kind, text)
+    assert same(kind, ours, theirs), (
+        f"LD-6: statecert reading the {kind} value {text!r}: expected Flink's reading {theirs!r} (or both refusing), "
+        f"got {ours!r}"
     )
