@@ -385,12 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1 or args.max_examples < 1:
         parser.error("--jobs and --max-examples must be at least 1")
     console = Console()
-    mutants = [
-        m
-        for path in TARGETS[args.backend]
-        if not args.only or args.only in path
-        for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
+    every_mutant = [
+        m for path in TARGETS[args.backend] for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
     ]
+    mutants = [m for m in every_mutant if not args.only or args.only in m.module]
     previous: list[dict[str, Any]] = []
     if args.rerun:
         previous = json.loads(Path(args.rerun).read_text(encoding="utf-8"))["results"]
@@ -402,11 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     # or --sample leave out, so that its totals are those of the whole previous report.
     running = {(m.module, m.line, m.description) for m in mutants}
     # ... but not the results of mutants the code no longer has (a line changed since): they measured other code
-    existing = {
-        (m.module, m.line, m.description)
-        for path in TARGETS[args.backend]
-        for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
-    }
+    existing = {(m.module, m.line, m.description) for m in every_mutant}
     carried = [r for r in previous if (k := (r["module"], r["line"], r["mutation"])) not in running and k in existing]
     report = Path(args.report or ROOT / ".tox" / "reports" / f"mutation-{args.backend}.json")
     report.parent.mkdir(parents=True, exist_ok=True)

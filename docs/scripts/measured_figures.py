@@ -174,6 +174,12 @@ def mutation_page() -> str:
     if not reports:
         return "\n".join([*lines, "No mutation run is committed: `tox -e mutation` writes the reports.", ""])
     equivalent = _equivalent_mutants()
+
+    def argued(target: str, result: dict[str, Any]) -> str | None:
+        """Why a survivor is equivalent, if it was argued to be; None for a killed or unexplained mutant."""
+        key = (target, result["module"], result["line"], result["mutation"])
+        return equivalent.get(key) if result["outcome"] == "survived" else None
+
     runs = [json.loads(p.read_text()) for p in reports]
     lines += [
         "| target | module | mutants | killed | equivalent | not killed | kill rate (of the non-equivalent) |",
@@ -184,9 +190,7 @@ def mutation_page() -> str:
         for module in sorted({r["module"] for r in report["results"]}):
             results = [r for r in report["results"] if r["module"] == module]
             killed = sum(r["outcome"] == "killed" for r in results)
-            same = sum(
-                r["outcome"] == "survived" and (target, module, r["line"], r["mutation"]) in equivalent for r in results
-            )
+            same = sum(argued(target, r) is not None for r in results)
             missed = len(results) - killed - same
             rate = f"{killed / (killed + missed):.1%}" if killed + missed else "-"
             lines.append(f"| {target} | `{module}` | {len(results)} | {killed} | {same} | {missed} | {rate} |")
@@ -195,10 +199,7 @@ def mutation_page() -> str:
         sample = f" --sample {r['sampled']} --seed {r.get('seed', 0)}" if r.get("sampled") else ""
         rerun = f" --rerun {r['carried_over_from']}" if r.get("carried_over_from") else ""
         when = r.get("measured_at", "date not recorded")
-        same = sum(
-            s["outcome"] == "survived" and (r["backend"], s["module"], s["line"], s["mutation"]) in equivalent
-            for s in r["results"]
-        )
+        same = sum(argued(r["backend"], s) is not None for s in r["results"])
         rate = r["killed"] / (r["mutants"] - same) if r["mutants"] > same else 0.0
         of = "a seeded sample of the target's mutants" if r.get("sampled") else "every mutant of the target"
         lines.append(
@@ -210,7 +211,7 @@ def mutation_page() -> str:
     if survivors:
         lines += ["", "## Survivors", "", "| target | where | mutation | equivalent? |", "| --- | --- | --- | --- |"]
         for b, s in survivors:
-            reason = equivalent.get((b, s["module"], s["line"], s["mutation"]))
+            reason = argued(b, s)
             why = f"equivalent: {reason}" if reason else "**not killed**"
             lines.append(f"| {b} | `{s['module']}:{s['line']}` | {s['mutation']} | {why} |")
     return "\n".join([*lines, ""])
