@@ -21,7 +21,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
                                                  # checkout)
     python mutation/run.py --backend incremental # tests/incremental_backends.py, checkpoints incremental by key
                                                  # group (from a checkout)
-    python mutation/run.py --backend storage     # the reference storages, by the storage contract alone
+    python mutation/run.py --backend storage     # the reference storages, by the storage contract (and the literal
+                                                 # path helpers by their own tests)
     python mutation/run.py --backend config      # the configuration layer and the loader, by their repository tests
     python mutation/run.py --backend rocksdb-settings  # RocksDB's settings from configuration, by their tests
     python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
@@ -89,7 +90,8 @@ TARGETS = {
     # a heap backend whose checkpoints are incremental by key group: what the suite catches of a second incremental
     # design beside RocksDB's (the base, tracking of changes, scopes, native savepoints)
     "incremental": ["tests/incremental_backends.py"],
-    # the reference checkpoint storages, certified as a storage under test (the storage contract alone)
+    # the reference checkpoint storages, certified as a storage under test by the storage contract; `_metadata`'s
+    # codec is the format target's (the storages only call it)
     "storage": [
         "reference/storage/streams.py",
         "reference/storage/location.py",
@@ -97,7 +99,6 @@ TARGETS = {
         "reference/storage/jobmanager.py",
         "reference/storage/discard.py",
         "reference/storage/literal_paths.py",
-        "reference/format/metadata_codec.py",
     ],
     # the operator state backend and its stream, the timer service and the changelog backend, which every reference
     # backend shares: certified through the heap backend (the changelog backend wrapping it)
@@ -155,6 +156,9 @@ TARGETS = {
 }
 # Targets measured by repository tests (run from this checkout) instead of the conformance suite.
 REPOSITORY_TESTS = {
+    # the literal path helpers are shared by the storages, the coordinator and the scenario planner (which alone moves
+    # a directory): their own tests first, then the storage contract
+    "storage": ["tests/test_literal_paths.py"],
     "format": [
         "tests/test_format.py",
         "tests/test_fuzz_metadata.py",
@@ -237,6 +241,7 @@ CONFIGS = {
     "changelog": [["--statecert-config", "state.changelog.enabled=true"]],
     # the file-system storage on the local disk and on `memory://`, where fsspec expands glob characters (CS-1)
     "storage": [
+        ["repository tests"],
         ["--statecert-storage-under-test", "filesystem"],
         ["--statecert-storage-under-test", "jobmanager"],
         ["--statecert-storage-under-test", "filesystem", "--statecert-storage", "memory://statecert-mutation"],
