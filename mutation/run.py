@@ -13,7 +13,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
     python mutation/run.py --backend rocksdb
     python mutation/run.py --backend operator    # the operator state backend and its stream, through the heap backend
     python mutation/run.py --backend timers      # the timer service every reference backend shares
-    python mutation/run.py --backend changelog   # the changelog backend, wrapping the heap backend
+    python mutation/run.py --backend changelog   # the changelog backend, wrapping the heap backend (its segments and
+                                                 # writer first by their repository tests)
     python mutation/run.py --backend spec-only   # examples/spec-only-backend, imported from its directory
     python mutation/run.py --backend object      # tests/object_backends.py, which keeps state as objects (from a
                                                  # checkout)
@@ -104,7 +105,8 @@ TARGETS = {
     # backend shares: certified through the heap backend (the changelog backend wrapping it)
     "operator": ["reference/operator_state.py", "reference/format/operator_stream.py"],
     "timers": ["reference/timers/timer_queue.py", "reference/timers/timer_service.py"],
-    # serializer snapshots, their compatibility and state migration (SER): certified through the heap backend
+    # serializer snapshots, their compatibility and state migration (SER): certified through the heap backend, after
+    # the repository's tests of the serializers (their bytes and Java hash codes are the suite's own, never a backend's)
     "migration": ["reference/migration.py", "reference/serializers.py"],
     "changelog": sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / "reference" / "changelog").glob("*.py") if p.name != "__init__.py"
@@ -159,6 +161,14 @@ REPOSITORY_TESTS = {
     # the literal path helpers are shared by the storages, the coordinator and the scenario planner (which alone moves
     # a directory): their own tests first, then the storage contract
     "storage": ["tests/test_literal_paths.py"],
+    "migration": ["tests/test_serializers.py", "tests/test_keygroups.py", "tests/test_serializer_registry.py"],
+    # the changelog segments' codec, the writer's uploads and aborts, and `inspect --verify` of changelog checkpoints
+    "changelog": [
+        "tests/test_changelog_segments.py",
+        "tests/test_changelog_writes.py",
+        "tests/test_changelog_abort.py",
+        "tests/test_verify_changelog.py",
+    ],
     "format": [
         "tests/test_format.py",
         "tests/test_fuzz_metadata.py",
@@ -237,8 +247,8 @@ CONFIGS = {
     "incremental": [[]],
     "operator": [[]],
     "timers": [[]],
-    "migration": [[]],
-    "changelog": [["--statecert-config", "state.changelog.enabled=true"]],
+    "migration": [["repository tests"], []],
+    "changelog": [["repository tests"], ["--statecert-config", "state.changelog.enabled=true"]],
     # the file-system storage on the local disk and on `memory://`, where fsspec expands glob characters (CS-1)
     "storage": [
         ["repository tests"],
@@ -304,6 +314,17 @@ def suite_command(backend: str, config: list[str], report: Path, max_examples: i
         "--statecert-shrink-seconds", "0", "--statecert-report", str(report),
         "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
     ]  # fmt: skip
+
+
+def measured_by(backend: str) -> list[str]:
+    """What each mutant of `backend` is certified by, in order: the repository's tests or the conformance suite."""
+    argument = BACKEND_ARGUMENT[backend]
+    return [
+        "repository tests: " + ", ".join(REPOSITORY_TESTS[backend])
+        if config == ["repository tests"]
+        else " ".join(["conformance suite", *(["--statecert-backend", argument] if argument else []), *config])
+        for config in CONFIGS[backend]
+    ]
 
 
 def run_suite(backend: str, workdir: Path, mutant: Mutant | None, timeout: float, max_examples: int) -> dict[str, Any]:
@@ -455,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "carried_over_from": args.rerun,
         "baseline_seconds": round(baseline["seconds"], 1),
+        "measured_by": measured_by(args.backend),
         "by_module": by_module,
         "results": results,
     }

@@ -206,6 +206,7 @@ def mutation_page() -> str:
             f"- `{r['backend']}`: `python mutation/run.py --backend {r['backend']}{sample}{rerun}`, finished {when} "
             f"({of}): {r['killed']} of {r['mutants']} mutants killed, {same} equivalent: {rate:.1%} of the "
             "non-equivalent."
+            + (f" Measured by, in order: {'; '.join(r['measured_by'])}." if r.get("measured_by") else "")
         )
     survivors = [(r["backend"], s) for r in runs for s in r.get("results", []) if s["outcome"] == "survived"]
     if survivors:
