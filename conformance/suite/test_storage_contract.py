@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from statecert.conformance.interleaving import Interleaving
 from statecert.conformance.metadata_strategies import checkpoint_metadata, inline_streams
+from statecert.reference.storage.faulty_fs import faulty_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import (
@@ -495,17 +496,22 @@ def _metadata_files(fs: Any, root: str) -> list[str]:
 @pytest.mark.requirement("FMT-7", "FMT-5")
 @pytest.mark.parametrize("fault", ["write", "write of _metadata", "rename"])
 def test_a_failed_metadata_write_leaves_no_metadata(
-    storage_factory: Callable[[str], Any], tmp_path: Path, fault: str
+    storage_factory: Callable[[str], Any], checkpoint_dir: str, fault: str
 ) -> None:
+    """A write of `_metadata` that fails, in place or while it is copied or moved into place, leaves no `_metadata`
+    (a torn one would look complete), on the run's own file system under the fault-injecting wrapper: off the local
+    disk a move copies, and a copy failing part way leaves part of the file unless the storage deletes it."""
     faulty = fsspec.filesystem("faulty")
-    storage = storage_factory(f"faulty://{tmp_path}/c")
+    url = faulty_url(f"{checkpoint_dir}/c")
+    storage = storage_factory(url)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    root = fsspec.core.url_to_fs(url)[1].rstrip("/")
     if fault == "write":
-        faulty.fail_writes(f"{tmp_path}/*", after_bytes=6, times=-1)
+        faulty.fail_writes(f"{root}/*", after_bytes=6, times=-1)
     elif fault == "write of _metadata":  # what a storage writing it in place, or copying it into place, does
-        faulty.fail_writes(f"{tmp_path}/*/_metadata", after_bytes=6, times=-1)
+        faulty.fail_writes(f"{root}/*/_metadata", after_bytes=6, times=-1)
     else:
-        faulty.fail_moves(f"{tmp_path}/*", times=-1)
+        faulty.fail_moves(f"{root}/*", times=-1)
     failed = False
     try:
         location.write_metadata(_metadata(1))
@@ -517,7 +523,7 @@ def test_a_failed_metadata_write_leaves_no_metadata(
         assert failed, "FMT-7: a write failure while writing _metadata was not reported"
     if not failed:
         return  # the storage does not rename: its write was already complete
-    left = _metadata_files(faulty, f"{tmp_path}/c")
+    left = _metadata_files(fsspec.core.url_to_fs(url)[0], root)
     assert left == [], f"FMT-7: a failure ({fault}) while writing _metadata left {left}: a torn file looks complete"
     with pytest.raises(StateCertError):
         storage.load_checkpoint(location.pointer)
