@@ -22,8 +22,8 @@ Prints the kill rate per module and overall and every survivor; writes a JSON re
                                                  # checkout)
     python mutation/run.py --backend incremental # tests/incremental_backends.py, checkpoints incremental by key
                                                  # group (from a checkout)
-    python mutation/run.py --backend storage     # the reference storages, by the storage contract (and the literal
-                                                 # path helpers by their own tests)
+    python mutation/run.py --backend storage     # the reference storages, by their repository tests and the storage
+                                                 # contract
     python mutation/run.py --backend config      # the configuration layer and the loader, by their repository tests
     python mutation/run.py --backend rocksdb-settings  # RocksDB's settings from configuration, by their tests
     python mutation/run.py --backend format      # reference/format/ and the changelog segment codec, by the
@@ -158,9 +158,10 @@ TARGETS = {
 }
 # Targets measured by repository tests (run from this checkout) instead of the conformance suite.
 REPOSITORY_TESTS = {
-    # the literal path helpers are shared by the storages, the coordinator and the scenario planner (which alone moves
-    # a directory): their own tests first, then the storage contract
-    "storage": ["tests/test_literal_paths.py"],
+    # the storages' own tests first: the literal path helpers they share with the coordinator and the scenario planner
+    # (which alone moves a directory), and what the contract leaves to the loader (each reference storage's defaults,
+    # its settings' bounds, explicit settings over configuration); then the storage contract
+    "storage": ["tests/test_literal_paths.py", "tests/test_storage.py"],
     "migration": ["tests/test_serializers.py", "tests/test_keygroups.py", "tests/test_serializer_registry.py"],
     # the changelog segments' codec, the writer's uploads and aborts, and `inspect --verify` of changelog checkpoints
     "changelog": [

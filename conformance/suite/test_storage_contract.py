@@ -499,13 +499,16 @@ def test_a_failed_metadata_write_leaves_no_metadata(
     storage_factory: Callable[[str], Any], checkpoint_dir: str, fault: str
 ) -> None:
     """A write of `_metadata` that fails, in place or while it is copied or moved into place, leaves no `_metadata`
-    (a torn one would look complete), on the run's own file system under the fault-injecting wrapper: off the local
-    disk a move copies, and a copy failing part way leaves part of the file unless the storage deletes it."""
+    (a torn one would look complete) and no temporary file, on the run's own file system under the fault-injecting
+    wrapper: off the local disk a move copies, and a copy failing part way leaves part of the file unless the storage
+    deletes it."""
     faulty = fsspec.filesystem("faulty")
     url = faulty_url(f"{checkpoint_dir}/c")
     storage = storage_factory(url)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
-    root = fsspec.core.url_to_fs(url)[1].rstrip("/")
+    fs, root = fsspec.core.url_to_fs(url)
+    root = root.rstrip("/")
+    before = set(fs.find(root)) if fs.exists(root) else set()
     if fault == "write":
         faulty.fail_writes(f"{root}/*", after_bytes=6, times=-1)
     elif fault == "write of _metadata":  # what a storage writing it in place, or copying it into place, does
@@ -523,8 +526,10 @@ def test_a_failed_metadata_write_leaves_no_metadata(
         assert failed, "FMT-7: a write failure while writing _metadata was not reported"
     if not failed:
         return  # the storage does not rename: its write was already complete
-    left = _metadata_files(fsspec.core.url_to_fs(url)[0], root)
+    left = _metadata_files(fs, root)
     assert left == [], f"FMT-7: a failure ({fault}) while writing _metadata left {left}: a torn file looks complete"
+    litter = sorted((set(fs.find(root)) if fs.exists(root) else set()) - before)
+    assert litter == [], f"FMT-7: write_metadata() failed ({fault}) and left {litter}: expected nothing of the attempt"
     with pytest.raises(StateCertError):
         storage.load_checkpoint(location.pointer)
 
@@ -792,14 +797,22 @@ def test_maximum_state_size_is_enforced(storage: Any) -> None:
     limit = _declared_limit(storage)
     location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
     chunk = b"x" * (1 << 20)
+    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     try:  # the limit may bite at any write or at the close
-        with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
-            written = 0
-            while written <= limit:
-                out.write(chunk[: limit + 1 - written] if limit + 1 - written < len(chunk) else chunk)
-                written = out.tell()
-            out.close_and_get_handle()
+        written = 0
+        while written <= limit:
+            out.write(chunk[: limit + 1 - written] if limit + 1 - written < len(chunk) else chunk)
+            written = out.tell()
+        out.close_and_get_handle()
     except StateSizeLimitError:
+        try:  # the task, having caught the error, still asks for the stream's handle
+            handle = out.close_and_get_handle()
+        except Exception:  # any error is nothing returned
+            handle = None
+        assert handle is None, (
+            f"CS-7: close_and_get_handle() after StateSizeLimitError: expected nothing, got a "
+            f"{type(handle).__name__} for a stream beyond max_state_size={limit}"
+        )
         return
     pytest.fail(f"CS-7: a stream of {limit + 1} bytes was accepted by a storage declaring max_state_size={limit}")
 

@@ -202,9 +202,15 @@ def mutation_page() -> str:
         same = sum(argued(r["backend"], s) is not None for s in r["results"])
         rate = r["killed"] / (r["mutants"] - same) if r["mutants"] > same else 0.0
         of = "a seeded sample of the target's mutants" if r.get("sampled") else "every mutant of the target"
+        by_repository = sum(s["outcome"] == "killed" and s["by"].startswith("tests/") for s in r["results"])
+        split = (
+            f" ({r['killed'] - by_repository} by the conformance suite, {by_repository} by the repository's tests)"
+            if by_repository and by_repository < r["killed"]
+            else ""
+        )
         lines.append(
             f"- `{r['backend']}`: `python mutation/run.py --backend {r['backend']}{sample}{rerun}`, finished {when} "
-            f"({of}): {r['killed']} of {r['mutants']} mutants killed, {same} equivalent: {rate:.1%} of the "
+            f"({of}): {r['killed']} of {r['mutants']} mutants killed{split}, {same} equivalent: {rate:.1%} of the "
             "non-equivalent."
             + (f" Measured by, in order: {'; '.join(r['measured_by'])}." if r.get("measured_by") else "")
         )
