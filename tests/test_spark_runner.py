@@ -22,7 +22,7 @@ from statecert.scenarios.sim_runner import run_on_simulator
 from statecert.scenarios.spark import worker
 from statecert.scenarios.spark.job_failure import SparkJobFailed, retried
 from statecert.scenarios.spark.runner import run_on_spark
-from statecert.scenarios.spark.state_reader import COLUMNS, WrittenBy, keyed_state_rows, read_keyed_state
+from statecert.scenarios.spark.state_reader import WrittenBy, keyed_state_rows, read_keyed_state
 from statecert.spec.errors import StateCertError
 from statecert.spec.keyed_backend import CheckpointOptions
 
@@ -201,17 +201,20 @@ def test_the_state_reader_gives_one_row_per_key_namespace_and_state(
     pointer = next((tmp_path / "sim" / "run-1" / "checkpoints").glob("*/chk-*/_metadata"))
     written_by = WrittenBy({"state.backend.type": backend}, KeyedAggregate().key_type.serializer())
     frame = read_keyed_state(spark, str(pointer), "counter", written_by)
-    assert tuple(frame.columns) == COLUMNS
+    expected_columns = ("operator", "key_group", "key", "namespace", "state", "value_total")
+    assert tuple(frame.columns) == expected_columns, f"SCN-8: read_keyed_state columns: {frame.columns}"
+    assert frame.schema["value_total"].dataType.simpleString() == "bigint", "SCN-8: the total is a typed long"
     rows = frame.collect()
     assert {r["operator"] for r in rows} == {"counter"} and {r["state"] for r in rows} == {"count"}
     keys = [r["key"] for r in rows]
     assert len(keys) == len(set(keys)), "one row per key, namespace and state"
-    from_reader = {r["key"]: int(__import__("json").loads(r["value"])["total"]) for r in rows}
+    from_reader = {KeyedAggregate().render(r["key"]): r["value_total"] for r in rows}
     restored = final_totals(
         str(pointer), load_state_backend(job_config={"state.backend.type": backend}), KeyedAggregate()
     )
-    assert from_reader == restored
-    assert sorted(keyed_state_rows(str(pointer), "counter", written_by)) == sorted(tuple(r) for r in rows)
+    assert from_reader == restored, f"SCN-8: read_keyed_state gave {from_reader}, the restored backend {restored}"
+    plain = {(r[2], r[1]) for r in keyed_state_rows(str(pointer), "counter", written_by)}
+    assert plain == {(KeyedAggregate().render(r["key"]), r["key_group"]) for r in rows}, "SCN-8: rows differ"
 
 
 @pytest.mark.requirement("SCN-11", "SCN-6", "SCN-3", "SCN-4")

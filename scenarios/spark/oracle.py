@@ -3,7 +3,6 @@ and the committed sink output and the final state (read with `state_reader`) com
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,9 +61,11 @@ class OracleCheck:
         cannot read restored by the backend in `backend_config`, the one that wrote it)."""
         aggregate = aggregate_of(self.scenario, serializer_version)
         written_by = WrittenBy(backend_config, aggregate.key_type.serializer())
-        state = read_keyed_state(self.spark, pointer, worker.OPERATOR, written_by)
-        state = state.filter(f"state = '{aggregate.descriptor.name}'")
-        return {row["key"]: int(json.loads(row["value"])["total"]) for row in state.collect()}
+        state = read_keyed_state(self.spark, pointer, worker.OPERATOR, written_by, aggregate.descriptor.name)
+        return {
+            aggregate.render(row["key"]): int(row["value_total"])
+            for row in state.select("key", "value_total").collect()
+        }
 
     def expected_windows(self) -> Any:
         """The oracle of a window job: a DataFrame tumbling-window aggregation over the whole input, event time

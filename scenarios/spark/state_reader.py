@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,29 +82,75 @@ def _canonical_rows(operator: str, handle: KeyGroupsStateHandle, max_parallelism
                 yield operator, key_group, key, namespace, meta.name, _text(value)
 
 
-def _native_rows(operator: str, handle: IncrementalKeyedStateHandle, max_parallelism: int) -> Iterator[Row]:
-    """Restore with the RocksDB backend, write a canonical savepoint to scratch space, read that."""
-    if handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
-        raise ValueError(f"no reader for native format {handle.snapshot_format!r}")
-    key_serializer, _ = read_native_meta(handle)
-    rocksdb = WrittenBy({"state.backend.type": "rocksdb"}, restore_serializer(key_serializer))
-    yield from _foreign_rows(operator, handle, max_parallelism, rocksdb)
-
-
-def _rewritten_rows(operator: str, keyed: Any, max_parallelism: int, scratch: str) -> Iterator[Row]:
-    """Rows of a restored keyed backend, through a canonical savepoint it writes to `scratch`."""
+def _rewritten(keyed: Any, scratch: str) -> KeyGroupsStateHandle | None:
+    """A restored keyed backend's canonical savepoint, written to `scratch` (None when it holds no state)."""
     url = Path(scratch, "canonical").as_uri()
     location = CheckpointStorageLocationImpl(1, url, url, 0, None)
-    options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
-    canonical = keyed.snapshot(1, 0, location, options).run()
-    if isinstance(canonical, KeyGroupsStateHandle):
-        yield from _canonical_rows(operator, canonical, max_parallelism)
+    canonical = keyed.snapshot(1, 0, location, CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)).run()
+    return canonical if isinstance(canonical, KeyGroupsStateHandle) else None
 
 
-def _foreign_rows(operator: str, handle: Any, max_parallelism: int, written_by: WrittenBy) -> Iterator[Row]:
-    """Restore with the backend the job ran on, write a canonical savepoint to scratch space, read that."""
-    backend = load_state_backend(job_config=written_by.backend_config)
+def _reference_reads(handle: Any) -> bool:
+    """Whether the reference reads `handle` itself: canonical, RocksDB's native format, or a changelog over
+    either."""
+    if isinstance(handle, IncrementalKeyedStateHandle):
+        return bool(handle.snapshot_format == ROCKSDB_NATIVE_FORMAT)
+    if isinstance(handle, ChangelogStateBackendHandle):
+        return all(_reference_reads(part) for part in handle.materialized)
+    return isinstance(handle, KeyGroupsStateHandle)
+
+
+def _changelog_key_serializer(handle: ChangelogStateBackendHandle, max_parallelism: int) -> tuple[Any, bool]:
+    """The key serializer a changelog handle was written with, and whether its materialization is RocksDB's."""
+    native = next((p for p in handle.materialized if isinstance(p, IncrementalKeyedStateHandle)), None)
+    if native is not None:
+        return read_native_meta(native)[0], True
+    if handle.materialized:
+        with CanonicalReader(handle.materialized[0]) as reader:
+            return reader.header.key_serializer, False
+    with handle.changelog[0].delegate.open() as f:
+        return decode_segment(f.read(), "changelog segment", max_parallelism).key_serializer, False
+
+
+@contextmanager
+def canonical_view(
+    operator: str, handle: Any, max_parallelism: int, written_by: WrittenBy | None = None
+) -> Iterator[KeyGroupsStateHandle | None]:
+    """`handle` as a canonical snapshot: itself, or, for any other format, the canonical savepoint the backend that
+    reads it writes to scratch space after restoring it (removed on exit); None for a handle without state. A
+    native RocksDB snapshot is restored by the RocksDB backend, a changelog replayed into the backend of its
+    materialization (CL-4), a format only a third-party backend reads by `written_by`."""
+    if isinstance(handle, KeyGroupsStateHandle) and (written_by is None or _reference_reads(handle)):
+        yield handle
+        return
+    if isinstance(handle, ChangelogStateBackendHandle) and (written_by is None or _reference_reads(handle)):
+        if not handle.materialized and not handle.changelog:
+            yield None
+            return
+        snapshot, native = _changelog_key_serializer(handle, max_parallelism)
+    elif written_by is None or _reference_reads(handle):
+        if not isinstance(handle, IncrementalKeyedStateHandle) or handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
+            raise ValueError(f"no reader for native format {getattr(handle, 'snapshot_format', type(handle))!r}")
+        written_by = WrittenBy({"state.backend.type": "rocksdb"}, restore_serializer(read_native_meta(handle)[0]))
+        snapshot, native = None, True
+    else:
+        snapshot, native = None, False
     with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
+        if snapshot is not None:  # a changelog handle the reference replays
+            backend = load_state_backend(
+                job_config={
+                    "state.backend.type": "rocksdb" if native else "hashmap",
+                    "state.backend.rocksdb.localdir": f"{scratch}/local",
+                }
+            )
+            keys = restore_serializer(snapshot)
+            params = KeyedBackendParameters(
+                "reader", operator, keys, max_parallelism, handle.key_group_range, (handle,)
+            )
+            with restore_keyed_backend(backend, params, (handle,)) as keyed:
+                yield _rewritten(keyed, scratch)
+            return
+        assert written_by is not None
         params = KeyedBackendParameters(
             "reader",
             operator,
@@ -113,49 +160,8 @@ def _foreign_rows(operator: str, handle: Any, max_parallelism: int, written_by: 
             (handle,),
             local_dir=f"{scratch}/local",
         )
-        with create_keyed_backend(backend, params) as keyed:
-            rows = list(_rewritten_rows(operator, keyed, max_parallelism, scratch))
-    yield from rows
-
-
-def _reference_reads(handle: Any) -> bool:
-    """Whether the reference reads `handle` itself: canonical, RocksDB's native format, or a changelog over
-    either."""
-    if isinstance(handle, IncrementalKeyedStateHandle):
-        return handle.snapshot_format == ROCKSDB_NATIVE_FORMAT
-    if isinstance(handle, ChangelogStateBackendHandle):
-        return all(_reference_reads(part) for part in handle.materialized)
-    return isinstance(handle, KeyGroupsStateHandle)
-
-
-def _changelog_rows(operator: str, handle: ChangelogStateBackendHandle, max_parallelism: int) -> Iterator[Row]:
-    """Replay the handle into the backend that wrote its materialization (RocksDB for native files, else the heap
-    backend), write a canonical savepoint to scratch space, read that (CL-4)."""
-    native = any(isinstance(part, IncrementalKeyedStateHandle) for part in handle.materialized)
-    if native:
-        snapshot, _ = read_native_meta(
-            next(p for p in handle.materialized if isinstance(p, IncrementalKeyedStateHandle))
-        )
-    elif handle.materialized:
-        with CanonicalReader(handle.materialized[0]) as reader:  # type: ignore[arg-type]
-            snapshot = reader.header.key_serializer
-    elif handle.changelog:
-        with handle.changelog[0].delegate.open() as f:
-            snapshot = decode_segment(f.read(), "changelog segment", max_parallelism).key_serializer
-    else:
-        return
-    keys = restore_serializer(snapshot)
-    with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
-        backend = load_state_backend(
-            job_config={
-                "state.backend.type": "rocksdb" if native else "hashmap",
-                "state.backend.rocksdb.localdir": f"{scratch}/local",
-            }
-        )
-        params = KeyedBackendParameters("reader", operator, keys, max_parallelism, handle.key_group_range, (handle,))
-        with restore_keyed_backend(backend, params, (handle,)) as keyed:
-            rows = list(_rewritten_rows(operator, keyed, max_parallelism, scratch))
-    yield from rows
+        with create_keyed_backend(load_state_backend(job_config=written_by.backend_config), params) as keyed:
+            yield _rewritten(keyed, scratch)
 
 
 def keyed_state_rows(pointer: str, operator: str | None = None, written_by: WrittenBy | None = None) -> Iterator[Row]:
@@ -172,26 +178,31 @@ def keyed_state_rows(pointer: str, operator: str | None = None, written_by: Writ
 def _handle_rows(
     operator: str, handle: Any, max_parallelism: int, written_by: WrittenBy | None = None
 ) -> Iterator[Row]:
-    if written_by is not None and not _reference_reads(handle):
-        yield from _foreign_rows(operator, handle, max_parallelism, written_by)
-    elif isinstance(handle, KeyGroupsStateHandle):
-        yield from _canonical_rows(operator, handle, max_parallelism)
-    elif isinstance(handle, IncrementalKeyedStateHandle):
-        yield from _native_rows(operator, handle, max_parallelism)
-    elif isinstance(handle, ChangelogStateBackendHandle):
-        yield from _changelog_rows(operator, handle, max_parallelism)
+    with canonical_view(operator, handle, max_parallelism, written_by) as canonical:
+        if canonical is not None:
+            yield from _canonical_rows(operator, canonical, max_parallelism)
 
 
-def read_keyed_state(spark: Any, pointer: str, operator: str | None = None, written_by: WrittenBy | None = None) -> Any:
-    """The keyed state of a checkpoint or savepoint as a DataFrame with `COLUMNS`, read in parallel: one Spark
-    task per subtask snapshot (the handles travel in the closure; the workers read the state files)."""
-    metadata = load_checkpoint_metadata(pointer)
-    work = [
-        (op.operator_id, handle, op.max_parallelism, written_by)
-        for op in metadata.operators
-        if operator is None or op.operator_id == operator
-        for index in sorted(op.subtask_states)
-        for handle in op.subtask_states[index].managed_keyed_state
-    ]
-    rdd = spark.sparkContext.parallelize(work, max(1, len(work))).flatMap(lambda w: _handle_rows(*w))
-    return spark.createDataFrame(rdd, SCHEMA)
+def read_keyed_state(
+    spark: Any,
+    pointer: str,
+    operator: str | None = None,
+    written_by: WrittenBy | None = None,
+    state: str | None = None,
+) -> Any:
+    """One keyed state of a checkpoint or savepoint as a DataFrame with typed columns, read in parallel (one Spark
+    task per subtask snapshot): `spark.read.format("statecert")` with these options (see `datasource`). `operator`
+    and `state` may be left out where the snapshot has only one; `written_by` restores a format only a third-party
+    backend reads."""
+    from statecert.scenarios.spark.datasource import FORMAT, register
+
+    register(spark)
+    reader = spark.read.format(FORMAT)
+    for option, value in (("operator", operator), ("state", state)):
+        if value is not None:
+            reader = reader.option(option, value)
+    if written_by is not None:
+        reader = reader.option("written_by.backend", json.dumps(dict(written_by.backend_config), sort_keys=True))
+        snapshot = written_by.key_serializer.snapshot_configuration().to_plain()
+        reader = reader.option("written_by.key_serializer", json.dumps(snapshot, sort_keys=True))
+    return reader.load(pointer)
