@@ -355,6 +355,14 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"a" * 50_000)
     out.discard()
+    try:  # a task that discarded the stream then asks for its handle
+        after = out.close_and_get_handle()
+    except Exception:  # any error is no handle
+        after = None
+    assert after is None, (
+        f"CS-6: close_and_get_handle() after discard() of a stream of 50000 bytes: expected no handle, got a "
+        f"{type(after).__name__} of {getattr(after, 'size', '?')} bytes"
+    )
     with (
         pytest.raises(RuntimeError),
         location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as abandoned,
