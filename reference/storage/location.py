@@ -109,7 +109,7 @@ class CheckpointStorageAccessImpl:
         default_savepoint_dir: str | None,
         inline_threshold: float,
         max_state_size: int | None,
-        highly_available: bool = True,
+        highly_available: bool,
     ) -> None:
         self.job_id = job_id
         self.job_dir = job_dir
