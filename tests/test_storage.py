@@ -8,6 +8,7 @@ from typing import Any
 import crc32c
 import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from statecert.reference.format.paths import is_within, join_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
@@ -169,3 +170,63 @@ def test_job_manager_storage_inlines_whatever_the_reference(tmp_path: Any) -> No
         assert isinstance(handle, ByteStreamStateHandle), (
             f"CS-13, CS-JM-1: a stream of the location resolved from {reference}: expected inline bytes, got {handle}"
         )
+
+
+class _RecordingMemoryFileSystem(MemoryFileSystem):  # type: ignore[misc]
+    """`recmem://`: the in-memory file system, recording every file it deletes, in order."""
+
+    protocol = "recmem"
+    store: dict[str, Any] = {}  # its own files, apart from memory://'s
+    pseudo_dirs = [""]
+    removed: list[str] = []
+
+    def rm_file(self, path: str) -> None:
+        type(self).removed.append(self._strip_protocol(path))
+        super().rm_file(path)
+
+
+fsspec.register_implementation("recmem", _RecordingMemoryFileSystem, clobber=True)
+
+
+@pytest.mark.requirement("FMT-13", "CS-6")
+@pytest.mark.parametrize("kind", ["checkpoint", "savepoint"])
+def test_a_disposed_location_loses_its_metadata_before_anything_else(kind: str) -> None:
+    """`dispose_on_failure` of a location whose `_metadata` was written deletes `_metadata` first: a crash part way
+    through then leaves an incomplete checkpoint, never a `_metadata` whose state files are gone (FMT-13)."""
+    root = f"recmem://dispose-{uuid.uuid4().hex}"
+    storage = FileSystemCheckpointStorage(f"{root}/c", savepoint_dir=f"{root}/sp")
+    access = storage.create_checkpoint_storage("job")
+    location = (
+        access.initialize_location_for_checkpoint(1)
+        if kind == "checkpoint"
+        else access.initialize_location_for_savepoint(1)
+    )
+    with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(b"x" * 100_000)
+        handle = out.close_and_get_handle()
+    fs, directory = fsspec.core.url_to_fs(location.pointer)
+    fs.pipe_file(f"{directory}/z-left-by-a-task", b"deleted in any order, it would go before _metadata")
+    location.write_metadata(
+        CheckpointMetadata(
+            1, (), CheckpointKind.CHECKPOINT if kind == "checkpoint" else CheckpointKind.SAVEPOINT_CANONICAL
+        )
+    )
+    _RecordingMemoryFileSystem.removed.clear()
+    location.dispose_on_failure()
+    removed = [p for p in _RecordingMemoryFileSystem.removed if p.startswith(directory)]
+    assert removed and removed[0].endswith("/_metadata"), (
+        f"FMT-13: dispose_on_failure() of {kind} 1 deleted {removed[:3]} first: expected {directory}/_metadata"
+    )
+    assert isinstance(handle, FileStateHandle) and not fs.exists(directory), f"CS-6: {directory} is still there"
+
+
+@pytest.mark.requirement("CS-6")
+def test_removing_a_file_removes_it_and_an_absent_one_is_nothing() -> None:
+    from statecert.reference.storage.discard import remove_file
+
+    url = f"memory://remove-{uuid.uuid4().hex}/f"
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.pipe_file(path, b"x")
+    remove_file(url)
+    assert not fs.exists(path), f"remove_file({url!r}) left the file"
+    remove_file(url)  # absent: nothing, no error
