@@ -230,3 +230,66 @@ def test_removing_a_file_removes_it_and_an_absent_one_is_nothing() -> None:
     remove_file(url)
     assert not fs.exists(path), f"remove_file({url!r}) left the file"
     remove_file(url)  # absent: nothing, no error
+
+
+@pytest.mark.requirement("CS-5", "CS-10")
+@pytest.mark.parametrize(("threshold", "accepted"), [(-1, False), (0, True), (1 << 20, True), ((1 << 20) + 1, False)])
+def test_the_inline_threshold_is_taken_from_zero_to_one_mebibyte(tmp_path: Any, threshold: int, accepted: bool) -> None:
+    """Flink's `FileSystemCheckpointStorage` takes an inline threshold of 0 to 1 MiB (`MAX_FILE_STATE_THRESHOLD`)."""
+    make = lambda: FileSystemCheckpointStorage(tmp_path.as_uri(), file_state_size_threshold=threshold)  # noqa: E731
+    if accepted:
+        assert make().file_state_size_threshold == threshold
+    else:
+        with pytest.raises(IllegalConfigurationError, match=str(threshold)):
+            make()
+
+
+@pytest.mark.requirement("LD-2", "CS-5")
+def test_a_threshold_set_on_the_storage_wins_over_configuration(tmp_path: Any) -> None:
+    storage = FileSystemCheckpointStorage(tmp_path.as_uri(), file_state_size_threshold=100)
+    configured = storage.configure({"execution.checkpointing.data-inline-threshold": "200b"})
+    location = configured.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    with location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE) as out:
+        out.write(b"x" * 150)
+        handle = out.close_and_get_handle()
+    assert isinstance(handle, FileStateHandle), f"LD-2: a stream of 150 bytes above the set 100 gave {handle!r}"
+
+
+@pytest.mark.requirement("CS-1")
+@pytest.mark.parametrize("kind", ["filesystem", "jobmanager"])
+def test_a_bare_local_path_is_taken_as_its_file_url(tmp_path: Any, kind: str) -> None:
+    """A directory given as a local path (relative parts, a trailing slash) is the `file://` URL of its absolute
+    path: pointers and handles name it one way, whatever way it was given."""
+    bare = f"{tmp_path}/a/../c/"
+    storage: Any = (
+        FileSystemCheckpointStorage(bare, savepoint_dir=bare)
+        if kind == "filesystem"
+        else JobManagerCheckpointStorage(checkpoint_dir=bare, savepoint_dir=bare)
+    )
+    expected = f"file://{tmp_path}/c"
+    assert (storage.checkpoint_dir, storage.savepoint_dir) == (expected, expected)
+    pointer = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1).pointer
+    assert pointer.startswith(f"{expected}/job/"), f"CS-1: the pointer {pointer} is not under {expected}"
+
+
+@pytest.mark.requirement("LD-2")
+@pytest.mark.parametrize("kind", ["filesystem", "jobmanager"])
+def test_a_storage_is_immutable_once_made(tmp_path: Any, kind: str) -> None:
+    """A storage's settings are fixed when it is made (`configure` returns a new one), so an access created from it
+    never sees them change."""
+    import dataclasses
+
+    storage: Any = (
+        FileSystemCheckpointStorage(tmp_path.as_uri()) if kind == "filesystem" else JobManagerCheckpointStorage()
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        storage.checkpoint_dir = "file:///elsewhere"
+
+
+@pytest.mark.requirement("CS-JM-2")
+def test_the_job_manager_storage_holds_5_mib_by_default_and_at_least_one_byte() -> None:
+    """Flink's `JobManagerCheckpointStorage`: 5 MiB by default (`DEFAULT_MAX_STATE_SIZE`), any positive maximum."""
+    assert JobManagerCheckpointStorage().max_state_size == 5 * 1024 * 1024
+    assert JobManagerCheckpointStorage(max_state_size=1).max_state_size == 1
+    with pytest.raises(IllegalConfigurationError, match="0"):
+        JobManagerCheckpointStorage(max_state_size=0)
