@@ -60,6 +60,23 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
         assert f.read() == payload, f"CS-3, CS-4: {scope.value} stream of {size} bytes read back differently"
 
 
+@pytest.mark.requirement("CS-4")
+@pytest.mark.parametrize("size", [10, 100_000])
+def test_a_stream_gives_its_handle_once(storage: Any, size: int) -> None:
+    location = storage.create_checkpoint_storage("job").initialize_location_for_checkpoint(1)
+    out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
+    out.write(b"x" * size)
+    out.close_and_get_handle()
+    try:
+        again = out.close_and_get_handle()
+    except Exception:  # any error is no second handle
+        again = None
+    assert again is None, (
+        f"CS-4: close_and_get_handle() again on a closed stream of {size} bytes: expected an error or None, got a "
+        f"second {type(again).__name__}"
+    )
+
+
 WRITE_SIZES = st.one_of(
     st.integers(0, 64),
     st.sampled_from([2**k + d for k in range(10, 18) for d in (-1, 0, 1)]),  # around any buffer's size
