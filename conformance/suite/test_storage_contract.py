@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from statecert.conformance.interleaving import Interleaving
 from statecert.conformance.metadata_strategies import checkpoint_metadata, inline_streams
-from statecert.reference.storage.faulty_fs import faulty_url
+from statecert.reference.storage.faulty_fs import InjectedFault, faulty_url
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.spec.errors import (
@@ -547,8 +547,10 @@ def test_a_failed_metadata_write_leaves_no_metadata(
     failed = False
     try:
         location.write_metadata(_metadata(1))
-    except OSError:
+    except OSError as exc:
         failed = True
+        reported = isinstance(exc, InjectedFault) or isinstance(exc.__cause__, InjectedFault) or "injected" in str(exc)
+        assert reported, f"FMT-7: write_metadata() failed ({fault}) and raised {exc!r}: expected the failure itself"
     finally:
         faulty.clear_faults()
     if fault == "write":
