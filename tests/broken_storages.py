@@ -708,6 +708,53 @@ def _base_locations_created_anew(access: Any) -> None:
     access.initialize_base_locations = initialize
 
 
+# 42. A discarded stream still hands out a handle when asked: of the bytes left in its buffer after it spilled (none),
+# so a task that discards and then closes registers an empty inline handle for 50,000 bytes (CS-6).
+class _HandleAfterDiscardStream(CheckpointStateOutputStreamImpl):
+    def discard(self) -> None:
+        super().discard()
+        self._closed = False
+
+
+# 43. A closed stream closes again and gives a second handle to the same bytes (CS-4): two handles, two owners of one
+# file.
+class _SecondHandleStream(CheckpointStateOutputStreamImpl):
+    def close_and_get_handle(self) -> Any:
+        self._closed = False
+        return super().close_and_get_handle()
+
+
+# 44. `_metadata` written to a temporary name and moved into place, with nothing deleted when the write fails: the
+# partial temporary file stays in the checkpoint's directory (FMT-7).
+class _TempLeftLocation(CheckpointStorageLocationImpl):
+    def write_metadata(self, metadata: Any) -> str:
+        fs, directory = fsspec.core.url_to_fs(self.directory)
+        fs.makedirs(directory, exist_ok=True)
+        temp = f"{directory.rstrip('/')}/.{METADATA_FILE_NAME}.inprogress"
+        with fs.open(temp, "wb") as out:
+            out.write(encode_metadata(metadata, self.directory))
+        fs.mv(temp, f"{directory.rstrip('/')}/{METADATA_FILE_NAME}")
+        return self.pointer
+
+
+# 45. Job-manager storage whose stream, past its maximum state size, raises and keeps its bytes: asked for its handle
+# after the error, it returns the over-size state inline (CS-7).
+class _KeepsOversizeStream(CheckpointStateOutputStreamImpl):
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if self._max_size is not None and self._pos + len(data) > self._max_size:
+            self._buffer.write(data)
+            self._pos += len(data)
+            raise StateSizeLimitError(f"state exceeds the maximum state size of {self._max_size} bytes")
+        return super().write(data)
+
+
+class _KeepsOversizeJobManager(JobManagerCheckpointStorage):
+    def create_checkpoint_storage(self, job_id: str) -> Any:
+        access = super().create_checkpoint_storage(job_id)
+        _every_stream(access, _adopting(_KeepsOversizeStream))
+        return access
+
+
 def _adopting(stream_class: type[CheckpointStateOutputStreamImpl]) -> Callable[[Any], Any]:
     def adopt(stream: Any) -> Any:
         stream.__class__ = stream_class
@@ -885,6 +932,22 @@ def base_locations_created_anew(config: Mapping[str, object]) -> Any:
     return _with_access(_base_locations_created_anew).from_config(config)
 
 
+def handle_after_discard(config: Mapping[str, object]) -> Any:
+    return _with_streams(_HandleAfterDiscardStream).from_config(config)
+
+
+def second_handle(config: Mapping[str, object]) -> Any:
+    return _with_streams(_SecondHandleStream).from_config(config)
+
+
+def metadata_temp_left(config: Mapping[str, object]) -> Any:
+    return _with_checkpoint_locations(_TempLeftLocation).from_config(config)
+
+
+def keeps_oversize_stream(config: Mapping[str, object]) -> Any:
+    return _KeepsOversizeJobManager.from_config(config)
+
+
 CAUGHT_BY = {
     "metadata_in_place": "FMT-7",
     "ignores_max_state_size": "CS-7",
@@ -927,4 +990,8 @@ CAUGHT_BY = {
     "memory_claims_high_availability": "CS-14",
     "no_default_savepoint_location": "CS-15",
     "base_locations_created_anew": "CS-16",
+    "handle_after_discard": "CS-6",
+    "second_handle": "CS-4",
+    "metadata_temp_left": "FMT-7",
+    "keeps_oversize_stream": "CS-7",
 }
