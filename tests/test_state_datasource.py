@@ -25,7 +25,8 @@ from statecert.reference.serializers import (
     TupleSerializer,
 )
 from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
-from statecert.scenarios.spark.datasource import _selected, typed_rows
+from statecert.scenarios.spark.datasource import select, typed_rows
+from statecert.scenarios.spark.state_reader import read_keyed_state
 from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.keyed_backend import CheckpointOptions, KeyedBackendParameters, SnapshotType
 from statecert.spec.keygroups import assign_to_key_group, key_group_range_for_operator
@@ -90,7 +91,7 @@ def write_savepoint(directory: Path, state: dict[tuple[str, int], dict[str, Any]
 
 def read(pointer: str, state: str) -> list[tuple[Any, ...]]:
     """Every row of `state` through the data source's reader, without Spark."""
-    _, parts, layout = _selected({"path": pointer, "state": state})
+    _, parts, layout = select({"path": pointer, "state": state})
     return [row for part in parts for row in typed_rows(part, layout, None)]
 
 
@@ -117,9 +118,9 @@ def test_a_state_must_be_chosen_where_there_are_several_and_exist(tmp_path: Path
     pointer = write_savepoint(tmp_path, {("a", 1): _one()})
     for options, named in (({"path": pointer}, "state=None"), ({"path": pointer, "state": "x"}, "state='x'")):
         with pytest.raises(IllegalConfigurationError, match=rf"option {named}: operator 'op' has states blob, "):
-            _selected(options)
+            select(options)
     with pytest.raises(IllegalConfigurationError, match=r"option operator='other': .* has keyed state of: op"):
-        _selected({"path": pointer, "operator": "other", "state": "totals"})
+        select({"path": pointer, "operator": "other", "state": "totals"})
 
 
 @pytest.mark.requirement("SCN-8")
@@ -146,6 +147,8 @@ def test_spark_reads_the_typed_columns_the_reader_gives(spark: Any, tmp_path: Pa
     assert rows == sorted(read(pointer, "totals")), f"SCN-8: Spark read {rows}"
     events = spark.read.format("statecert").option("state", "events").load(pointer)
     assert events.schema["value"].dataType.simpleString() == "array<int>"
+    with pytest.raises(IllegalConfigurationError, match=r"^statecert data source: option state='nope': "):
+        read_keyed_state(spark, pointer, state="nope")
 
 
 def _one(total: int = 7) -> dict[str, Any]:

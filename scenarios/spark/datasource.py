@@ -139,12 +139,14 @@ def _written_by(options: Mapping[str, str]) -> WrittenBy | None:
     try:
         backend = json.loads(options["written_by.backend"])
         key = SerializerSnapshot.from_plain(json.loads(options["written_by.key_serializer"]))
+        if not isinstance(backend, dict):
+            raise ValueError(f"written_by.backend is not a JSON object: {options['written_by.backend']!r}")
     except (KeyError, ValueError) as exc:
         raise IllegalConfigurationError(f"statecert data source: options written_by.*: {exc}") from None
     return WrittenBy(backend, restore_serializer(key))
 
 
-def _selected(options: Mapping[str, str]) -> tuple[str, list[HandlePartition], StateLayout]:
+def select(options: Mapping[str, str]) -> tuple[str, list[HandlePartition], StateLayout]:
     """The operator and state the options select (each may be left out when there is one), its handles and its
     layout, read from the first snapshot's header."""
     pointer = options.get("path")
@@ -200,7 +202,7 @@ class StateCertDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return _selected(self.options)[2].schema
+        return select(self.options)[2].schema
 
     def reader(self, schema: StructType) -> StateCertReader:
         return StateCertReader(self.options)
@@ -211,7 +213,7 @@ class StateCertReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
-        _, self.parts, self.layout = _selected(self.options)
+        _, self.parts, self.layout = select(self.options)
 
     def partitions(self) -> list[InputPartition]:
         return list(self.parts)

@@ -193,16 +193,20 @@ def read_keyed_state(
     """One keyed state of a checkpoint or savepoint as a DataFrame with typed columns, read in parallel (one Spark
     task per subtask snapshot): `spark.read.format("statecert")` with these options (see `datasource`). `operator`
     and `state` may be left out where the snapshot has only one; `written_by` restores a format only a third-party
-    backend reads."""
-    from statecert.scenarios.spark.datasource import FORMAT, register
+    backend reads. A choice naming nothing there, or a damaged snapshot, raises here, in the driver, as the
+    documented StateCertError it is (not as a Spark analysis error around it)."""
+    from statecert.scenarios.spark.datasource import FORMAT, register, select
 
+    options = {"path": pointer, "operator": operator, "state": state}
+    if written_by is not None:
+        options["written_by.backend"] = json.dumps(dict(written_by.backend_config), sort_keys=True)
+        snapshot = written_by.key_serializer.snapshot_configuration().to_plain()
+        options["written_by.key_serializer"] = json.dumps(snapshot, sort_keys=True)
+    given = {name: value for name, value in options.items() if value is not None}
+    select(given)
     register(spark)
     reader = spark.read.format(FORMAT)
-    for option, value in (("operator", operator), ("state", state)):
-        if value is not None:
-            reader = reader.option(option, value)
-    if written_by is not None:
-        reader = reader.option("written_by.backend", json.dumps(dict(written_by.backend_config), sort_keys=True))
-        snapshot = written_by.key_serializer.snapshot_configuration().to_plain()
-        reader = reader.option("written_by.key_serializer", json.dumps(snapshot, sort_keys=True))
+    for name, value in given.items():
+        if name != "path":
+            reader = reader.option(name, value)
     return reader.load(pointer)
