@@ -52,8 +52,13 @@ def test_remove_tree_removes_that_directory_only(root: tuple[Any, str], name: st
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))
-def test_moves_take_the_paths_as_named(root: tuple[Any, str], name: str) -> None:
+def test_moves_take_the_paths_as_named(
+    root: tuple[Any, str], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fs, base = root
+    elsewhere = tmp_path / "working-directory"  # nothing may be written outside the paths given
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
     make(fs, base, name)
     make(fs, base, NAMES[name])
     move_file(fs, f"{base}/{name}/f", f"{base}/{name}/moved")
@@ -64,6 +69,7 @@ def test_moves_take_the_paths_as_named(root: tuple[Any, str], name: str) -> None
     with fs.open(f"{base}/to {name}/moved", "rb") as f:
         assert f.read() == name.encode(), f"the file moved out of {name!r} holds another's bytes"
     assert fs.isdir(f"{base}/to {name}/empty"), f"moving {name!r} lost its empty directory"
+    assert list(elsewhere.iterdir()) == [], f"moving {name!r} wrote {list(elsewhere.iterdir())} outside its paths"
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))
