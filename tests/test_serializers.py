@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import math
 import pickle
@@ -419,3 +420,90 @@ def test_every_nan_is_written_as_java_writes_it_and_is_one_key(bits: int) -> Non
         assert math.isnan(read), f"{serializer}.deserialize({bits:016x}) = {read!r}"
     computed = math.inf - math.inf
     assert DoubleSerializer().serialize(computed) == DoubleSerializer().serialize(math.nan)
+
+
+@pytest.mark.requirement("SER-1")
+@pytest.mark.parametrize("fields", [65_535, 65_536])
+def test_record_bytes_at_the_map_32_boundary(fields: int) -> None:
+    """A record of 65,536 fields or more has msgpack's map 32 header, as msgpack packs the dict of its fields."""
+    longs = LongSerializer()
+    serializer = RecordSerializer([(f"f{i}", longs, i) for i in range(fields)])
+    expected = msgpack.packb({f"f{i}": longs.serialize(i) for i in range(fields)}, use_bin_type=True)
+    packed = serializer.serialize({})
+    assert packed[:5] == expected[:5], f"{fields}-field record: header {packed[:5]!r}, expected {expected[:5]!r}"
+    assert packed == expected, f"{fields}-field record: bytes differ from msgpack's"
+
+
+@pytest.mark.requirement("IF-1", "SER-10")
+def test_a_timestamp_among_every_timestamp_header_is_refused() -> None:
+    """msgpack decodes its timestamp extension itself (no `ext_hook`): a value holding one is refused however many
+    other bytes that look like timestamp headers lie beside it."""
+    data = msgpack.packb([msgpack.Timestamp(1, 0), b"\xd6\xff\xd7\xff\xc7\x0c\xff"], use_bin_type=True)
+    with pytest.raises(ValueError, match="timestamp"):
+        MsgpackSerializer().deserialize(data)
+
+
+@pytest.mark.requirement("KG-1")
+@given(
+    key=st.tuples(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1)) | st.binary(max_size=16).map(lambda b: (b,))
+)
+def test_a_key_hash_is_a_java_int(key: tuple[Any, ...]) -> None:
+    """A key's hash is a 32-bit integer (KG-1), the `int` `MathUtils.murmurHash` takes: murmur3-32 of the serialized
+    bytes, signed, for the serializers without a Java counterpart."""
+    serializer = (
+        TupleSerializer(StringSerializer(), LongSerializer()) if len(key) == 2 else TupleSerializer(BytesSerializer())
+    )
+    value = serializer.key_hash(key)
+    assert -(2**31) <= value < 2**31, f"KG-1: {serializer!r}.key_hash({key!r}) = {value}: not a 32-bit int"
+
+
+@pytest.mark.requirement("SER-2")
+def test_serializers_are_equal_and_hash_alike_exactly_when_their_snapshots_are() -> None:
+    same = [
+        TupleSerializer(StringSerializer(), LongSerializer()),
+        TupleSerializer(StringSerializer(), LongSerializer()),
+    ]
+    assert same[0] == same[1] and hash(same[0]) == hash(same[1]) and len(set(same)) == 1
+    others = [TupleSerializer(LongSerializer(), StringSerializer()), EnumSerializer(["a"]), EnumSerializer(["b"])]
+    for other in others:
+        assert same[0] != other, f"SER-2: {same[0]!r} == {other!r}: their snapshots differ"
+    assert EnumSerializer(["a"]) != EnumSerializer(["b"]), "SER-2: enums of other names compare equal"
+
+
+class _Size(enum.IntEnum):
+    SMALL = 1
+
+
+@pytest.mark.requirement("SER-1", "SER-10")
+@pytest.mark.parametrize("value", [True, False, 1.5, "1", None])
+def test_a_long_serializer_refuses_what_is_not_an_integer(value: Any) -> None:
+    with pytest.raises(TypeError, match="LongSerializer expects int"):
+        LongSerializer().serialize(value)
+
+
+@pytest.mark.requirement("SER-1")
+def test_a_long_serializer_writes_an_int_subclass_as_its_value() -> None:
+    assert LongSerializer().serialize(_Size.SMALL) == LongSerializer().serialize(1)
+
+
+@pytest.mark.requirement("IF-1")
+@pytest.mark.parametrize("ordinal", [-1, 3, 2**31 - 1])
+def test_an_enum_ordinal_outside_its_names_is_a_value_error(ordinal: int) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        EnumSerializer(["a", "b", "c"]).deserialize(struct.pack(">i", ordinal))
+
+
+@pytest.mark.requirement("SER-3")
+def test_an_enum_against_another_serializer_is_incompatible() -> None:
+    result = EnumSerializer(["a"]).resolve_compatibility(StringSerializer().snapshot_configuration())
+    assert result is not None and result.kind is Compatibility.INCOMPATIBLE, f"SER-3: got {result!r}"
+
+
+@pytest.mark.requirement("SER-3", "SER-5")
+def test_a_record_whose_field_needs_reconfiguring_is_migrated() -> None:
+    """A field whose serializer is not compatible as is (an enum's names reordered: its ordinals are the old ones
+    only through the reconfigured serializer) makes the record compatible after migration, not as is."""
+    old = RecordSerializer([("colour", EnumSerializer(["red", "green"]), "red")])
+    new = RecordSerializer([("colour", EnumSerializer(["green", "red"]), "red")])
+    result = new.resolve_compatibility(old.snapshot_configuration())
+    assert result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION, f"SER-3: {result.kind}, expected after migration"
