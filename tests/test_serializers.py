@@ -507,3 +507,28 @@ def test_a_record_whose_field_needs_reconfiguring_is_migrated() -> None:
     new = RecordSerializer([("colour", EnumSerializer(["green", "red"]), "red")])
     result = new.resolve_compatibility(old.snapshot_configuration())
     assert result.kind is Compatibility.COMPATIBLE_AFTER_MIGRATION, f"SER-3: {result.kind}, expected after migration"
+
+
+@pytest.mark.requirement("TTL-5")
+@pytest.mark.parametrize("change", ["enabled", "disabled"])
+def test_turning_ttl_on_or_off_for_restored_state_is_refused_saying_which(change: str) -> None:
+    """TTL-5: restored state keeps its TTL setting; the StateMigrationError says which change was asked for."""
+    import types
+
+    from statecert.reference.format.state_meta import StateMetaInfo
+    from statecert.reference.migration import resolve_state_serializers
+    from statecert.reference.serializers import VoidNamespaceSerializer
+    from statecert.spec.state import StateKind, TtlConfig, ValueStateDescriptor
+
+    longs, namespaces = LongSerializer(), VoidNamespaceSerializer()
+    written_with_ttl = change == "disabled"
+    meta = StateMetaInfo(
+        "s",
+        StateKind.VALUE,
+        namespaces.snapshot_configuration(),
+        {"value": longs.snapshot_configuration()},
+        written_with_ttl,
+    )
+    descriptor = ValueStateDescriptor("s", ttl=None if written_with_ttl else TtlConfig(1000), serializer=longs)
+    with pytest.raises(StateMigrationError, match=f"TTL cannot be {change}"):
+        resolve_state_serializers(types.SimpleNamespace(meta=meta), descriptor, {"value": longs}, namespaces)
