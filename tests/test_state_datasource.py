@@ -62,31 +62,50 @@ STATE = st.dictionaries(
 )
 
 
-def write_savepoint(directory: Path, state: dict[tuple[str, int], dict[str, Any]], parallelism: int = 2) -> str:
+def write_savepoint(
+    directory: Path,
+    state: dict[tuple[str, int], dict[str, Any]],
+    parallelism: int = 2,
+    config: Any = None,
+    then: dict[tuple[str, int], dict[str, Any]] | None = None,
+) -> str:
     """A canonical savepoint of operator `op` holding `state`, written through the heap backend by `parallelism`
-    subtasks; its pointer."""
+    subtasks; its pointer. With a backend `config`, checkpoint 2 of the backend it configures instead, `then`
+    written over `state` after checkpoint 1 completed (for the changelog backend: changes logged after the
+    materialization)."""
     storage = FileSystemCheckpointStorage(directory.as_uri(), savepoint_dir=(directory / "sp").as_uri())
-    location = storage.create_checkpoint_storage("job").initialize_location_for_savepoint(1)
-    backend = load_state_backend(job_config={"state.backend.type": "hashmap"})
+    access = storage.create_checkpoint_storage("job")
+    if config is None:
+        locations = [access.initialize_location_for_savepoint(1)]
+    else:
+        locations = [access.initialize_location_for_checkpoint(1), access.initialize_location_for_checkpoint(2)]
+    kind = SnapshotType.SAVEPOINT_CANONICAL if config is None else SnapshotType.CHECKPOINT
+    backend = load_state_backend(job_config=config or {"state.backend.type": "hashmap"})
     subtasks = {}
     for index in range(parallelism):
         key_groups = key_group_range_for_operator(MAX_PARALLELISM, parallelism, index)
         params = KeyedBackendParameters("job", "op", KEYS, MAX_PARALLELISM, key_groups)
         with create_keyed_backend(backend, params) as keyed:
             states = {name: keyed.get_or_create_state(d) for name, d in DESCRIPTORS.items()}
-            for key, values in state.items():
-                if assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM) not in key_groups:
-                    continue
-                keyed.set_current_key(key)
-                states["totals"].update({"total": values["totals"][0], "name": values["totals"][1]})
-                states["events"].update(values["events"])
-                states["flags"].put_all(values["flags"])
-                states["blob"].update(values["blob"])
-            options = CheckpointOptions(SnapshotType.SAVEPOINT_CANONICAL)
-            handle = keyed.snapshot(1, 0, location, options).run()
+            for checkpoint_id, (location, written) in enumerate(
+                zip(locations, (state, then or {}), strict=False), start=1
+            ):
+                for key, values in written.items():
+                    if assign_to_key_group(KEYS.key_hash(key), MAX_PARALLELISM) not in key_groups:
+                        continue
+                    keyed.set_current_key(key)
+                    states["totals"].update({"total": values["totals"][0], "name": values["totals"][1]})
+                    states["events"].update(values["events"])
+                    states["flags"].clear()
+                    states["flags"].put_all(values["flags"])
+                    states["blob"].update(values["blob"])
+                handle = keyed.snapshot(checkpoint_id, 0, location, CheckpointOptions(kind)).run()
+                keyed.notify_checkpoint_complete(checkpoint_id)
         subtasks[index] = OperatorSubtaskState((handle,) if handle is not None else ())
     operator = OperatorState("op", parallelism, MAX_PARALLELISM, subtasks)
-    return str(location.write_metadata(CheckpointMetadata(1, (operator,), CheckpointKind.SAVEPOINT_CANONICAL)))
+    written_kind = CheckpointKind.SAVEPOINT_CANONICAL if config is None else CheckpointKind.CHECKPOINT
+    metadata = CheckpointMetadata(len(locations), (operator,), written_kind)
+    return str(locations[-1].write_metadata(metadata))
 
 
 def read(pointer: str, state: str) -> list[tuple[Any, ...]]:
@@ -111,6 +130,25 @@ def test_each_state_reads_back_as_typed_columns_what_was_written(state: dict[tup
     expected_flags = {(*k, f): b for k, v in state.items() for f, b in v["flags"].items()}
     assert flags == expected_flags, f"SCN-8: read(flags): expected {expected_flags}, got {flags}"
     assert blobs == {k: v["blob"] for k, v in state.items()}, f"SCN-8: read(blob) gave {blobs}"
+
+
+@pytest.mark.requirement("SCN-8", "CL-4")
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(state=STATE, then=STATE)
+def test_a_changelog_checkpoint_reads_as_the_savepoint_of_the_same_state(
+    backend: str, state: dict[tuple[str, int], Any], then: dict[tuple[str, int], Any]
+) -> None:
+    """A checkpoint of the changelog backend, its later changes replayed from the log over the materialization
+    (CL-4), reads back the rows a canonical savepoint of the same state gives."""
+    config = {"state.backend.type": backend, "state.changelog.enabled": "true"}
+    with tempfile.TemporaryDirectory() as scratch:
+        config["state.backend.rocksdb.localdir"] = f"{scratch}/local"
+        changelog = write_savepoint(Path(scratch, "changelog"), state, config=config, then=then)
+        canonical = write_savepoint(Path(scratch, "canonical"), {**state, **then})
+        for name in DESCRIPTORS:
+            got, expected = sorted(read(changelog, name), key=repr), sorted(read(canonical, name), key=repr)
+            assert got == expected, f"SCN-8: {backend} changelog checkpoint, state {name}: {got} != {expected}"
 
 
 @pytest.mark.requirement("SCN-8")

@@ -105,8 +105,9 @@ def _changelog_key_serializer(handle: ChangelogStateBackendHandle, max_paralleli
     native = next((p for p in handle.materialized if isinstance(p, IncrementalKeyedStateHandle)), None)
     if native is not None:
         return read_native_meta(native)[0], True
-    if handle.materialized:
-        with CanonicalReader(handle.materialized[0]) as reader:
+    canonical = next((p for p in handle.materialized if isinstance(p, KeyGroupsStateHandle)), None)
+    if canonical is not None:
+        with CanonicalReader(canonical) as reader:
             return reader.header.key_serializer, False
     with handle.changelog[0].delegate.open() as f:
         return decode_segment(f.read(), "changelog segment", max_parallelism).key_serializer, False
