@@ -161,3 +161,14 @@ def test_a_segment_outside_its_ranges_or_shapes_is_refused_naming_the_file(damag
     except Exception as exc:
         decoded = exc
     raise AssertionError(f"decode_segment of {damage}: expected CheckpointFormatError, got {decoded!r}")
+
+
+def test_a_raw_serializer_equals_and_hashes_as_its_snapshot() -> None:
+    """Replay's stand-in for a logged serializer: equal, and of equal hash, exactly when the snapshots are equal."""
+    from statecert.reference.changelog.raw_serializer import RawSerializer
+    from statecert.reference.serializers import LongSerializer
+
+    strings, longs = StringSerializer().snapshot_configuration(), LongSerializer().snapshot_configuration()
+    a, b = RawSerializer(strings), RawSerializer(strings)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1, "equal snapshots: one serializer"
+    assert a != RawSerializer(longs), "other snapshots: other serializers"

@@ -65,3 +65,31 @@ def test_a_write_whose_log_entry_is_refused_leaves_the_wrapped_state_unchanged(w
             refused(state)
         got = read(state)
         assert got == kept, f"{write} of a value the serializer refuses changed the wrapped state: {kept!r} -> {got!r}"
+
+
+@pytest.mark.requirement("CL-3")
+def test_the_bytes_uploaded_are_the_sizes_of_the_segments_written(tmp_path: Any) -> None:
+    """The writer counts what it uploads: after three checkpoints, the sizes of every segment they reference."""
+    from statecert.conformance.helpers import location_for
+    from statecert.reference.heap.backend import HashMapStateBackend
+    from statecert.reference.storage.filesystem import FileSystemCheckpointStorage
+    from statecert.spec.keyed_backend import CheckpointOptions, SnapshotType
+
+    storage = FileSystemCheckpointStorage(tmp_path.as_uri())
+    backend = ChangelogStateBackend(HashMapStateBackend(), changelog_settings({}))
+    segments: dict[tuple[int, int], int] = {}
+    with keyed_backend(backend) as keyed:
+        state = keyed.get_or_create_state(ValueStateDescriptor("v"))
+        for checkpoint_id in (1, 2, 3):
+            for key in range(20):
+                keyed.set_current_key(f"k{key}")
+                state.update("x" * (key + checkpoint_id))
+            options = CheckpointOptions(SnapshotType.CHECKPOINT)
+            handle = keyed.snapshot(checkpoint_id, 0, location_for(storage, checkpoint_id), options).run()
+            keyed.notify_checkpoint_complete(checkpoint_id)
+            segments |= {(s.from_sequence, s.to_sequence): s.delegate.size for s in handle.changelog}
+        uploaded = keyed.changelog_bytes_uploaded
+    assert segments and uploaded == sum(segments.values()), (
+        f"CL-3: changelog_bytes_uploaded after 3 checkpoints: expected {sum(segments.values())} (segments {segments}), "
+        f"got {uploaded}"
+    )

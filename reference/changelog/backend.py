@@ -15,14 +15,6 @@ from statecert.spec.errors import IllegalConfigurationError
 from statecert.spec.keyed_backend import KeyedBackendParameters
 from statecert.spec.operator_backend import OperatorBackendParameters, OperatorStateBackend
 
-CHANGELOG_ENABLED = catalog.CHANGELOG_ENABLED.key
-CHANGELOG_ENABLED_DEPRECATED = catalog.CHANGELOG_ENABLED.deprecated_keys[0]
-
-
-def changelog_enabled(config: Mapping[str, object]) -> bool:
-    """`state.changelog.enabled`, or its 1.x name; the current name wins when both are set."""
-    return cfg.read(config, catalog.CHANGELOG_ENABLED)
-
 
 def changelog_settings(config: Mapping[str, object]) -> ChangelogSettings:
     base = cfg.lookup(config, catalog.CHANGELOG_DSTL_BASE_PATH)
