@@ -235,3 +235,45 @@ def test_configuring_the_changelog_backend_keeps_its_class_and_explicit_settings
     assert type(chosen) is _OwnChangelogBackend, f"load_state_backend({own!r}) gave a {type(chosen).__name__}"
     expected = ChangelogSettings(materialize_interval_ms=0, max_failures_allowed=7)
     assert chosen.settings == expected, f"configured with {config}: expected {expected}, got {chosen.settings}"
+
+
+@pytest.mark.requirement("CL-9", "CL-4")
+def test_an_accumulator_set_through_internal_access_is_the_state_and_comes_back() -> None:
+    """`update_internal` on the changelog's aggregating state sets the wrapped state's accumulator (and logs it)."""
+    backend = ChangelogStateBackend(HashMapStateBackend())
+    with keyed_backend(backend) as keyed:
+        keyed.set_current_key("a")
+        state = keyed.get_or_create_state(_aggregating())
+        state.update_internal([5, 6])
+        assert state.get_internal() == [5, 6], (
+            f"CL-9: update_internal([5, 6]) then get_internal(): {state.get_internal()}"
+        )
+
+
+@pytest.mark.requirement("CL-4", "SER-5", "SER-6")
+def test_a_logged_state_takes_over_its_materialization_exactly_when_replay_can_register_it() -> None:
+    """`inspect --verify` asks `takes_over` of every segment: a log written after a compatible schema change (a
+    record field added: after migration) takes over; other serializer roles, or another namespace serializer, do
+    not."""
+    from statecert.reference.changelog.replay import takes_over
+    from statecert.reference.format.state_meta import StateMetaInfo
+    from statecert.reference.serializers import (
+        LongSerializer,
+        RecordSerializer,
+        StringSerializer,
+        VoidNamespaceSerializer,
+    )
+    from statecert.spec.state import StateKind
+
+    void = VoidNamespaceSerializer().snapshot_configuration()
+    v1 = RecordSerializer([("n", LongSerializer(), 0)]).snapshot_configuration()
+    v2 = RecordSerializer([("n", LongSerializer(), 0), ("m", LongSerializer(), 0)]).snapshot_configuration()
+    materialized = StateMetaInfo("s", StateKind.VALUE, void, {"value": v1}, False)
+    migrated = StateMetaInfo("s", StateKind.VALUE, void, {"value": v2}, False)
+    assert takes_over(materialized, migrated) is None, "CL-4: a log after a compatible record change was refused"
+    other_roles = StateMetaInfo("s", StateKind.VALUE, void, {"element": v1}, False)
+    assert takes_over(materialized, other_roles), "CL-4: a log with other serializer roles took over"
+    other_namespace = StateMetaInfo(
+        "s", StateKind.VALUE, StringSerializer().snapshot_configuration(), {"value": v1}, False
+    )
+    assert takes_over(materialized, other_namespace), "SER-6: a log with another namespace serializer took over"
