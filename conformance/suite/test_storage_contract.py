@@ -60,6 +60,15 @@ def test_every_scope_reads_back_what_was_written(storage: Any, scope: Checkpoint
         assert f.read() == payload, f"CS-3, CS-4: {scope.value} stream of {size} bytes read back differently"
 
 
+def _handle_when_asked(out: Any) -> Any:
+    """What `close_and_get_handle()` gives a stream that should give nothing more: its handle, or None when it gives
+    none or raises (either is nothing)."""
+    try:
+        return out.close_and_get_handle()
+    except Exception:
+        return None
+
+
 @pytest.mark.requirement("CS-4")
 @pytest.mark.parametrize("size", [10, 100_000])
 def test_a_stream_gives_its_handle_once(storage: Any, size: int) -> None:
@@ -67,10 +76,7 @@ def test_a_stream_gives_its_handle_once(storage: Any, size: int) -> None:
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"x" * size)
     out.close_and_get_handle()
-    try:
-        again = out.close_and_get_handle()
-    except Exception:  # any error is no second handle
-        again = None
+    again = _handle_when_asked(out)
     assert again is None, (
         f"CS-4: close_and_get_handle() again on a closed stream of {size} bytes: expected an error or None, got a "
         f"second {type(again).__name__}"
@@ -372,10 +378,7 @@ def test_discarded_and_abandoned_streams_leave_nothing(storage: Any) -> None:
     out = location.create_checkpoint_state_output_stream(CheckpointedStateScope.EXCLUSIVE)
     out.write(b"a" * 50_000)
     out.discard()
-    try:  # a task that discarded the stream then asks for its handle
-        after = out.close_and_get_handle()
-    except Exception:  # any error is no handle
-        after = None
+    after = _handle_when_asked(out)  # a task that discarded the stream then asks for its handle
     assert after is None, (
         f"CS-6: close_and_get_handle() after discard() of a stream of 50000 bytes: expected no handle, got a "
         f"{type(after).__name__} of {getattr(after, 'size', '?')} bytes"
@@ -836,10 +839,7 @@ def test_maximum_state_size_is_enforced(storage: Any) -> None:
             written = out.tell()
         out.close_and_get_handle()
     except StateSizeLimitError:
-        try:  # the task, having caught the error, still asks for the stream's handle
-            handle = out.close_and_get_handle()
-        except Exception:  # any error is nothing returned
-            handle = None
+        handle = _handle_when_asked(out)  # the task, having caught the error, still asks for the stream's handle
         assert handle is None, (
             f"CS-7: close_and_get_handle() after StateSizeLimitError: expected nothing, got a "
             f"{type(handle).__name__} for a stream beyond max_state_size={limit}"
