@@ -419,8 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     mutants = [m for m in every_mutant if not args.only or args.only in m.module]
     previous: list[dict[str, Any]] = []
+    sampled, seed = args.sample, args.seed
     if args.rerun:
-        previous = json.loads(Path(args.rerun).read_text(encoding="utf-8"))["results"]
+        source = json.loads(Path(args.rerun).read_text(encoding="utf-8"))
+        previous = source["results"]
+        if sampled is None:  # the report covers the mutants of the run it reruns: a sample stays a sample
+            sampled, seed = source.get("sampled"), source.get("seed", args.seed)
         survivors = {(r["module"], r["line"], r["mutation"]) for r in previous if r["outcome"] == "survived"}
         mutants = [m for m in mutants if (m.module, m.line, m.description) in survivors]
     if args.sample is not None and args.sample < len(mutants):
@@ -474,8 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         "killed": counts["killed"],
         "survived": counts["survived"],
         "kill_rate": round(rate, 4),
-        "sampled": args.sample,
-        "seed": args.seed,
+        "sampled": sampled,
+        "seed": seed,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "carried_over_from": args.rerun,
         "baseline_seconds": round(baseline["seconds"], 1),

@@ -196,12 +196,16 @@ def mutation_page() -> str:
             lines.append(f"| {target} | `{module}` | {len(results)} | {killed} | {same} | {missed} | {rate} |")
     lines += ["", "The runs:", ""]
     for r in runs:
-        sample = f" --sample {r['sampled']} --seed {r.get('seed', 0)}" if r.get("sampled") else ""
         rerun = f" --rerun {r['carried_over_from']}" if r.get("carried_over_from") else ""
+        sample = f" --sample {r['sampled']} --seed {r.get('seed', 0)}" if r.get("sampled") and not rerun else ""
         when = r.get("measured_at", "date not recorded")
         same = sum(argued(r["backend"], s) is not None for s in r["results"])
         rate = r["killed"] / (r["mutants"] - same) if r["mutants"] > same else 0.0
-        of = "a seeded sample of the target's mutants" if r.get("sampled") else "every mutant of the target"
+        of = (
+            f"a seeded sample of {r['sampled']} of the target's mutants, seed {r.get('seed', 0)}"
+            if r.get("sampled")
+            else "every mutant of the target"
+        )
         by_repository = sum(s["outcome"] == "killed" and s["by"].startswith("tests/") for s in r["results"])
         split = (
             f" ({r['killed'] - by_repository} by the conformance suite, {by_repository} by the repository's tests)"
