@@ -40,7 +40,7 @@ from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInf
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.location import load_checkpoint_metadata
 from statecert.scenarios.spark.state_reader import WrittenBy, canonical_view
-from statecert.spec.errors import IllegalConfigurationError
+from statecert.spec.errors import CheckpointFormatError, IllegalConfigurationError
 from statecert.spec.serializers import SerializerSnapshot
 from statecert.spec.state import StateKind
 
@@ -115,8 +115,9 @@ class StateLayout:
             fields.append(StructField("value", ArrayType(element)))
             values.append(lambda v: ([convert(e) for e in v],))
         else:
-            for role, prefix in zip(SERIALIZER_ROLES[meta.kind], ("value",) if len(SERIALIZER_ROLES[meta.kind]) == 1
-                                    else ("user_key", "user_value"), strict=True):  # fmt: skip
+            roles = SERIALIZER_ROLES[meta.kind]
+            prefixes = ("value",) if len(roles) == 1 else ("user_key", "user_value")
+            for role, prefix in zip(roles, prefixes, strict=True):
                 columns, convert = _columns(prefix, meta.serializers[role])
                 fields += columns
                 values.append(convert)
@@ -189,7 +190,13 @@ def select(options: Mapping[str, str]) -> tuple[str, list[HandlePartition], Stat
             f"statecert data source: option state={state!r}: operator {operator!r} has states "
             f"{', '.join(sorted(by_name))}"
         )
-    return operator, parts, StateLayout.of(key_serializer, by_name[state])
+    try:  # the header was read from the checkpoint: a snapshot of the wrong shape is a damaged checkpoint
+        layout = StateLayout.of(key_serializer, by_name[state])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointFormatError(
+            pointer, f"state {state!r}: a serializer snapshot of no known shape: {exc!r}"
+        ) from None
+    return operator, parts, layout
 
 
 class StateCertDataSource(DataSource):
