@@ -102,6 +102,10 @@ class _FaultRules:
     def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
         if self._rule("move", self._strip_protocol(path2)):  # type: ignore[attr-defined]
             raise InjectedFault(f"injected failure moving {path1} to {path2}")
+        return self._move(path1, path2, *args, **kwargs)
+
+    def _move(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
+        """The move itself, once no rule failed it: the wrapped file system's."""
         return super().mv(path1, path2, *args, **kwargs)  # type: ignore[misc]
 
     def cp_file(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
@@ -164,14 +168,12 @@ class FaultInjectingWrapper(_FaultRules, DirFileSystem):  # type: ignore[misc]
     def unstrip_protocol(self, name: str) -> str:
         return f"faulty+{self.target_protocol}://{self._strip_protocol(name)}"
 
-    def mv(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
+    def _move(self, path1: str, path2: str, *args: Any, **kwargs: Any) -> Any:
         """Off the local disk a file's move is a copy and a delete (fsspec's own `mv`), here through this file
         system's `cp_file`: a write rule on the destination fails the copy part way, leaving part of the file there,
         as an interrupted copy on a file system without atomic renames does."""
         if args or kwargs.get("recursive") or not self.isfile(path1):
-            return super().mv(path1, path2, *args, **kwargs)
-        if self._rule("move", self._strip_protocol(path2)):
-            raise InjectedFault(f"injected failure moving {path1} to {path2}")
+            return super()._move(path1, path2, *args, **kwargs)
         self.cp_file(path1, path2)
         self.rm_file(path1)
         return None
