@@ -13,6 +13,7 @@ serializer without a Spark type (msgpack's plain data, a third party's) gives it
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -208,19 +209,26 @@ class StateCertDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
+    @functools.cached_property
+    def _selection(self) -> tuple[str, list[HandlePartition], StateLayout]:
+        """The options' selection, made once per instance (reading the header may restore a backend): Spark asks for
+        the schema and then the reader of the same data source."""
+        return select(self.options)
+
     def schema(self) -> StructType:
-        return select(self.options)[2].schema
+        return self._selection[2].schema
 
     def reader(self, schema: StructType) -> StateCertReader:
-        return StateCertReader(self.options)
+        _, parts, layout = self._selection
+        return StateCertReader(self.options, parts, layout)
 
 
 class StateCertReader(DataSourceReader):
     """Reads the selected state's entries of one subtask snapshot per partition, validating each (FMT-15)."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], parts: list[HandlePartition], layout: StateLayout) -> None:
         self.options = dict(options)
-        _, self.parts, self.layout = select(self.options)
+        self.parts, self.layout = parts, layout
 
     def partitions(self) -> list[InputPartition]:
         return list(self.parts)

@@ -121,37 +121,31 @@ def canonical_view(
     reads it writes to scratch space after restoring it (removed on exit); None for a handle without state. A
     native RocksDB snapshot is restored by the RocksDB backend, a changelog replayed into the backend of its
     materialization (CL-4), a format only a third-party backend reads by `written_by`."""
-    if isinstance(handle, KeyGroupsStateHandle) and (written_by is None or _reference_reads(handle)):
+    ours = written_by is None or _reference_reads(handle)
+    if isinstance(handle, KeyGroupsStateHandle) and ours:
         yield handle
         return
-    if isinstance(handle, ChangelogStateBackendHandle) and (written_by is None or _reference_reads(handle)):
+    if isinstance(handle, ChangelogStateBackendHandle) and ours:
         if not handle.materialized and not handle.changelog:
             yield None
             return
         snapshot, native = _changelog_key_serializer(handle, max_parallelism)
-    elif written_by is None or _reference_reads(handle):
-        if not isinstance(handle, IncrementalKeyedStateHandle) or handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
-            raise ValueError(f"no reader for native format {getattr(handle, 'snapshot_format', type(handle))!r}")
-        written_by = WrittenBy({"state.backend.type": "rocksdb"}, restore_serializer(read_native_meta(handle)[0]))
-        snapshot, native = None, True
-    else:
-        snapshot, native = None, False
-    with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
-        if snapshot is not None:  # a changelog handle the reference replays
-            backend = load_state_backend(
-                job_config={
-                    "state.backend.type": "rocksdb" if native else "hashmap",
-                    "state.backend.rocksdb.localdir": f"{scratch}/local",
-                }
-            )
+        with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
+            config = {"state.backend.type": "rocksdb" if native else "hashmap"}
+            backend = load_state_backend(job_config={**config, "state.backend.rocksdb.localdir": f"{scratch}/local"})
             keys = restore_serializer(snapshot)
             params = KeyedBackendParameters(
                 "reader", operator, keys, max_parallelism, handle.key_group_range, (handle,)
             )
             with restore_keyed_backend(backend, params, (handle,)) as keyed:
                 yield _rewritten(keyed, scratch)
-            return
-        assert written_by is not None
+        return
+    if ours:  # RocksDB's native format, restored by the RocksDB backend
+        if not isinstance(handle, IncrementalKeyedStateHandle) or handle.snapshot_format != ROCKSDB_NATIVE_FORMAT:
+            raise ValueError(f"no reader for native format {getattr(handle, 'snapshot_format', type(handle))!r}")
+        written_by = WrittenBy({"state.backend.type": "rocksdb"}, restore_serializer(read_native_meta(handle)[0]))
+    assert written_by is not None
+    with tempfile.TemporaryDirectory(prefix="statecert-reader-") as scratch:
         params = KeyedBackendParameters(
             "reader",
             operator,
