@@ -156,7 +156,8 @@ TARGETS = {
         "scenarios/results.py",
     ],
 }
-# Targets measured by repository tests (run from this checkout) instead of the conformance suite.
+# Repository tests (run from this checkout) of a target: instead of the conformance suite, or before it where CONFIGS
+# lists both.
 REPOSITORY_TESTS = {
     # the storages' own tests first: the literal path helpers they share with the coordinator and the scenario planner
     # (which alone moves a directory), and what the contract leaves to the loader (each reference storage's defaults,
