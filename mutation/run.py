@@ -411,9 +411,16 @@ def main(argv: list[str] | None = None) -> int:
         help="a previous report of this script: run its survivors again (those --only selects) and carry every "
         "other result over (valid when the suite has only grown since)",
     )
+    parser.add_argument(
+        "--complete",
+        help="a previous report of a sample: run every mutant it does not cover and carry its results over, so that "
+        "the report becomes a full run (valid when the code and suite are unchanged since, or have only grown)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.max_examples < 1:
         parser.error("--jobs and --max-examples must be at least 1")
+    if args.complete and (args.rerun or args.sample is not None):
+        parser.error("--complete runs what a report left out: it takes neither --rerun nor --sample")
     console = Console()
     every_mutant = [
         m for path in TARGETS[args.backend] for m in mutants_of(path, (ROOT / path).read_text(encoding="utf-8"))
@@ -428,6 +435,10 @@ def main(argv: list[str] | None = None) -> int:
             sampled, seed = source.get("sampled"), source.get("seed", args.seed)
         survivors = {(r["module"], r["line"], r["mutation"]) for r in previous if r["outcome"] == "survived"}
         mutants = [m for m in mutants if (m.module, m.line, m.description) in survivors]
+    if args.complete:
+        previous = json.loads(Path(args.complete).read_text(encoding="utf-8"))["results"]
+        covered = {(r["module"], r["line"], r["mutation"]) for r in previous}
+        mutants = [m for m in mutants if (m.module, m.line, m.description) not in covered]
     if args.sample is not None and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)
     # A rerun carries over every result it does not run again: the killed mutants, and the survivors that --only
@@ -482,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         "sampled": sampled,
         "seed": seed,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "carried_over_from": args.rerun,
+        "carried_over_from": args.rerun or args.complete,
         "baseline_seconds": round(baseline["seconds"], 1),
         "measured_by": measured_by(args.backend),
         "by_module": by_module,
