@@ -137,3 +137,41 @@ def print_description(info: dict[str, Any], as_json: bool, console: Console) -> 
                     stored = h["stream"]["kind"]
                 table.add_row(str(st["index"]), kind, what, stored, str(h["size"]))
         console.print(table)
+
+
+def print_flink_description(info: dict[str, Any], as_json: bool, console: Console) -> None:
+    """A Flink snapshot's description: per operator with keyed state, its states and each subtask's handle."""
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    console.print(f"[bold]{info['pointer']}[/bold]")
+    console.print(
+        f"written by Apache Flink: _metadata format version {info['format_version']}, checkpoint "
+        f"{info['checkpoint_id']}, {len(info['operators'])} operator(s)"
+    )
+    for op in info["operators"]:
+        label = op["uid"] or op["name"] or op["operator_id"]
+        title = f"operator {label} ({op['operator_id']}): parallelism {op['parallelism']}, max {op['max_parallelism']}"
+        if not op["states"]:
+            console.print(f"{title}: no keyed state")
+            continue
+        table = Table(title=title)
+        for column in ("subtask", "handle", "key groups", "stored"):
+            table.add_column(column)
+        for st in op["subtasks"]:
+            keyed = st["keyed"]
+            if keyed is None:
+                continue
+            files = keyed.get("files")
+            stored = keyed["stream"]["kind"] if "stream" in keyed else ""
+            if files is not None:
+                stored = f"{files['shared']} shared, {files['private']} private files"
+            table.add_row(
+                str(st["index"]), keyed["type"], f"{keyed['key_groups'][0]}..{keyed['key_groups'][1]}", stored
+            )
+        console.print(table)
+        console.print("states: " + ", ".join(f"{n} ({t})" for n, t in op["states"].items()))
+        if "entries" in op:
+            console.print(f"[green]verified[/green]: {op['entries']} entries decoded and checked")
+            for name, reason in op["not_read"].items():
+                console.print(f"not read: {name}: {reason}")

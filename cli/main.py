@@ -83,9 +83,13 @@ def _parser() -> argparse.ArgumentParser:
 def _inspect(args: argparse.Namespace, console: Console, err: Console) -> int:
     """Describe the checkpoint; without --verify also check that every file exists with its recorded size (cheap),
     with --verify read every file's content too (FMT-14). Exit status 2 on any problem."""
-    from statecert.cli.inspect_cmd import describe_checkpoint, print_description
+    from statecert.cli.inspect_cmd import describe_checkpoint, print_description, print_flink_description
+    from statecert.reference.flink.snapshot import describe_flink_checkpoint, is_flink_snapshot
     from statecert.reference.format.verify import verify_checkpoint
 
+    if is_flink_snapshot(args.path):  # written by Apache Flink: its own reader (a problem raises: exit status 2)
+        print_flink_description(describe_flink_checkpoint(args.path, args.verify), args.json, console)
+        return 0
     info = describe_checkpoint(args.path)
     with Progress(
         TextColumn("verifying" if args.verify else "checking files"),

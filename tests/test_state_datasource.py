@@ -191,3 +191,32 @@ def test_spark_reads_the_typed_columns_the_reader_gives(spark: Any, tmp_path: Pa
 
 def _one(total: int = 7) -> dict[str, Any]:
     return {"totals": (total, "n"), "events": [1, 2], "flags": {"f": True}, "blob": {"x": 1}}
+
+
+@pytest.mark.requirement("SCN-8", "IF-9")
+def test_spark_reads_a_savepoint_flink_wrote_as_typed_columns(spark: Any) -> None:
+    from tests.flink.savepoints import GOLDEN, expected_state
+
+    pointer = str(GOLDEN / "rocksdb-canonical-savepoint-compressed")
+    pair = read_keyed_state(spark, pointer, operator="words", state="pair")
+    schema = {f.name: f.dataType.simpleString() for f in pair.schema.fields}
+    assert schema == {
+        "operator": "string",
+        "key_group": "int",
+        "key": "string",
+        "namespace": "string",
+        "state": "string",
+        "value_f0": "int",
+        "value_f1": "double",
+    }, f"SCN-8: read_keyed_state(words, pair) of Flink's savepoint: schema {schema}"
+    expected = expected_state()["words"]
+    got = {r["key"]: (r["value_f0"], r["value_f1"]) for r in pair.collect()}
+    want = {key: value for (key, name), value in expected.items() if name == "pair"}
+    assert got == want, f"SCN-8: Flink's pair state read by Spark: expected {want}, got {got}"
+    parity = read_keyed_state(spark, pointer, operator="words", state="parity")
+    assert [parity.schema[c].dataType.simpleString() for c in ("user_key", "user_value")] == ["int", "boolean"]
+    assert parity.count() == sum(len(v) for (_, name), v in expected.items() if name == "parity")
+    seen = read_keyed_state(spark, pointer, operator="words", state="seen")
+    assert seen.schema["value"].dataType.simpleString() == "array<bigint>"
+    opaque = {r["value"] for r in read_keyed_state(spark, pointer, operator="words", state="opaque").collect()}
+    assert opaque == {"<undecodable: java.util.UUID>"}, f"SCN-8: a Kryo column reads as {opaque}"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -35,11 +35,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from statecert.reference.flink.snapshot import is_flink_snapshot
 from statecert.reference.format.canonical import CanonicalReader
 from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInfo
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.scenarios.spark.flink_source import FlinkHandlePartition, FlinkLayout, flink_rows, select_flink
 from statecert.scenarios.spark.state_reader import WrittenBy, canonical_view
 from statecert.spec.errors import CheckpointFormatError, IllegalConfigurationError
 from statecert.spec.serializers import SerializerSnapshot
@@ -125,6 +127,11 @@ class StateLayout:
         return cls(meta, StructType(fields), key, lambda v: (namespace(v),), tuple(values))
 
 
+Layout: TypeAlias = StateLayout | FlinkLayout
+# the operator, one partition per subtask snapshot, and the layout of the state chosen
+Selection: TypeAlias = tuple[str, Sequence[InputPartition], Layout]
+
+
 @dataclass
 class HandlePartition(InputPartition):
     """One subtask's keyed state snapshot: what one Spark task reads."""
@@ -148,12 +155,14 @@ def _written_by(options: Mapping[str, str]) -> WrittenBy | None:
     return WrittenBy(backend, restore_serializer(key))
 
 
-def select(options: Mapping[str, str]) -> tuple[str, list[HandlePartition], StateLayout]:
+def select(options: Mapping[str, str]) -> Selection:
     """The operator and state the options select (each may be left out when there is one), its handles and its
     layout, read from the first snapshot's header."""
     pointer = options.get("path")
     if not pointer:
         raise IllegalConfigurationError("statecert data source: no path: load(<checkpoint or savepoint>)")
+    if is_flink_snapshot(pointer):
+        return select_flink(options)
     metadata = load_checkpoint_metadata(pointer)
     keyed = {
         op.operator_id: [
@@ -210,7 +219,7 @@ class StateCertDataSource(DataSource):
         return FORMAT
 
     @functools.cached_property
-    def _selection(self) -> tuple[str, list[HandlePartition], StateLayout]:
+    def _selection(self) -> Selection:
         """The options' selection, made once per instance (reading the header may restore a backend): Spark asks for
         the schema and then the reader of the same data source."""
         return select(self.options)
@@ -226,7 +235,7 @@ class StateCertDataSource(DataSource):
 class StateCertReader(DataSourceReader):
     """Reads the selected state's entries of one subtask snapshot per partition, validating each (FMT-15)."""
 
-    def __init__(self, options: Mapping[str, str], parts: list[HandlePartition], layout: StateLayout) -> None:
+    def __init__(self, options: Mapping[str, str], parts: Sequence[InputPartition], layout: Layout) -> None:
         self.options = dict(options)
         self.parts, self.layout = parts, layout
 
@@ -234,7 +243,11 @@ class StateCertReader(DataSourceReader):
         return list(self.parts)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, HandlePartition)
+        if isinstance(partition, FlinkHandlePartition):
+            assert isinstance(self.layout, FlinkLayout)
+            yield from flink_rows(partition, self.layout)
+            return
+        assert isinstance(partition, HandlePartition) and isinstance(self.layout, StateLayout)
         yield from typed_rows(partition, self.layout, _written_by(self.options))
 
 
