@@ -218,5 +218,16 @@ def test_spark_reads_a_savepoint_flink_wrote_as_typed_columns(spark: Any) -> Non
     assert parity.count() == sum(len(v) for (_, name), v in expected.items() if name == "parity")
     seen = read_keyed_state(spark, pointer, operator="words", state="seen")
     assert seen.schema["value"].dataType.simpleString() == "array<bigint>"
-    opaque = {r["value"] for r in read_keyed_state(spark, pointer, operator="words", state="opaque").collect()}
-    assert opaque == {"<undecodable: java.util.UUID>"}, f"SCN-8: a Kryo column reads as {opaque}"
+    for name, undecodable in (("opaque", "java.util.UUID"), ("point", "FlinkSavepoints$Point")):
+        values = {r["value"] for r in read_keyed_state(spark, pointer, operator="words", state=name).collect()}
+        assert values == {f"<undecodable: {undecodable}>"}, f"SCN-8: a Kryo or POJO column {name} reads as {values}"
+    nested = {name: read_keyed_state(spark, pointer, operator="words", state=name) for name in ("history", "totals")}
+    types = {name: frame.schema["value"].dataType.simpleString() for name, frame in nested.items()}
+    assert types == {
+        "history": "array<struct<f0:string,f1:bigint>>",
+        "totals": "map<string,struct<f0:int,f1:double>>",
+    }, f"SCN-8: nested Flink composites as Spark types: {types}"
+    totals = {r["key"]: {k: tuple(v) for k, v in r["value"].items()} for r in nested["totals"].collect()}
+    assert totals == {key: value for (key, name), value in expected.items() if name == "totals"}, (
+        f"SCN-8: Flink's map of rows read by Spark: {totals}"
+    )

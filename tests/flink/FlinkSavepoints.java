@@ -4,7 +4,9 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
@@ -34,14 +36,27 @@ import org.apache.flink.util.Collector;
  * Writes the Flink snapshots statecert's Flink reader is checked against: a small keyed job (a String-keyed operator
  * with value, tuple, row, list, map and Kryo-serialized state, and a Long-keyed one) runs on Flink's local
  * mini-cluster until every record is processed, then one snapshot is taken. Usage:
- * {@code FlinkSavepoints <out-dir> <hashmap|rocksdb> <canonical|native|checkpoint> <compressed|plain> [incremental] [files] [no-kryo]}
+ * {@code FlinkSavepoints <out-dir> <hashmap|rocksdb> <canonical|native|checkpoint> <compressed|plain> [incremental] [files] [decodable-only]}
  * ({@code files}: every stream in a file of its own, not inline in {@code _metadata}).
  * The records and therefore the state are fixed, so tests know the expected state without running Flink.
  */
 public final class FlinkSavepoints {
     static final int RECORDS = 60;
     static final AtomicLong PROCESSED = new AtomicLong();
-    static boolean WITH_KRYO = true;
+    static boolean WITH_OPAQUE = true;
+
+    /** A POJO: Flink serializes it with its POJO serializer, a column the reader reports as undecodable. */
+    public static class Point {
+        public long x;
+        public long y;
+
+        public Point() {}
+
+        public Point(long x, long y) {
+            this.x = x;
+            this.y = y;
+        }
+    }
 
     /** The i-th record: a word out of seven and a number. */
     static Tuple2<String, Long> record(int i) {
@@ -72,7 +87,8 @@ public final class FlinkSavepoints {
     }
 
     /** Per word: a count (Long), a (Integer, Double) tuple, a named row, the numbers seen (list), flags per parity
-     * (map), and a UUID that Flink serializes with Kryo (a column the reader must report as undecodable). */
+     * (map), a list of (String, Long) tuples and a map of String to (Integer, Double) rows (nested composites), and
+     * a UUID that Flink serializes with Kryo and a POJO (columns the reader must report as undecodable). */
     static final class Words extends KeyedProcessFunction<String, Tuple2<String, Long>, String> {
         transient ValueState<Long> count;
         transient ValueState<Tuple2<Integer, Double>> pair;
@@ -80,6 +96,9 @@ public final class FlinkSavepoints {
         transient ListState<Long> seen;
         transient MapState<Integer, Boolean> parity;
         transient ValueState<UUID> opaque;
+        transient ValueState<Point> point;
+        transient ValueState<List<Tuple2<String, Long>>> history;
+        transient ValueState<Map<String, Row>> totals;
 
         @Override
         public void open(OpenContext context) {
@@ -90,10 +109,15 @@ public final class FlinkSavepoints {
                     "row", Types.ROW_NAMED(new String[] {"word", "last", "even"}, Types.STRING, Types.LONG, Types.BOOLEAN)));
             seen = getRuntimeContext().getListState(new ListStateDescriptor<>("seen", Types.LONG));
             parity = getRuntimeContext().getMapState(new MapStateDescriptor<>("parity", Types.INT, Types.BOOLEAN));
-            if (WITH_KRYO) {
+            if (WITH_OPAQUE) {
                 opaque = getRuntimeContext().getState(
                         new ValueStateDescriptor<>("opaque", TypeInformation.of(new TypeHint<UUID>() {})));
+                point = getRuntimeContext().getState(new ValueStateDescriptor<>("point", Types.POJO(Point.class)));
             }
+            history = getRuntimeContext().getState(
+                    new ValueStateDescriptor<>("history", Types.LIST(Types.TUPLE(Types.STRING, Types.LONG))));
+            totals = getRuntimeContext().getState(new ValueStateDescriptor<>(
+                    "totals", Types.MAP(Types.STRING, Types.ROW(Types.INT, Types.DOUBLE))));
         }
 
         @Override
@@ -105,9 +129,19 @@ public final class FlinkSavepoints {
             row.update(Row.of(in.f0, in.f1, in.f1 % 2 == 0));
             seen.add(in.f1);
             parity.put((int) (in.f1 % 3), in.f1 % 2 == 0);
-            if (WITH_KRYO) {
+            if (WITH_OPAQUE) {
                 opaque.update(new UUID(in.f1, n));
+                point.update(new Point(in.f1, n));
             }
+            List<Tuple2<String, Long>> h = history.value() == null ? new ArrayList<>() : new ArrayList<>(history.value());
+            h.add(Tuple2.of(in.f0, in.f1));
+            history.update(h);
+            Map<String, Row> t = totals.value() == null ? new HashMap<>() : new HashMap<>(totals.value());
+            String parityName = in.f1 % 2 == 0 ? "even" : "odd";
+            Row previous = t.get(parityName);
+            t.put(parityName, Row.of(previous == null ? 1 : (Integer) previous.getField(0) + 1,
+                    (previous == null ? 0.0 : (Double) previous.getField(1)) + in.f1));
+            totals.update(t);
             out.collect(in.f0);
             PROCESSED.incrementAndGet();
         }
@@ -138,7 +172,8 @@ public final class FlinkSavepoints {
         boolean compressed = args[3].equals("compressed");
         List<String> flags = List.of(args).subList(4, args.length);
         boolean incremental = flags.contains("incremental");
-        WITH_KRYO = !flags.contains("no-kryo"); // a heap checkpoint records no value lengths: Kryo values end reading
+        // a heap checkpoint records no value lengths: a Kryo or POJO value ends its reading
+        WITH_OPAQUE = !flags.contains("decodable-only");
         Configuration conf = new Configuration();
         conf.setString("state.backend.type", backend);
         conf.setString("execution.checkpointing.dir", out.resolve("checkpoints").toUri().toString());

@@ -20,11 +20,12 @@ GOLDEN = Path(__file__).with_name("golden") / "savepoints"
 VARIANTS = {
     "hashmap-canonical-savepoint": ("hashmap", "canonical", "plain", ()),
     "rocksdb-canonical-savepoint-compressed": ("rocksdb", "canonical", "compressed", ("files",)),
-    "hashmap-retained-checkpoint": ("hashmap", "checkpoint", "plain", ("files", "no-kryo")),
+    "hashmap-retained-checkpoint": ("hashmap", "checkpoint", "plain", ("files", "decodable-only")),
     "rocksdb-native-savepoint": ("rocksdb", "native", "plain", ("files",)),
 }
 WORDS = ("apple", "berry", "cherry", "date", "elder", "fig", "grape")
 RECORDS = 60
+POINT = "FlinkSavepoints$Point"
 
 
 def write_snapshots(out: Path, variants: list[str] | None = None) -> dict[str, Path]:
@@ -71,6 +72,11 @@ def expected_state() -> dict[str, dict[tuple[Any, str], Any]]:
         words.setdefault((word, "seen"), []).append(i)
         words.setdefault((word, "parity"), {})[i % 3] = i % 2 == 0
         words[(word, "opaque")] = "<undecodable: java.util.UUID>"
+        words[(word, "point")] = f"<undecodable: {POINT}>"
+        words.setdefault((word, "history"), []).append((word, i))
+        totals = words.setdefault((word, "totals"), {})
+        count, total = totals.get("even" if i % 2 == 0 else "odd", (0, 0.0))
+        totals["even" if i % 2 == 0 else "odd"] = (count + 1, total + i)
         bucket = i % 4
         buckets[(bucket, "sum")] = buckets.get((bucket, "sum"), 0) + i
         previous = buckets.get((bucket, "words"))
