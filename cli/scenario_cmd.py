@@ -30,7 +30,13 @@ def add_parser(sub: Any) -> None:
     run = actions.add_parser("run", help="run scenario files or library scenarios by name")
     run.add_argument("scenarios", nargs="*", help="scenario files (TOML) or library names; none with --all")
     run.add_argument("--all", action="store_true", help="run the whole library")
-    run.add_argument("--runner", choices=("sim", "spark"), default="sim", help="where to run (default sim)")
+    run.add_argument(
+        "--runner",
+        choices=("sim", "spark", "flink"),
+        default="sim",
+        help="where to run (default sim); flink: Apache Flink itself, on its local mini-cluster (statecert[flink] and "
+        "a Java 17 JDK)",
+    )
     run.add_argument(
         "--backend",
         type=factory_name,
@@ -55,6 +61,36 @@ def add_parser(sub: Any) -> None:
         help="the running-total job reads and writes each key's state once per epoch (Spark) or checkpoint "
         "(simulator), Flink's mini-batch aggregation, instead of once per record or network buffer",
     )
+
+    compare = actions.add_parser(
+        "compare", help="run scenarios on the simulator, Spark and Flink and print the verdicts side by side"
+    )
+    compare.add_argument("scenarios", nargs="*", help="scenario files (TOML) or library names; none: the library")
+    compare.add_argument(
+        "--runners", type=_runners, default=("sim", "spark", "flink"), help="comma-separated (default sim,spark,flink)"
+    )
+    compare.add_argument("--master", type=spark_master, default=None, help="Spark master (default local[2,4])")
+    compare.add_argument("--report", type=output_file, help="write the JSON report here")
+    compare.add_argument("--workdir", type=work_directory, help="keep checkpoints and savepoints here")
+
+
+def _runners(value: str) -> tuple[str, ...]:
+    runners = tuple(r.strip() for r in value.split(",") if r.strip())
+    unknown = [r for r in runners if r not in ("sim", "spark", "flink")]
+    if not runners or unknown:
+        raise argparse.ArgumentTypeError(f"expected some of sim, spark, flink, got {value!r}")
+    return runners
+
+
+def cannot_run(scenario: Any, runner: str) -> str | None:
+    """Why `scenario` does not run on `runner`, or None."""
+    if runner == "flink":
+        from statecert.scenarios.flink.runner import unsupported_on_flink
+
+        return unsupported_on_flink(scenario)
+    if runner not in scenario.runners:
+        return f"written for {', '.join(scenario.runners)} only (scenario.runners)"
+    return None
 
 
 def list_scenarios(console: Console) -> int:
@@ -86,8 +122,9 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
             named = [scenario.job.backend, *(event.backend for event in events)]
             for name in dict.fromkeys(n for n in named if n and n != "other"):
                 check_backend(name, str(scenario.path))
-    runnable = [s for s in scenarios if args.runner in s.runners]
-    skipped = [s.name for s in scenarios if args.runner not in s.runners]
+    reasons = {s.name: cannot_run(s, args.runner) for s in scenarios}
+    runnable = [s for s in scenarios if reasons[s.name] is None]
+    skipped = [s.name for s in scenarios if reasons[s.name] is not None]
     spark = _spark(args.master) if args.runner == "spark" and runnable else None
     results = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -110,7 +147,7 @@ def run_scenarios(args: argparse.Namespace, console: Console) -> int:
                 for failure in result.failures:
                     console.print(f"    {failure}", markup=False, highlight=False)
     for name in skipped:
-        console.print(f"[yellow]skipped[/yellow] {name}: not written for the {args.runner} runner")
+        console.print(f"[yellow]skipped[/yellow] {name}: {reasons[name]}", highlight=False)
     passed = sum(r.passed for r in results)
     console.print(
         f"{passed}/{len(results)} scenarios passed on {args.runner}" + (f", {len(skipped)} skipped" if skipped else "")
@@ -193,6 +230,10 @@ def _run(
     scenario: Any, workdir: Path, args: argparse.Namespace, spark: Any, show: Any, checkpoint_dir: str | None = None
 ) -> Any:
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.runner == "flink":
+        from statecert.scenarios.flink.runner import run_on_flink
+
+        return run_on_flink(scenario, workdir, args.backend, show)
     if args.runner == "spark":
         from statecert.scenarios.spark.runner import run_on_spark
 
@@ -205,7 +246,71 @@ def _run(
     return run_on_simulator(scenario, workdir, args.backend, show, mini_batch=args.mini_batch)
 
 
+def compare_runners(args: argparse.Namespace, console: Console) -> int:
+    """Every scenario on every runner: a table of verdicts (passed, FAILED with the first failure, or why it cannot
+    run there) and, with --report, the same as JSON."""
+    from statecert.scenarios.catalog import library_paths, resolve
+    from statecert.scenarios.loader import load_scenario
+
+    paths = [resolve(a) for a in args.scenarios] if args.scenarios else library_paths()
+    scenarios = [load_scenario(p) for p in paths]
+    spark = _spark(args.master) if "spark" in args.runners else None
+    verdicts: dict[str, dict[str, dict[str, Any]]] = {s.name: {} for s in scenarios}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tempfile.TemporaryDirectory(prefix="statecert-compare-") as scratch:
+        root = Path(args.workdir) if args.workdir else Path(scratch)
+        with Progress(*columns, console=console, transient=True) as progress:
+            bar = progress.add_task("scenarios", total=len(scenarios) * len(args.runners))
+            for runner in args.runners:
+                settings = argparse.Namespace(runner=runner, backend=None, mini_batch=False)
+                for scenario in scenarios:
+                    why = cannot_run(scenario, runner)
+                    if why is not None:
+                        verdicts[scenario.name][runner] = {"verdict": "cannot run", "detail": why}
+                    else:
+
+                        def show(message: str, name: str = scenario.name, where: str = runner) -> None:
+                            progress.update(bar, description=f"{name} on {where}: {message}")
+
+                        result = _run(scenario, root / runner / scenario.name, settings, spark, show)
+                        verdicts[scenario.name][runner] = {
+                            "verdict": "passed" if result.passed else "FAILED",
+                            "detail": "; ".join(result.failures[:1]),
+                            "seconds": round(result.seconds, 1),
+                            "error": result.error,
+                        }
+                    progress.advance(bar)
+    table = Table("scenario", *args.runners, show_lines=True)
+    for name, row in verdicts.items():
+        cells = []
+        for runner in args.runners:
+            v = row[runner]
+            if v["verdict"] == "passed":
+                cells.append(f"[green]passed[/green] ({v['seconds']} s)")
+            elif v["verdict"] == "FAILED":
+                cells.append(f"[red]FAILED[/red]: {v['detail']}")
+            else:
+                cells.append(f"[dim]cannot run: {v['detail']}[/dim]")
+        table.add_row(name, *cells)
+    console.print(table)
+    failed = [f"{n} on {r}" for n, row in verdicts.items() for r, v in row.items() if v["verdict"] == "FAILED"]
+    console.print(f"{len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
+    if args.report:
+        report = {
+            "statecert": version("statecert"),
+            "runners": list(args.runners),
+            "master": args.master,
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "verdicts": verdicts,
+        }
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return 1 if failed else 0
+
+
 def scenario(args: argparse.Namespace, console: Console) -> int:
     if args.scenario_command == "list":
         return list_scenarios(console)
+    if args.scenario_command == "compare":
+        return compare_runners(args, console)
     return run_scenarios(args, console)

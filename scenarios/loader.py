@@ -44,7 +44,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-RUNNERS = ("sim", "spark")
+RUNNERS = ("sim", "spark", "flink")
 OPERATORS = ("count", "sum")
 KEY_SELECTORS = ("key", "split")
 STORAGES = ("filesystem", "jobmanager")

@@ -18,6 +18,7 @@ from config_reference import config_reference  # noqa: E402
 from flink_differences import flink_differences  # noqa: E402
 from measured_figures import BENCHMARKS, benchmarks_page, mutation_page, reliability_page  # noqa: E402
 from requirement_index import requirement_index  # noqa: E402
+from scenario_runners import scenario_runners  # noqa: E402
 from tox_environments import tox_environments  # noqa: E402
 
 PAGES = {
@@ -27,6 +28,7 @@ PAGES = {
     "reference/catalogue.md": catalogue_page,
     "reference/tox-environments.md": tox_environments,
     "reference/flink-differences.md": flink_differences,
+    "reference/scenario-runners.md": scenario_runners,
     "figures/benchmarks.md": benchmarks_page,
     "figures/reliability.md": reliability_page,
     "figures/mutation.md": mutation_page,

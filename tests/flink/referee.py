@@ -3,12 +3,13 @@ installs, run as one JVM for the test session and asked line by line. Text cross
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from statecert.scenarios.flink import distribution
+from statecert.spec.errors import ScenarioError
 
 SOURCE = Path(__file__).with_name("Referee.java")
 
@@ -18,14 +19,20 @@ class RefereeUnavailable(RuntimeError):
 
 
 def flink_lib() -> Path:
-    """The `lib/` folder of the Flink distribution that the `apache-flink-libraries` package (a dependency of
-    `apache-flink`) installs under `pyflink/`."""
-    spec = importlib.util.find_spec("pyflink")
-    folders = [] if spec is None else list(spec.submodule_search_locations or [])
-    for folder in folders:
-        if list((Path(folder) / "lib").glob("flink-dist-*.jar")):
-            return Path(folder) / "lib"
-    raise RefereeUnavailable("Flink's jars are not installed (tox -e flink installs apache-flink-libraries)")
+    """The `lib/` folder of the Flink distribution that the `apache-flink-libraries` package installs."""
+    try:
+        return distribution.flink_lib()
+    except ScenarioError as exc:
+        raise RefereeUnavailable(str(exc)) from None
+
+
+def compiled(source: Path, classes: Path) -> tuple[str, str]:
+    """`source` compiled against Flink's jars: the `java` command and the class path (RefereeUnavailable without a
+    JDK or Flink's jars)."""
+    try:
+        return distribution.compile_job(source, classes)
+    except ScenarioError as exc:
+        raise RefereeUnavailable(str(exc)) from None
 
 
 def hex_text(text: str) -> str:
@@ -55,18 +62,10 @@ class Referee:
     def __init__(self) -> None:
         lib = flink_lib()
         self.version = next(lib.glob("flink-dist-*.jar")).name.removeprefix("flink-dist-").removesuffix(".jar")
-        javac, java = shutil.which("javac"), shutil.which("java")
-        if javac is None or java is None:
-            raise RefereeUnavailable("a Java 17 JDK (java and javac) is needed on PATH")
         self._classes = tempfile.TemporaryDirectory(prefix="statecert-flink-referee-")
-        classpath = ":".join(str(p) for p in sorted(lib.glob("*.jar")))
-        subprocess.run(
-            [javac, "-nowarn", "-d", self._classes.name, "-cp", classpath, str(SOURCE)],
-            check=True,
-            capture_output=True,
-        )
+        java, classpath = compiled(SOURCE, Path(self._classes.name))
         self._process = subprocess.Popen(
-            [java, "-cp", f"{classpath}:{self._classes.name}", "Referee"],
+            [java, "-cp", classpath, "Referee"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.flink.referee import RefereeUnavailable, flink_lib
+from tests.flink.referee import compiled
 
 SOURCE = Path(__file__).with_name("FlinkSavepoints.java")
 GOLDEN = Path(__file__).with_name("golden") / "savepoints"
@@ -30,19 +30,15 @@ POINT = "FlinkSavepoints$Point"
 
 def write_snapshots(out: Path, variants: list[str] | None = None) -> dict[str, Path]:
     """Run the job once per variant; each snapshot's directory is copied to `out/<variant>`."""
-    lib = flink_lib()
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        raise RefereeUnavailable("a Java 17 JDK (java and javac) is needed on PATH")
-    classpath = ":".join(str(p) for p in sorted(lib.glob("*.jar")))
     written = {}
     with tempfile.TemporaryDirectory(prefix="statecert-flink-savepoints-") as tmp:
         classes = Path(tmp) / "classes"
-        subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)], check=True)
+        classes.mkdir()
+        java, classpath = compiled(SOURCE, classes)
         for variant in variants or list(VARIANTS):
             backend, kind, compression, flags = VARIANTS[variant]
             work = Path(tmp) / variant
-            command = [java, "-cp", f"{classpath}:{classes}", "FlinkSavepoints", str(work), backend, kind, compression]
+            command = [java, "-cp", classpath, "FlinkSavepoints", str(work), backend, kind, compression]
             run = subprocess.run(
                 [*command, *flags],
                 check=True,

@@ -1,0 +1,1 @@
+"""The scenario runner on Apache Flink itself (`statecert scenario run --runner flink`, extra `statecert[flink]`)."""
