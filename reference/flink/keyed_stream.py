@@ -13,6 +13,7 @@ murmur hash assigns (as FMT-15 does for statecert's own format). Compressed stre
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -182,6 +183,7 @@ class FlinkKeyedStream:
         for offset in handle.offsets:
             if offset != 0 and not self.header_end <= offset < len(data):
                 raise CheckpointFormatError(path, f"a key group offset {offset} outside the stream's data")
+        self._starts = sorted({o for o in handle.offsets if o != 0})
         self.heap_layout = not handle.savepoint and self._looks_like_heap()
 
     def _looks_like_heap(self) -> bool:
@@ -196,8 +198,8 @@ class FlinkKeyedStream:
     def _region(self, index: int) -> tuple[int, int]:
         """Where key group `index` of the handle lies: its offset up to the next greater one or the end."""
         start = self.handle.offsets[index]
-        later = [o for o in self.handle.offsets if o > start]
-        return start, min(later) if later else len(self.data)
+        after = bisect.bisect_right(self._starts, start)
+        return start, self._starts[after] if after < len(self._starts) else len(self.data)
 
     def _expand(self, raw: bytes, what: str) -> bytes:
         if not self.header.compressed:
