@@ -65,4 +65,12 @@ def scenario_runners() -> str:
             else:
                 cells.append(f"cannot run: {v['detail']}")
         lines.append(f"| {name} | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    tally = []
+    for runner in runners:
+        verdicts = [row[runner]["verdict"] for row in report["verdicts"].values()]
+        tally.append(
+            f"{runner}: {verdicts.count('passed')} passed, {verdicts.count('FAILED')} failed, "
+            f"{verdicts.count('cannot run')} cannot run"
+        )
+    lines += ["", f"{len(report['verdicts'])} scenarios; " + "; ".join(tally) + "."]
     return "\n".join(lines) + "\n\n" + FINDINGS
