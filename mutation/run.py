@@ -435,10 +435,17 @@ def main(argv: list[str] | None = None) -> int:
             sampled, seed = source.get("sampled"), source.get("seed", args.seed)
         survivors = {(r["module"], r["line"], r["mutation"]) for r in previous if r["outcome"] == "survived"}
         mutants = [m for m in mutants if (m.module, m.line, m.description) in survivors]
+    complete_modules: list[str] = []
     if args.complete:
-        previous = json.loads(Path(args.complete).read_text(encoding="utf-8"))["results"]
+        source = json.loads(Path(args.complete).read_text(encoding="utf-8"))
+        previous = source["results"]
         covered = {(r["module"], r["line"], r["mutation"]) for r in previous}
         mutants = [m for m in mutants if (m.module, m.line, m.description) not in covered]
+        if args.only:  # only the modules --only selects are completed: the others stay the report's sample
+            sampled, seed = source.get("sampled"), source.get("seed", args.seed)
+            complete_modules = sorted(
+                set(source.get("complete_modules", [])) | {m.module for m in every_mutant if args.only in m.module}
+            )
     if args.sample is not None and args.sample < len(mutants):
         mutants = random.Random(args.seed).sample(mutants, args.sample)
     # A rerun carries over every result it does not run again: the killed mutants, and the survivors that --only
@@ -494,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         "seed": seed,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "carried_over_from": args.rerun or args.complete,
+        "completed": bool(args.complete),
+        "only": args.only,
+        "complete_modules": complete_modules,
         "baseline_seconds": round(baseline["seconds"], 1),
         "measured_by": measured_by(args.backend),
         "by_module": by_module,

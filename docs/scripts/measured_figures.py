@@ -196,13 +196,20 @@ def mutation_page() -> str:
             lines.append(f"| {target} | `{module}` | {len(results)} | {killed} | {same} | {missed} | {rate} |")
     lines += ["", "The runs:", ""]
     for r in runs:
-        rerun = f" --rerun {r['carried_over_from']}" if r.get("carried_over_from") else ""
+        flag = "--complete" if r.get("completed") else "--rerun"
+        rerun = f" {flag} {r['carried_over_from']}" if r.get("carried_over_from") else ""
+        rerun += f" --only {r['only']}" if r.get("only") else ""
         sample = f" --sample {r['sampled']} --seed {r.get('seed', 0)}" if r.get("sampled") and not rerun else ""
         when = r.get("measured_at", "date not recorded")
         same = sum(argued(r["backend"], s) is not None for s in r["results"])
         rate = r["killed"] / (r["mutants"] - same) if r["mutants"] > same else 0.0
         of = (
             f"a seeded sample of {r['sampled']} of the target's mutants, seed {r.get('seed', 0)}"
+            + (
+                f", then every mutant of {', '.join(f'`{m}`' for m in r['complete_modules'])}"
+                if r.get("complete_modules")
+                else ""
+            )
             if r.get("sampled")
             else "every mutant of the target"
         )
