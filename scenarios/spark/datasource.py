@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -41,6 +41,7 @@ from statecert.reference.format.entry_check import EntryValidator
 from statecert.reference.format.state_meta import SERIALIZER_ROLES, StateMetaInfo
 from statecert.reference.serializers import restore_serializer
 from statecert.reference.storage.location import load_checkpoint_metadata
+from statecert.scenarios.spark.columns import Convert, role_columns
 from statecert.scenarios.spark.flink_source import FlinkHandlePartition, FlinkLayout, flink_rows, select_flink
 from statecert.scenarios.spark.state_reader import WrittenBy, canonical_view
 from statecert.spec.errors import CheckpointFormatError, IllegalConfigurationError
@@ -62,8 +63,6 @@ SCALAR_TYPES: dict[str, DataType] = {
     "bytes": BinaryType(),
     "enum": StringType(),
 }
-
-Convert = Callable[[Any], Any]
 
 
 def _json(value: Any) -> str:
@@ -90,10 +89,7 @@ def spark_type(snapshot: SerializerSnapshot) -> tuple[DataType, Convert]:
 
 def _columns(prefix: str, snapshot: SerializerSnapshot) -> tuple[list[StructField], Convert]:
     """The columns of a key or value: one named `prefix`, or one per field of a tuple or record (`prefix_field`)."""
-    data_type, convert = spark_type(snapshot)
-    if isinstance(data_type, StructType) and snapshot.serializer_id in ("tuple", "record"):
-        return [StructField(f"{prefix}_{f.name}", f.dataType) for f in data_type.fields], convert
-    return [StructField(prefix, data_type)], lambda v: (convert(v),)
+    return role_columns(prefix, spark_type(snapshot), snapshot.serializer_id in ("tuple", "record"))
 
 
 @dataclass(frozen=True)

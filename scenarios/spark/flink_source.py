@@ -5,7 +5,7 @@ field, a list an array, a map state one row per entry, ...). A serializer the re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from statecert.reference.flink.keyed_stream import FlinkStateMeta
 from statecert.reference.flink.metadata import FlinkKeyedHandle, load_flink_checkpoint
 from statecert.reference.flink.serializers import FlinkSerializer
 from statecert.reference.flink.snapshot import choose_operator, entries_of, header_of, keyed_handles
+from statecert.scenarios.spark.columns import Convert, role_columns
 from statecert.spec.errors import IllegalConfigurationError
 
 SCALARS: dict[str, DataType] = {
@@ -44,7 +45,6 @@ SCALARS: dict[str, DataType] = {
     "string": StringType(),
     "void": StringType(),
 }
-Convert = Callable[[Any], Any]
 
 
 def flink_spark_type(serializer: FlinkSerializer) -> tuple[DataType, Convert]:
@@ -65,10 +65,7 @@ def flink_spark_type(serializer: FlinkSerializer) -> tuple[DataType, Convert]:
 
 
 def _columns(prefix: str, serializer: FlinkSerializer) -> tuple[list[StructField], Convert]:
-    data_type, convert = flink_spark_type(serializer)
-    if isinstance(data_type, StructType):
-        return [StructField(f"{prefix}_{f.name}", f.dataType) for f in data_type.fields], convert
-    return [StructField(prefix, data_type)], lambda v: (convert(v),)
+    return role_columns(prefix, flink_spark_type(serializer), True)
 
 
 @dataclass(frozen=True)
