@@ -214,10 +214,12 @@ def test_spark_reads_a_savepoint_flink_wrote_as_typed_columns(spark: Any) -> Non
     want = {key: value for (key, name), value in expected.items() if name == "pair"}
     assert got == want, f"SCN-8: Flink's pair state read by Spark: expected {want}, got {got}"
     parity = read_keyed_state(spark, pointer, operator="words", state="parity")
-    assert [parity.schema[c].dataType.simpleString() for c in ("user_key", "user_value")] == ["int", "boolean"]
-    assert parity.count() == sum(len(v) for (_, name), v in expected.items() if name == "parity")
-    seen = read_keyed_state(spark, pointer, operator="words", state="seen")
-    assert seen.schema["value"].dataType.simpleString() == "array<bigint>"
+    columns = [parity.schema[c].dataType.simpleString() for c in ("user_key", "user_value")]
+    assert columns == ["int", "boolean"], f"SCN-8: Flink's map state parity: user_key, user_value types {columns}"
+    entries = sum(len(v) for (_, name), v in expected.items() if name == "parity")
+    assert parity.count() == entries, f"SCN-8: Flink's map state parity: expected {entries} rows (one per entry)"
+    seen = read_keyed_state(spark, pointer, operator="words", state="seen").schema["value"].dataType.simpleString()
+    assert seen == "array<bigint>", f"SCN-8: Flink's list state seen: expected array<bigint>, got {seen}"
     for name, undecodable in (("opaque", "java.util.UUID"), ("point", "FlinkSavepoints$Point")):
         values = {r["value"] for r in read_keyed_state(spark, pointer, operator="words", state=name).collect()}
         assert values == {f"<undecodable: {undecodable}>"}, f"SCN-8: a Kryo or POJO column {name} reads as {values}"
