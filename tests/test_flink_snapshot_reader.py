@@ -74,7 +74,8 @@ def _hashable(value: Any) -> bool:
 @pytest.mark.requirement("IF-9", "FMT-14")
 def test_inspect_verify_decodes_every_entry_of_a_flink_savepoint(capsys: pytest.CaptureFixture[str]) -> None:
     pointer = str(GOLDEN / "rocksdb-canonical-savepoint-compressed")
-    assert main(["inspect", pointer, "--verify", "--json"]) == 0
+    status = main(["inspect", pointer, "--verify", "--json"])
+    assert status == 0, f"IF-9: statecert inspect {pointer} --verify --json: expected exit status 0, got {status}"
     info = json.loads(capsys.readouterr().out)
     entries = {op["uid"]: op["entries"] for op in info["operators"] if op["states"]}
     # one entry per key and state, and per user key of a map state
