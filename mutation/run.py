@@ -164,13 +164,14 @@ REPOSITORY_TESTS = {
     # its settings' bounds, explicit settings over configuration); then the storage contract
     "storage": ["tests/test_literal_paths.py", "tests/test_storage.py"],
     "migration": ["tests/test_serializers.py", "tests/test_keygroups.py", "tests/test_serializer_registry.py"],
-    # the changelog backend's configuration, its segments' codec, the writer's uploads and aborts, and
-    # `inspect --verify` of changelog checkpoints
+    # the changelog backend's configuration, its segments' codec, the writer's uploads and aborts, its count of
+    # failed materializations, and `inspect --verify` of changelog checkpoints
     "changelog": [
         "tests/test_changelog_config.py",
         "tests/test_changelog_segments.py",
         "tests/test_changelog_writes.py",
         "tests/test_changelog_abort.py",
+        "tests/test_changelog_materialization_failures.py",
         "tests/test_verify_changelog.py",
     ],
     "format": [
