@@ -96,7 +96,10 @@ def cannot_run(scenario: Any, runner: str) -> str | None:
 def list_scenarios(console: Console) -> int:
     from statecert.scenarios.catalog import library
 
-    table = Table("scenario", "runners", "description", show_lines=False)
+    table = Table(show_lines=False)
+    table.add_column("scenario", no_wrap=True)  # names are what a user types: never cut or wrapped
+    table.add_column("runners", no_wrap=True)
+    table.add_column("description")
     for scenario in library():
         table.add_row(scenario.name, ", ".join(scenario.runners), scenario.description)
     console.print(table)
