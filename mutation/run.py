@@ -428,15 +428,16 @@ def main(argv: list[str] | None = None) -> int:
     ]
     mutants = [m for m in every_mutant if not args.only or args.only in m.module]
     previous: list[dict[str, Any]] = []
+    complete_modules: list[str] = []
     sampled, seed = args.sample, args.seed
     if args.rerun:
         source = json.loads(Path(args.rerun).read_text(encoding="utf-8"))
         previous = source["results"]
         if sampled is None:  # the report covers the mutants of the run it reruns: a sample stays a sample
             sampled, seed = source.get("sampled"), source.get("seed", args.seed)
+            complete_modules = list(source.get("complete_modules", []))
         survivors = {(r["module"], r["line"], r["mutation"]) for r in previous if r["outcome"] == "survived"}
         mutants = [m for m in mutants if (m.module, m.line, m.description) in survivors]
-    complete_modules: list[str] = []
     if args.complete:
         source = json.loads(Path(args.complete).read_text(encoding="utf-8"))
         previous = source["results"]
