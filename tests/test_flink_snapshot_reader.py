@@ -14,7 +14,7 @@ import pytest
 
 from statecert.cli.main import main
 from statecert.reference.flink.metadata import load_flink_checkpoint
-from statecert.reference.flink.snapshot import choose_operator, entries_of, header_of, keyed_handles
+from statecert.reference.flink.snapshot import HandleReader, choose_operator, keyed_handles
 from statecert.spec.errors import CheckpointFormatError, IllegalConfigurationError
 from tests.flink.savepoints import GOLDEN, VARIANTS, expected_state
 
@@ -32,8 +32,8 @@ def read_flink_state(pointer: str, uid: str, skip: Set[str] = frozenset()) -> di
     op = choose_operator(checkpoint, uid)
     state: dict[tuple[Any, str], Any] = {}
     for handle in keyed_handles(op):
-        names = {m.name for m in header_of(handle, checkpoint.path, op.max_parallelism).states} - skip
-        for entry in entries_of(handle, checkpoint.path, op.max_parallelism, names):
+        reader = HandleReader(handle, checkpoint.path, op.max_parallelism)
+        for entry in reader.entries({m.name for m in reader.header.states} - skip):
             value = str(entry.value) if entry.state.name in ("opaque", "point") else entry.value
             key = (entry.key, entry.state.name)
             assert key not in state or entry.state.kind == "MAP", f"IF-9: {key} read twice from {pointer}"

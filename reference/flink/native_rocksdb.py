@@ -25,10 +25,15 @@ def native_header(handle: FlinkIncrementalHandle, path: str) -> FlinkKeyedHeader
 
 
 def native_entries(
-    handle: FlinkIncrementalHandle, path: str, max_parallelism: int, states: set[str] | None = None
+    handle: FlinkIncrementalHandle,
+    path: str,
+    max_parallelism: int,
+    states: set[str] | None = None,
+    header: FlinkKeyedHeader | None = None,
 ) -> Iterator[FlinkEntry]:
-    """The entries of the states named in `states` (all when None) of one native RocksDB snapshot."""
-    header = native_header(handle, path)
+    """The entries of the states named in `states` (all when None) of one native RocksDB snapshot; `header`: its
+    meta data stream's, when the caller read it already."""
+    header = header if header is not None else native_header(handle, path)
     decoder = EntryDecoder(header, max_parallelism, path)
     wanted = [m for m in header.states if m.backend_type != "PRIORITY_QUEUE" and (states is None or m.name in states)]
     for meta in wanted:

@@ -46,34 +46,46 @@ def choose_operator(checkpoint: FlinkCheckpoint, choice: str | None) -> FlinkOpe
     return found[0]
 
 
+class HandleReader:
+    """One subtask's keyed handle, its stream (or a native snapshot's meta data stream) read once: the header and
+    the entries, whatever layout the handle has."""
+
+    def __init__(self, handle: FlinkKeyedHandle, path: str, max_parallelism: int) -> None:
+        self.handle, self.path, self.max_parallelism = handle, path, max_parallelism
+        self._stream: FlinkKeyedStream | None = None
+        if isinstance(handle, FlinkKeyGroupsHandle):
+            stream: FlinkStream | None = handle.stream
+            if stream is None:
+                raise CheckpointFormatError(path, "a key-groups handle without a stream")
+            self._stream = FlinkKeyedStream(stream.read(), stream.url or path, handle, max_parallelism)
+            self.header = self._stream.header
+        elif isinstance(handle, FlinkIncrementalHandle):
+            self.header = native_header(handle, path)
+        else:
+            raise CheckpointFormatError(
+                path, f"a {handle.kind} handle: this reader does not read the changelog backend's"
+            )
+
+    def entries(self, states: set[str] | None = None) -> Iterator[FlinkEntry]:
+        """The keyed state entries (of the states named, or all); timers are not entries."""
+        if self._stream is None:
+            assert isinstance(self.handle, FlinkIncrementalHandle)
+            yield from native_entries(self.handle, self.path, self.max_parallelism, states, self.header)
+            return
+        for entry in self._stream.entries():
+            if states is None or entry.state.name in states:
+                yield entry
+
+
 def header_of(handle: FlinkKeyedHandle, path: str, max_parallelism: int) -> FlinkKeyedHeader:
-    if isinstance(handle, FlinkKeyGroupsHandle):
-        return _keyed_stream(handle, path, max_parallelism).header
-    if isinstance(handle, FlinkIncrementalHandle):
-        return native_header(handle, path)
-    raise CheckpointFormatError(path, f"a {handle.kind} handle: this reader does not read the changelog backend's")
-
-
-def _keyed_stream(handle: FlinkKeyGroupsHandle, path: str, max_parallelism: int) -> FlinkKeyedStream:
-    stream: FlinkStream | None = handle.stream
-    if stream is None:
-        raise CheckpointFormatError(path, "a key-groups handle without a stream")
-    return FlinkKeyedStream(stream.read(), stream.url or path, handle, max_parallelism)
+    return HandleReader(handle, path, max_parallelism).header
 
 
 def entries_of(
     handle: FlinkKeyedHandle, path: str, max_parallelism: int, states: set[str] | None = None
 ) -> Iterator[FlinkEntry]:
     """The keyed state entries of one subtask's handle (of the states named, or all)."""
-    if isinstance(handle, FlinkIncrementalHandle):
-        yield from native_entries(handle, path, max_parallelism, states)
-        return
-    if not isinstance(handle, FlinkKeyGroupsHandle):
-        header_of(handle, path, max_parallelism)  # raises: not readable
-        return
-    for entry in _keyed_stream(handle, path, max_parallelism).entries():
-        if entry.state.backend_type != "PRIORITY_QUEUE" and (states is None or entry.state.name in states):
-            yield entry
+    yield from HandleReader(handle, path, max_parallelism).entries(states)
 
 
 def _handle(handle: FlinkKeyedHandle | None) -> dict[str, Any] | None:
@@ -106,7 +118,8 @@ def describe_flink_checkpoint(pointer: str, verify: bool = False) -> dict[str, A
         not_read: dict[str, str] = {}
         entries = 0
         for handle in keyed_handles(op):
-            header = header_of(handle, checkpoint.path, op.max_parallelism)
+            reader = HandleReader(handle, checkpoint.path, op.max_parallelism)
+            header = reader.header
             for meta in header.states:
                 states[meta.name] = f"{meta.kind} {meta.value.name}"
             readable = {m.name for m in header.states}
@@ -115,7 +128,7 @@ def describe_flink_checkpoint(pointer: str, verify: bool = False) -> dict[str, A
                 not_read.update((name, "list state of a native RocksDB snapshot (merge operands)") for name in lists)
                 readable -= lists
             if verify:
-                entries += sum(1 for _ in entries_of(handle, checkpoint.path, op.max_parallelism, readable))
+                entries += sum(1 for _ in reader.entries(readable))
         described: dict[str, Any] = {
             "operator_id": op.operator_id,
             "uid": op.uid,
